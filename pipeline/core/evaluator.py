@@ -1,0 +1,142 @@
+"""The evaluator of one model and one view: labels in, every measure out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.estimators import ConfusionEstimator, parse_estimator
+from pipeline.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
+from pipeline.core.measures import compute_measures
+
+__all__ = ["DEFAULT_ESTIMATORS", "Evaluator"]
+
+#: Estimators of an evaluator unless configured otherwise (DESIGN.md, "Messages").
+DEFAULT_ESTIMATORS = ("cumulative", "window:1000", "fading:0.999")
+
+
+class Evaluator:
+    """Every configured estimator of one model and one view, fed with class labels.
+
+    Parameters
+    ----------
+    estimators
+        Estimator names: ``cumulative``, ``window:W``, ``fading:a`` (see
+        :func:`~pipeline.core.estimators.parse_estimator`). Default: cumulative, a window of
+        1000 outcomes and fading factor 0.999.
+    positive_label
+        The class whose binary precision, recall and F1 are reported too (optional).
+    max_classes
+        Cap on the number of distinct classes (default 1000).
+
+    Examples
+    --------
+    >>> ev = Evaluator(estimators=["cumulative", "window:3"], positive_label="fraud")
+    >>> ev.update(["ok", "ok", "fraud", "ok"], ["ok", "fraud", "fraud", "ok"])
+    >>> m = ev.measures()
+    >>> sorted(m)
+    ['cumulative', 'window:3']
+    >>> m["cumulative"]["accuracy"], m["window:3"]["accuracy"], m["window:3"]["n"]
+    (0.75, 0.6666666666666666, 3)
+    >>> m["cumulative"]["precision_positive"], m["cumulative"]["recall[fraud]"]
+    (0.5, 1.0)
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013) for the estimators; Žliobaitė et al. (2015) and
+    Brzezinski et al. for the measures (see :mod:`pipeline.core.measures`).
+    """
+
+    def __init__(
+        self,
+        estimators: Sequence[str] = DEFAULT_ESTIMATORS,
+        positive_label: Label | None = None,
+        max_classes: int = DEFAULT_MAX_CLASSES,
+    ) -> None:
+        if isinstance(estimators, str):
+            raise ValueError(
+                f"estimators={estimators!r} is a single string; pass a list of estimator names"
+            )
+        self.estimators = tuple(estimators)
+        if not self.estimators:
+            raise ValueError("estimators=() is empty; configure at least one estimator")
+        self.positive_label = positive_label
+        self.max_classes = max_classes
+        self._labels = LabelEncoder(max_classes=max_classes)
+        self._estimators: dict[str, ConfusionEstimator] = {}
+        for spec in self.estimators:
+            estimator = parse_estimator(spec, max_classes=max_classes)
+            if estimator.name in self._estimators:
+                raise ValueError(f"estimator {spec!r} is configured twice; list each one once")
+            self._estimators[estimator.name] = estimator
+        if positive_label is not None:
+            self._labels.encode([positive_label])  # validates it and gives it a stable index
+
+    @property
+    def labels(self) -> LabelEncoder:
+        """The label encoder (class names in index order)."""
+        return self._labels
+
+    @property
+    def names(self) -> list[str]:
+        """Wire names of the estimators, in configured order."""
+        return list(self._estimators)
+
+    def update(self, y_true: Iterable[Label], y_pred: Iterable[Label]) -> None:
+        """Add a batch of outcomes (true and predicted labels, oldest first).
+
+        All-or-nothing: a batch with a bad label, or mismatched lengths, raises ``ValueError``
+        and changes nothing.
+        """
+        y_true, y_pred = list(y_true), list(y_pred)
+        if len(y_true) != len(y_pred):
+            raise ValueError(
+                f"y_true has {len(y_true)} outcomes but y_pred has {len(y_pred)}; "
+                "they must have the same length"
+            )
+        codes = self._labels.encode(y_true + y_pred)
+        self.update_indices(codes[: len(y_true)], codes[len(y_true) :])
+
+    def update_indices(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
+        """Add a batch already encoded with :attr:`labels`."""
+        for estimator in self._estimators.values():
+            estimator.update(y_true, y_pred)
+
+    def measures(self) -> dict[str, dict[str, float]]:
+        """``{estimator: {measure: value}}``, NaN where a measure is undefined."""
+        labels = self._labels.classes
+        positive = None
+        if self.positive_label is not None:
+            positive = self._labels.index(self.positive_label)
+        return {
+            name: compute_measures(
+                est.snapshot(), labels=labels, positive=positive, n_classes=len(labels)
+            )
+            for name, est in self._estimators.items()
+        }
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the whole evaluator."""
+        return {
+            "estimators": list(self.estimators),
+            "positive_label": self.positive_label,
+            "labels": self._labels.state(),
+            "state": {name: est.state() for name, est in self._estimators.items()},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Evaluator:
+        """Rebuild an evaluator from :meth:`state`."""
+        labels = LabelEncoder.from_state(state["labels"])
+        evaluator = cls(
+            estimators=state["estimators"],
+            positive_label=state["positive_label"],
+            max_classes=labels.max_classes,
+        )
+        evaluator._labels = labels
+        evaluator._estimators = {
+            name: ConfusionEstimator.from_state(s) for name, s in state["state"].items()
+        }
+        return evaluator

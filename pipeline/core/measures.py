@@ -1,0 +1,237 @@
+"""Classification measures and baselines from a (possibly faded) confusion matrix.
+
+One function, :func:`compute_measures`, turns a :class:`~pipeline.core.estimators.ConfusionSnapshot`
+into the flat mapping of every measure the project publishes. Undefined values are NaN
+(SPEC Part A §1).
+
+Measures (names on the wire)
+----------------------------
+``accuracy``, ``error``
+    p = trace/total and 1 − p.
+``balanced_accuracy``, ``g_mean``
+    Arithmetic and geometric mean of the recalls of the classes present in the true labels
+    (SPEC Part A §7, §5.3).
+``kappa``
+    Cohen's κ = (p − p_ran)/(1 − p_ran) ([ZB] §4.2, [BS]).
+``kappa_m``
+    κ_M = (p − p_maj)/(1 − p_maj) (SPEC Part A §5).
+``kappa_temporal``
+    κ_per = (p − p_per)/(1 − p_per), the Kappa-Temporal statistic ([ZB] §4.3).
+``kappa_plus``
+    κ⁺ = sqrt(max(0, κ)·max(0, κ_per)), the geometric combination of κ and κ_per of the
+    journal version of [ZB] (SPEC Part A §6).
+``mcc``
+    Gorodkin's R_K, the k-class Matthews correlation; the binary formula for k = 2.
+``precision_macro``, ``recall_macro``, ``f1_macro``
+    As scikit-learn's ``average="macro", zero_division=0`` over the classes seen in the true
+    or predicted labels of the estimate.
+``precision[c]``, ``recall[c]``, ``f1[c]``
+    Per class c (one-vs-rest); NaN when undefined. F1 is 2·TP/(2·TP + FP + FN).
+``precision_positive``, ``recall_positive``, ``f1_positive``
+    Binary values for the configured positive class; F1 is NaN when precision or recall is.
+``p_0``, ``p_maj``, ``p_per``, ``p_ran``
+    Baselines: uniform random over the k known classes, majority class, persistent
+    (no-change, first outcome not scored) and random with the model's prediction shares.
+``kappa_se``, ``kappa_se0``, ``kappa_z``
+    Cohen's standard error of κ, its standard error under H0: κ = 0, and z = κ/se0
+    (one-sided 5 % test: z > 1.65), with N = ``n_effective`` ([ZB] §4.2, SPEC §4.2).
+``n``, ``n_effective``
+    Outcomes the estimate covers and the sum of their weights (N_a under fading).
+
+References
+----------
+Žliobaitė, Bifet, Read, Pfahringer, Holmes (2015), *Evaluation methods and decision theory
+for classification of streaming data with temporal dependence*, Machine Learning 98(3):
+baselines (§3), κ, κ_per and the combined κ⁺ (§4). Brzezinski, Stefanowski, Susmaga, Szczęch,
+*On the dynamics of classification measures for imbalanced and streaming data*: the eight
+confusion-matrix measures (SPEC §5.2). Gorodkin (2004) for R_K (SPEC §5.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.estimators import ConfusionSnapshot
+
+__all__ = ["SCALAR_MEASURES", "compute_measures"]
+
+NAN = math.nan
+
+#: Names of the measures every estimate reports, in a stable order.
+SCALAR_MEASURES = (
+    "n",
+    "n_effective",
+    "accuracy",
+    "error",
+    "balanced_accuracy",
+    "kappa",
+    "kappa_m",
+    "kappa_temporal",
+    "kappa_plus",
+    "g_mean",
+    "mcc",
+    "precision_macro",
+    "recall_macro",
+    "f1_macro",
+    "p_0",
+    "p_maj",
+    "p_per",
+    "p_ran",
+    "kappa_se",
+    "kappa_se0",
+    "kappa_z",
+)
+
+POSITIVE_MEASURES = ("precision_positive", "recall_positive", "f1_positive")
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den != 0 else NAN
+
+
+def _skill(p: float, baseline: float, baseline_is_one: bool) -> float:
+    """(p − baseline)/(1 − baseline), NaN when the baseline is exactly 1 (or NaN)."""
+    if baseline_is_one or baseline != baseline or p != p:
+        return NAN
+    return (p - baseline) / (1.0 - baseline)
+
+
+def _positive_part(x: float) -> float:
+    # max(0, nan) is 0 in Python: keep NaN explicitly (SPEC §0).
+    return x if (x != x or x > 0.0) else 0.0
+
+
+def compute_measures(
+    snapshot: ConfusionSnapshot,
+    labels: Sequence[Any] | None = None,
+    positive: int | None = None,
+    n_classes: int | None = None,
+) -> dict[str, float]:
+    """Every measure of one estimate, as a flat ``{name: float}`` mapping.
+
+    Parameters
+    ----------
+    snapshot
+        The estimate (confusion matrix, persistent-baseline counts, n).
+    labels
+        Class names in index order, for the per-class keys ``precision[<label>]``; class
+        indices are used when omitted.
+    positive
+        Index of the positive class, for ``precision_positive`` and friends. The index may be
+        beyond the confusion matrix (a class not seen yet): its counts are then zero.
+    n_classes
+        Number of known classes k for ``p_0 = 1/k``; the size of the confusion matrix when
+        omitted.
+
+    Examples
+    --------
+    The binary example E11 of SPEC §8 (TP=8, FN=2, FP=4, TN=86; class 1 is positive):
+
+    >>> import numpy as np
+    >>> from pipeline.core.estimators import ConfusionSnapshot
+    >>> snap = ConfusionSnapshot(np.array([[86, 4], [2, 8]]), 0, 0, 100, 100.0)
+    >>> m = compute_measures(snap, positive=1)
+    >>> [round(m[k], 6) for k in ("accuracy", "kappa", "mcc", "g_mean", "f1_positive")]
+    [0.94, 0.693878, 0.697518, 0.874325, 0.727273]
+    """
+    counts = np.asarray(snapshot.confusion, dtype=np.float64)
+    k = counts.shape[0]
+    true = counts.sum(axis=1)
+    pred = counts.sum(axis=0)
+    diag = np.diagonal(counts)
+    total = float(true.sum())
+    classes_true = np.flatnonzero(true)
+    classes_pred = np.flatnonzero(pred)
+    out: dict[str, float] = dict.fromkeys(SCALAR_MEASURES, NAN)
+    out["n"] = snapshot.n
+    out["n_effective"] = float(snapshot.n_effective)
+    known = k if n_classes is None else max(n_classes, k)
+    out["p_0"] = 1.0 / known if known else NAN
+    out["p_per"] = p_per = _ratio(snapshot.persistent_correct, snapshot.persistent_total)
+    names = list(range(k)) if labels is None else list(labels)[:k]
+    per_class: dict[str, float] = {}
+    if total > 0:
+        p = float(diag.sum()) / total
+        p_ran = float(true @ pred) / (total * total)
+        p_maj = float(true[classes_true].max()) / total
+        single_true = classes_true.size == 1
+        single_pred = classes_pred.size == 1
+        # p_ran and p_maj are exactly 1 only when all mass sits in one class; test that
+        # exactly rather than trusting a rounded ratio of faded counts.
+        p_ran_is_one = single_true and single_pred and classes_true[0] == classes_pred[0]
+        out["accuracy"] = p
+        out["error"] = 1.0 - p
+        out["p_ran"] = 1.0 if p_ran_is_one else p_ran
+        out["p_maj"] = 1.0 if single_true else p_maj
+        out["kappa"] = kappa = _skill(p, p_ran, p_ran_is_one)
+        out["kappa_m"] = _skill(p, p_maj, single_true)
+        out["kappa_temporal"] = kappa_temporal = _skill(
+            p, p_per, snapshot.persistent_correct == snapshot.persistent_total
+        )
+        if kappa != kappa or kappa_temporal != kappa_temporal:
+            out["kappa_plus"] = NAN
+        else:
+            out["kappa_plus"] = math.sqrt(_positive_part(kappa) * _positive_part(kappa_temporal))
+
+        recalls = diag[classes_true] / true[classes_true]
+        out["balanced_accuracy"] = float(recalls.mean())
+        if np.any(recalls == 0):
+            out["g_mean"] = 0.0
+        else:
+            out["g_mean"] = float(np.exp(np.log(recalls).mean()))
+
+        if not (single_true or single_pred):
+            s2 = total * total
+            cov_pred = s2 - float(pred @ pred)
+            cov_true = s2 - float(true @ true)
+            out["mcc"] = (float(diag.sum()) * total - float(pred @ true)) / math.sqrt(
+                cov_pred * cov_true
+            )
+
+        seen = np.flatnonzero(true + pred)
+        tp, t, h = diag[seen], true[seen], pred[seen]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            precision = np.where(h > 0, tp / h, NAN)
+            recall = np.where(t > 0, tp / t, NAN)
+            f1 = 2 * tp / (t + h)
+        out["precision_macro"] = float(np.where(h > 0, precision, 0.0).mean())
+        out["recall_macro"] = float(np.where(t > 0, recall, 0.0).mean())
+        out["f1_macro"] = float(f1.mean())
+
+        n_eff = float(snapshot.n_effective)
+        if not p_ran_is_one and n_eff > 0:
+            out["kappa_se"] = math.sqrt(p * (1 - p) / (n_eff * (1 - p_ran) ** 2))
+            se0 = math.sqrt(p_ran / (n_eff * (1 - p_ran)))
+            out["kappa_se0"] = se0
+            out["kappa_z"] = _ratio(kappa, se0)
+
+        for i, c in enumerate(seen.tolist()):
+            name = names[c]
+            per_class[f"precision[{name}]"] = float(precision[i])
+            per_class[f"recall[{name}]"] = float(recall[i])
+            per_class[f"f1[{name}]"] = float(f1[i])
+
+    if positive is not None:
+        out.update(_positive_measures(counts, true, pred, positive))
+    out.update(per_class)
+    return out
+
+
+def _positive_measures(counts, true, pred, positive: int) -> dict[str, float]:
+    """Binary precision, recall and F1 of one class against all others (SPEC §5.2)."""
+    if positive < counts.shape[0]:
+        tp = float(counts[positive, positive])
+        actual, predicted = float(true[positive]), float(pred[positive])
+    else:
+        tp = actual = predicted = 0.0
+    precision = _ratio(tp, predicted)
+    recall = _ratio(tp, actual)
+    if precision != precision or recall != recall:
+        f1 = NAN
+    else:
+        f1 = 2 * tp / (actual + predicted)
+    return {"precision_positive": precision, "recall_positive": recall, "f1_positive": f1}

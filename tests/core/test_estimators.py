@@ -1,0 +1,181 @@
+"""Estimators: batch = one-by-one, exact state round-trips, E1, and bad input."""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.core import (
+    ConfusionEstimator,
+    CumulativeConfusion,
+    FadingConfusion,
+    WindowConfusion,
+    parse_estimator,
+)
+
+SPECS = [
+    "cumulative",
+    "window:1",
+    "window:3",
+    "window:10",
+    "fading:0.5",
+    "fading:0.999",
+    "fading:1.0",
+]
+
+
+@st.composite
+def split_streams(draw):
+    n = draw(st.integers(0, 40))
+    k = draw(st.integers(1, 6))
+    y_true = draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
+    y_pred = draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=6)))
+    return np.array(y_true, dtype=np.int64), np.array(y_pred, dtype=np.int64), [0, *cuts, n]
+
+
+def _same_measures(a: dict, b: dict, exact: bool) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        x, y = a[key], b[key]
+        if math.isnan(x):
+            assert math.isnan(y), key
+        elif exact:
+            assert x == y, key
+        else:
+            assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), key
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=60)
+@given(stream=split_streams())
+def test_any_batch_split_equals_one_by_one(spec, stream):
+    y_true, y_pred, cuts = stream
+    batched, single = parse_estimator(spec), parse_estimator(spec)
+    for lo, hi in itertools.pairwise(cuts):
+        batched.update(y_true[lo:hi], y_pred[lo:hi])
+    for i in range(len(y_true)):
+        single.update(y_true[i : i + 1], y_pred[i : i + 1])
+    exact = not spec.startswith("fading")
+    a, b = batched.snapshot(), single.snapshot()
+    if exact:
+        assert np.array_equal(a.confusion, b.confusion)
+        assert (a.persistent_correct, a.persistent_total, a.n) == (
+            b.persistent_correct,
+            b.persistent_total,
+            b.n,
+        )
+    else:
+        np.testing.assert_allclose(a.confusion, b.confusion, rtol=1e-12, atol=1e-300)
+    _same_measures(batched.measures(positive=0), single.measures(positive=0), exact)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=40)
+@given(stream=split_streams())
+def test_state_round_trips_exactly_through_json(spec, stream):
+    y_true, y_pred, cuts = stream
+    est = parse_estimator(spec)
+    half = cuts[len(cuts) // 2]
+    est.update(y_true[:half], y_pred[:half])
+    restored = ConfusionEstimator.from_state(json.loads(json.dumps(est.state())))
+    assert restored.state() == est.state()
+    _same_measures(restored.measures(), est.measures(), exact=True)
+    # and it continues exactly like the original
+    est.update(y_true[half:], y_pred[half:])
+    restored.update(y_true[half:], y_pred[half:])
+    assert restored.state() == est.state()
+    _same_measures(restored.measures(), est.measures(), exact=True)
+
+
+def test_e1_prequential_window_fading():
+    """SPEC §8 E1: losses e = [1,0,0,1,0,1] as outcomes (true 0, predicted 1 when e = 1)."""
+    errors = [1, 0, 0, 1, 0, 1]
+    expected = {
+        "cumulative": [1, 0.5, 1 / 3, 0.5, 0.4, 0.5],
+        "window:3": [1, 0.5, 1 / 3, 1 / 3, 1 / 3, 2 / 3],
+        "fading:0.9": [1, 0.473684, 0.298893, 0.502762, 0.379991, 0.512313],
+    }
+    for spec, values in expected.items():
+        est = parse_estimator(spec)
+        for e, value in zip(errors, values, strict=True):
+            est.update(np.array([0]), np.array([e]))
+            assert est.measures()["error"] == pytest.approx(value, abs=5e-7), spec
+    fading = parse_estimator("fading:0.9")
+    fading.update(np.zeros(6, dtype=int), np.array(errors))
+    snap = fading.snapshot()
+    assert snap.n_effective == pytest.approx((1 - 0.9**6) / 0.1)  # N_6 = 4.68559
+    assert snap.confusion[0, 1] == pytest.approx(2.40049, abs=5e-6)  # S_6
+
+
+def test_window_reports_n_before_it_is_full():
+    est = WindowConfusion(window_size=5)
+    est.update(np.array([0, 1]), np.array([0, 0]))
+    assert est.measures()["n"] == 2
+    est.update(np.arange(7) % 2, np.zeros(7, dtype=int))
+    assert est.measures()["n"] == 5
+
+
+def test_classes_may_appear_late():
+    est = CumulativeConfusion()
+    est.update(np.array([0, 1]), np.array([0, 1]))
+    est.update(np.array([4]), np.array([2]))
+    assert est.n_classes == 5
+    assert est.snapshot().confusion.sum() == 3
+
+
+BAD_UPDATES = [
+    (np.array([0, 1]), np.array([0]), "same length"),
+    (np.array([0, -1]), np.array([0, 0]), "must be >= 0"),
+    (np.array([0, 1000]), np.array([0, 0]), "max_classes=1000"),
+    (np.array([0.0, np.nan]), np.array([0, 0]), "finite"),
+    (np.array([0.5]), np.array([0]), "integers"),
+    (np.array(["a"]), np.array([0]), "LabelEncoder"),
+    (np.array([[0]]), np.array([[0]]), "1-D"),
+]
+
+
+@pytest.mark.parametrize("spec", ["cumulative", "window:3", "fading:0.9"])
+@pytest.mark.parametrize(("y_true", "y_pred", "message"), BAD_UPDATES)
+def test_bad_batches_raise_and_change_nothing(spec, y_true, y_pred, message):
+    est = parse_estimator(spec)
+    est.update(np.array([0, 1, 1]), np.array([0, 1, 0]))
+    before = est.state()
+    with pytest.raises(ValueError, match=message):
+        est.update(y_true, y_pred)
+    assert est.state() == before
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (lambda: WindowConfusion(window_size=0), "window_size=0"),
+        (lambda: WindowConfusion(window_size=-5), "window_size=-5"),
+        (lambda: WindowConfusion(window_size=2.5), "window_size=2.5"),
+        (lambda: FadingConfusion(fading_factor=0.0), r"fading_factor=0.0 .* \(0, 1\]"),
+        (lambda: FadingConfusion(fading_factor=1.5), "fading_factor=1.5"),
+        (lambda: FadingConfusion(fading_factor=float("nan")), "fading_factor=nan"),
+        (lambda: parse_estimator("sliding:100"), "'sliding:100' is not known"),
+        (lambda: parse_estimator("window:ten"), "'window:ten' is not allowed"),
+        (lambda: parse_estimator("window:0"), "window_size=0"),
+        (lambda: parse_estimator("fading:2"), "fading_factor=2.0"),
+        (lambda: parse_estimator("fading:inf"), "'fading:inf' is not allowed"),
+        (lambda: parse_estimator("cumulative:5"), "'cumulative:5' is not known"),
+        (lambda: CumulativeConfusion(max_classes=0), "max_classes=0"),
+    ],
+)
+def test_bad_settings_name_the_value_and_what_is_allowed(factory, message):
+    with pytest.raises(ValueError, match=message):
+        factory()
+
+
+def test_names_on_the_wire():
+    assert [parse_estimator(s).name for s in ("cumulative", "window:1000", "fading:0.999")] == [
+        "cumulative",
+        "window:1000",
+        "fading:0.999",
+    ]

@@ -1,0 +1,90 @@
+"""The Evaluator: default estimators, JSON-ready output, state, atomic bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.core import SCALAR_MEASURES, Evaluator, parse_estimator
+
+
+def test_defaults_are_cumulative_window_1000_and_fading_0999():
+    ev = Evaluator()
+    assert ev.names == ["cumulative", "window:1000", "fading:0.999"]
+    ev.update([1, 0], [1, 1])
+    assert set(ev.measures()) == {"cumulative", "window:1000", "fading:0.999"}
+
+
+def test_measures_are_flat_json_ready_floats_with_nan_for_undefined():
+    ev = Evaluator(positive_label="yes")
+    ev.update(["no"] * 5, ["no"] * 5)
+    out = ev.measures()
+    for measures in out.values():
+        assert set(SCALAR_MEASURES) <= set(measures)
+        assert all(type(v) in (int, float) for v in measures.values())
+        assert math.isnan(measures["kappa"])  # one class everywhere
+        assert math.isnan(measures["recall_positive"])  # no positive seen
+    json.dumps(out)  # NaN is still valid for Python's json (null on the wire comes later)
+
+
+def test_evaluator_equals_estimators_fed_with_encoded_labels():
+    rng = np.random.default_rng(1)
+    names = np.array(["cat", "dog", "emu"])
+    y_true = names[rng.integers(0, 3, 500)]
+    y_pred = np.where(rng.random(500) < 0.6, y_true, names[rng.integers(0, 3, 500)])
+    ev = Evaluator(estimators=["window:100", "fading:0.99"], positive_label="dog")
+    ev.update(y_true.tolist(), y_pred.tolist())
+    codes = {name: i for i, name in enumerate(ev.labels.classes)}
+    t = np.array([codes[v] for v in y_true])
+    h = np.array([codes[v] for v in y_pred])
+    for spec in ("window:100", "fading:0.99"):
+        est = parse_estimator(spec)
+        est.update(t, h)
+        want = est.measures(labels=ev.labels.classes, positive=codes["dog"])
+        got = ev.measures()[spec]
+        assert got.keys() == want.keys()
+        assert all(
+            g == w or (math.isnan(g) and math.isnan(w))
+            for g, w in zip(got.values(), want.values(), strict=True)
+        )
+    assert "recall[emu]" in ev.measures()["window:100"]
+
+
+def test_state_round_trip_through_json():
+    ev = Evaluator(positive_label=1)
+    ev.update([0, 1, 1, 2], [0, 1, 0, 2])
+    restored = Evaluator.from_state(json.loads(json.dumps(ev.state())))
+    assert json.dumps(restored.measures()) == json.dumps(ev.measures())
+    ev.update([2, 0], [1, 0])
+    restored.update([2, 0], [1, 0])
+    assert restored.state() == ev.state()
+
+
+def test_bad_batches_change_nothing():
+    ev = Evaluator(max_classes=3)
+    ev.update(["a", "b"], ["a", "a"])
+    before = ev.state()
+    with pytest.raises(ValueError, match="same length"):
+        ev.update(["a"], ["a", "b"])
+    with pytest.raises(ValueError, match="max_classes=3"):
+        ev.update(["c", "d"], ["a", "a"])
+    with pytest.raises(ValueError, match="must be a str or an int"):
+        ev.update(["a"], [None])
+    assert ev.state() == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"estimators": ["cumulative", "median"]}, "'median' is not known"),
+        ({"estimators": "cumulative"}, "single string"),
+        ({"estimators": []}, "empty"),
+        ({"estimators": ["window:10", "window:10"]}, "configured twice"),
+        ({"estimators": ["fading:0"]}, "fading_factor=0.0"),
+        ({"positive_label": 2.5}, "must be a str or an int"),
+    ],
+)
+def test_bad_configuration(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Evaluator(**kwargs)
