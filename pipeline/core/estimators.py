@@ -111,7 +111,7 @@ def _matrix(rows: list, dtype) -> np.ndarray:
     return np.array(rows, dtype=dtype).reshape(len(rows), len(rows))
 
 
-def _persistence(y_true: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
+def persistence(y_true: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
     """Per outcome: was the no-change predictor scored, and was it right.
 
     The no-change predictor predicts the previous outcome's true label; the very first
@@ -157,12 +157,25 @@ class ConfusionEstimator:
     def update(self, y_true: Any, y_pred: Any) -> None:
         """Add a batch of outcomes (class indices), oldest first."""
         y_true, y_pred = validate_outcomes(y_true, y_pred, self.max_classes)
-        if y_true.size == 0:
-            return
-        self._grow(max(int(y_true.max()), int(y_pred.max())) + 1)
-        scored, correct = _persistence(y_true, self._last)
+        if y_true.size:
+            k = max(int(y_true.max()), int(y_pred.max())) + 1
+            self.apply(y_true, y_pred, k, *persistence(y_true, self._last))
+
+    def apply(self, y_true, y_pred, n_classes: int, scored, correct) -> None:
+        """Add a non-empty batch that :func:`validate_outcomes` accepted.
+
+        For callers that feed several estimators the same stream (the
+        :class:`~pipeline.core.evaluator.Evaluator`): they validate once and compute the
+        persistent-baseline flags once with :func:`persistence`. ``n_classes`` bounds the indices.
+        """
+        self._grow(n_classes)
         self._update(y_true, y_pred, scored, correct)
         self._last = int(y_true[-1])
+
+    @property
+    def last_label(self) -> int:
+        """True class index of the latest outcome (-1 before the first)."""
+        return self._last
 
     def _update(self, y_true, y_pred, scored, correct) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -417,16 +430,24 @@ class FadingConfusion(ConfusionEstimator):
         self._weight = 0.0
         self._persistent_correct = 0.0
         self._persistent_total = 0.0
+        self._weight_cache: tuple[np.ndarray, float] | None = None
 
     @property
     def name(self) -> str:
         return f"fading:{self.fading_factor!r}"
 
+    def _weights(self, m: int) -> tuple[np.ndarray, float]:
+        """Weights a^(m−1−j) of a batch of m outcomes and the decay a^m of the old sums."""
+        cached = self._weight_cache
+        if cached is None or cached[0].size != m:
+            a = self.fading_factor
+            cached = (np.power(a, np.arange(m - 1, -1, -1, dtype=np.float64)), a**m)
+            self._weight_cache = cached  # batches tend to have one size: reuse
+        return cached
+
     def _update(self, y_true, y_pred, scored, correct) -> None:
         m = y_true.size
-        a = self.fading_factor
-        weights = np.power(a, np.arange(m - 1, -1, -1, dtype=np.float64))
-        decay = a**m
+        weights, decay = self._weights(m)
         self._counts *= decay
         self._counts += _cell_counts(y_true, y_pred, self.n_classes, weights)
         self._weight = decay * self._weight + float(weights.sum())

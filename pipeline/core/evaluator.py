@@ -7,7 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.estimators import ConfusionEstimator, parse_estimator
+from pipeline.core.estimators import (
+    ConfusionEstimator,
+    parse_estimator,
+    persistence,
+    validate_outcomes,
+)
 from pipeline.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from pipeline.core.measures import compute_measures
 
@@ -101,8 +106,15 @@ class Evaluator:
 
     def update_indices(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
         """Add a batch already encoded with :attr:`labels`."""
+        y_true, y_pred = validate_outcomes(y_true, y_pred, len(self._labels))
+        if not y_true.size:
+            return
+        # every estimator sees the same stream: validate and score the no-change predictor once
+        first = next(iter(self._estimators.values()))
+        flags = persistence(y_true, first.last_label)
+        k = len(self._labels)
         for estimator in self._estimators.values():
-            estimator.update(y_true, y_pred)
+            estimator.apply(y_true, y_pred, k, *flags)
 
     def measures(self) -> dict[str, dict[str, float]]:
         """``{estimator: {measure: value}}``, NaN where a measure is undefined."""

@@ -29,7 +29,9 @@ class LabelEncoder:
     """Map class labels (strings or integers) to dense indices ``0, 1, 2, ...``.
 
     Classes get indices in the order they are first seen. ``"1"`` and ``1`` are distinct
-    classes: labels are compared exactly as they arrive on the wire.
+    classes. A new class must be a ``str`` or an ``int``; known classes are looked up as
+    Python dict keys, so ``np.int64(1)`` (and, as in any dict, ``True`` or ``1.0``) finds the
+    class ``1``.
 
     Parameters
     ----------
@@ -80,7 +82,13 @@ class LabelEncoder:
         a ``ValueError`` is raised and no class is added.
         """
         index = self._index
-        values = list(labels)
+        values = labels if isinstance(labels, list) else list(labels)
+        # Fast path, at C speed: every label is already known (an unknown one makes fromiter
+        # meet None and raise; an unhashable one raises too): fall through to the checked loop.
+        try:
+            return np.fromiter(map(index.get, values), dtype=np.int64, count=len(values))
+        except TypeError:
+            pass
         new: dict[Label, int] = {}
         out = np.empty(len(values), dtype=np.int64)
         size = len(self._classes)
