@@ -100,9 +100,15 @@ def _skill(p: float, baseline: float, baseline_is_one: bool) -> float:
     return (p - baseline) / (1.0 - baseline)
 
 
+#: κ and κ_per closer to 0 than this are rounding noise of faded counts (a majority-class
+#: model has κ = 0 exactly, but faded sums give ±1e-16); κ⁺ treats them as 0, because the
+#: square root would turn 1e-16 into a visible 1e-8.
+ROUNDING_NOISE = 1e-12
+
+
 def _positive_part(x: float) -> float:
     # max(0, nan) is 0 in Python: keep NaN explicitly (SPEC §0).
-    return x if (x != x or x > 0.0) else 0.0
+    return x if (x != x or x > ROUNDING_NOISE) else 0.0
 
 
 def compute_measures(

@@ -188,3 +188,12 @@ def test_kappa_plus_keeps_nan_and_clips_negatives():
     assert m["kappa_plus"] == 0.0
     snap = ConfusionSnapshot(np.array([[3, 1], [1, 3]]), 0, 0, 8, 8.0)  # p_per undefined
     assert math.isnan(compute_measures(snap)["kappa_plus"])
+
+
+def test_majority_model_has_kappa_plus_zero_despite_fading_rounding():
+    """A model that always predicts one class has κ = 0; faded sums leave ±1e-16 behind."""
+    est = parse_estimator("fading:0.9")
+    est.update(np.array([0, 1, 0]), np.array([0, 0, 0]))
+    m = est.measures()
+    assert abs(m["kappa"]) < 1e-12
+    assert m["kappa_plus"] == 0.0
