@@ -1,0 +1,236 @@
+"""The join rules of DESIGN.md "Join semantics", one table row per rule."""
+
+import json
+
+import pytest
+
+from pipeline.core.join import Join
+
+# events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
+# ("a", now) advances the clock. Outcomes: (model, instance, y_true, labels, t_inst, t_label)
+CASES = {
+    "prediction then label, grace 0": dict(
+        grace=0,
+        events=[("p", "i1", "m", 10, "a", 10), ("l", "i1", 50, "a", 50)],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={},
+    ),
+    "instance record sets t_instance even after predictions": dict(
+        grace=0,
+        events=[("p", "i1", "m", 10, "a", 10), ("i", "i1", 5, 11), ("l", "i1", 50, "b", 50)],
+        outcomes=[("m", "i1", "b", ("a",), 5, 50)],
+        counters={},
+    ),
+    "first prediction is t_instance without an instance record": dict(
+        grace=0,
+        events=[
+            ("p", "i1", "m", 30, "a", 30),
+            ("p", "i1", "n", 20, "a", 31),
+            ("l", "i1", 50, "a", 50),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 20, 50), ("n", "i1", "a", ("a",), 20, 50)],
+        counters={},
+    ),
+    "evolving predictions: initial first, final last before the label": dict(
+        grace=0,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("p", "i1", "m", 30, "c", 30),
+            ("p", "i1", "m", 20, "b", 31),  # out of order arrival is sorted by ts
+            ("l", "i1", 40, "c", 40),
+        ],
+        outcomes=[("m", "i1", "c", ("a", "b", "c"), 10, 40)],
+        counters={},
+    ),
+    "leaky prediction arriving after the label": dict(
+        grace=100,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 50, "a", 50),
+            ("p", "i1", "m", 60, "b", 60),
+            ("a", 200),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={"leaky_prediction": 1},
+    ),
+    "leaky prediction arriving before the label (stamped after it)": dict(
+        grace=0,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("p", "i1", "m", 90, "b", 20),
+            ("l", "i1", 50, "a", 50),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={"leaky_prediction": 1},
+    ),
+    "label overtakes predictions, grace 0: orphan, then late": dict(
+        grace=0,
+        events=[("l", "i1", 50, "a", 50), ("p", "i1", "m", 40, "a", 51)],
+        outcomes=[],
+        counters={"orphan_label": 1, "late_prediction": 1},
+    ),
+    "label overtakes predictions, grace > 0: joined": dict(
+        grace=100,
+        events=[("l", "i1", 50, "a", 50), ("p", "i1", "m", 40, "a", 80), ("a", 149)],
+        outcomes=[],
+        counters={},
+        then=[("a", 150)],
+        then_outcomes=[("m", "i1", "a", ("a",), 40, 50)],
+    ),
+    "prediction after the grace is late": dict(
+        grace=100,
+        events=[
+            ("p", "i1", "m", 40, "a", 40),
+            ("l", "i1", 50, "a", 50),
+            ("p", "i1", "n", 45, "a", 150),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 40, 50)],
+        counters={"late_prediction": 1},
+    ),
+    "duplicate and conflicting labels": dict(
+        grace=0,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 50, "a", 50),
+            ("l", "i1", 60, "a", 60),
+            ("l", "i1", 70, "b", 70),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={"duplicate_label": 1, "conflicting_label": 1},
+    ),
+    "conflicting label during the grace period": dict(
+        grace=100,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 50, "a", 50),
+            ("l", "i1", 55, "b", 60),
+            ("a", 500),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={"conflicting_label": 1},
+    ),
+    "duplicate prediction and duplicate instance": dict(
+        grace=0,
+        events=[
+            ("i", "i1", 5, 5),
+            ("i", "i1", 6, 6),
+            ("p", "i1", "m", 10, "a", 10),
+            ("p", "i1", "m", 10, "a", 11),
+            ("l", "i1", 50, "a", 50),
+            ("i", "i1", 7, 51),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 5, 50)],
+        counters={"duplicate_instance": 1, "duplicate_prediction": 1, "late_instance": 1},
+    ),
+    "label_ttl expiry counts unlabelled per model": dict(
+        grace=0,
+        ttl=1000,
+        events=[("p", "i1", "m", 10, "a", 10), ("p", "i1", "n", 10, "a", 10), ("a", 1010)],
+        outcomes=[],
+        counters={},
+        then=[("a", 1011), ("l", "i1", 1012, "a", 1012)],
+        then_outcomes=[],
+        then_counters={"expired_unlabelled": 2, "orphan_label": 1},
+    ),
+    "max_pending evicts the oldest instance": dict(
+        grace=0,
+        max_pending=2,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("p", "i2", "m", 11, "a", 11),
+            ("p", "i3", "m", 12, "a", 12),
+            ("l", "i1", 20, "a", 20),
+            ("l", "i3", 21, "b", 21),
+        ],
+        # i3 pushes i1 out; i1's label then needs a slot and pushes i2 out, and is an orphan
+        outcomes=[("m", "i3", "b", ("a",), 12, 21)],
+        counters={"evicted_max_pending": 2, "orphan_label": 1},
+    ),
+    "label before the instance time is a data error": dict(
+        grace=0,
+        events=[("i", "i1", 100, 100), ("p", "i1", "m", 40, "a", 100), ("l", "i1", 50, "a", 101)],
+        outcomes=[],
+        counters={"label_before_instance": 1},
+    ),
+}
+
+
+def _run(join, events):
+    out = []
+    for ev in events:
+        kind, *args = ev
+        if kind == "i":
+            out += join.add_instance(args[0], ts=args[1], now=args[2])
+        elif kind == "p":
+            out += join.add_prediction(args[0], args[1], ts=args[2], label=args[3], now=args[4])
+        elif kind == "l":
+            out += join.add_label(args[0], ts=args[1], label=args[2], now=args[3])
+        else:
+            out += join.advance(args[0])
+    return [(o.model_id, o.instance_id, o.y_true, o.labels, o.t_instance, o.t_label) for o in out]
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+def test_join_rules(case):
+    join = Join(
+        label_grace=case["grace"],
+        label_ttl=case.get("ttl", 10**9),
+        max_pending=case.get("max_pending", 100),
+    )
+    assert _run(join, case["events"]) == case["outcomes"]
+    assert dict(join.counters) == case["counters"]
+    if "then" in case:
+        # the state survives a JSON round trip at this point and goes on identically
+        restored = Join.from_state(json.loads(json.dumps(join.state())))
+        for j in (join, restored):
+            assert _run(j, case["then"]) == case["then_outcomes"]
+            assert dict(j.counters) == {**case["counters"], **case.get("then_counters", {})}
+
+
+def test_per_model_counters():
+    join = Join(label_grace=0)
+    _run(
+        join,
+        [("p", "i1", "m", 10, "a", 10), ("l", "i1", 50, "a", 50), ("p", "i1", "n", 20, "a", 60)],
+    )
+    assert join.model_counters["late_prediction", "n"] == 1
+    assert join.model_counters["late_prediction", "m"] == 0
+
+
+def test_conflicts_are_kept_for_logging():
+    join = Join(label_grace=0)
+    _run(join, [("p", "i1", "m", 10, "a", 10), ("l", "i1", 50, "a", 50), ("l", "i1", 51, "b", 51)])
+    assert list(join.conflicts) == [("i1", "a", "b")]
+
+
+def test_memory_is_bounded_by_max_pending():
+    join = Join(label_grace=0, max_pending=50)
+    for i in range(1000):
+        join.add_prediction(f"i{i}", "m", ts=i, label="a", now=i)
+        if i % 2:
+            join.add_label(f"i{i}", ts=i, label="a", now=i)
+    assert join.pending <= 50
+    assert len(join.state()["resolved"]) <= 50
+    assert len(join._expiry) <= 2 * 50 + 1025
+
+
+def test_clock_never_goes_backwards():
+    join = Join(label_grace=100)
+    join.add_prediction("i1", "m", ts=10, label="a", now=10)
+    join.add_label("i1", ts=20, label="a", now=1000)
+    assert join.advance(50) == []  # an older "now" does not rewind the clock
+    assert len(join.advance(1100)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"label_grace": -1}, "label_grace=-1"),
+        ({"label_ttl": 0}, "label_ttl=0"),
+        ({"max_pending": 0}, "max_pending=0"),
+        ({"label_grace": 1.5}, "label_grace=1.5"),
+    ],
+)
+def test_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Join(**kwargs)
