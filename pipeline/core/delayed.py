@@ -1,0 +1,420 @@
+"""Delayed labels and evolving predictions: latency bins, Λ(T, b) and Ψ_α.
+
+While an instance waits for its label its model may re-predict it. Grzenda et al. split each
+latency period [t_instance, t_label] into B equal bins and score, for every bin, the prediction
+that represents it: bin 0 is the initial prediction, bins 1..B the re-predictions, bin B+1 the
+final (test-then-train) prediction. Λ(T, b) is a measure over the bin-b predictions of all
+instances labelled by T; Ψ_α weights bins 0..B by (1/α)^(b/B), so early predictions count more.
+
+References
+----------
+Grzenda, Gomes, Bifet (2020), *Performance measures for evolving predictions under delayed
+labelling classification*, IJCNN: latency bins, Λ(T, b) and the prioritised measure Ψ_α
+(SPEC §6.2–6.5, Part A §9).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.estimators import parse_estimator, persistence
+from pipeline.core.labels import DEFAULT_MAX_CLASSES
+
+__all__ = [
+    "BIN_RULES",
+    "DelayedBatch",
+    "DelayedEvaluator",
+    "bin_predictions",
+    "psi_weights",
+]
+
+BIN_RULES = ("vote", "last")
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class DelayedBatch:
+    """Prediction timelines of a batch of outcomes, flattened for numpy.
+
+    ``initial[i]`` and ``final[i]`` are the first and last predicted class index of outcome i;
+    its re-predictions (every prediction after the first, the final one included) are the
+    entries of ``owner == i`` in ``times``/``labels``, sorted by (owner, time).
+    """
+
+    y_true: np.ndarray
+    initial: np.ndarray
+    final: np.ndarray
+    t_instance: np.ndarray
+    t_label: np.ndarray
+    owner: np.ndarray
+    times: np.ndarray
+    labels: np.ndarray
+
+    @classmethod
+    def from_timelines(cls, y_true, timelines, t_instance, t_label) -> DelayedBatch:
+        """Build from per-outcome ``(times, class_indices)`` pairs (each sorted by time)."""
+        owner, times, labels = [], [], []
+        initial, final = [], []
+        for i, (ts, ys) in enumerate(timelines):
+            initial.append(ys[0])
+            final.append(ys[-1])
+            owner.extend([i] * (len(ts) - 1))
+            times.extend(ts[1:])
+            labels.extend(ys[1:])
+        as_int = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
+        return cls(
+            as_int(y_true), as_int(initial), as_int(final), as_int(t_instance), as_int(t_label),
+            as_int(owner), as_int(times), as_int(labels),
+        )  # fmt: skip
+
+
+def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") -> np.ndarray:
+    """The prediction representing each bin 0..B+1 of every outcome: an (n, B+2) array.
+
+    A re-prediction at time τ belongs to bin ``b(τ) = min(B, 1 + floor(B·(τ − t_k)/Δt_k))``
+    (half-open bins; one at exactly t_label goes to bin B), computed in exact integer
+    arithmetic. A bin with no re-prediction carries the prediction in force at its start; with
+    exactly one, that one; with several, ``rule="vote"`` takes the time-weighted vote of the
+    predictions in force during the bin (ties to the smallest class index) and ``rule="last"``
+    the one in force at the bin's end. With Δt = 0 every bin gets the initial prediction.
+
+    Examples
+    --------
+    SPEC E13, instance 1: t = 0, label at t = 8, B = 4, initial 0, re-predictions
+    t = 3 → 1, t = 5 → 1, t = 7 → 0, final 1 (at t = 8):
+
+    >>> batch = DelayedBatch.from_timelines(
+    ...     [1], [([0, 3, 5, 7, 8], [0, 1, 1, 0, 1])], t_instance=[0], t_label=[8])
+    >>> bin_predictions(batch, bins=4).tolist()
+    [[0, 0, 1, 1, 0, 1]]
+    """
+    if rule not in BIN_RULES:
+        raise ValueError(f"bin_rule={rule!r} is not allowed; use one of {BIN_RULES}")
+    n = batch.initial.size
+    grid = np.full((n, bins + 1), -1, dtype=np.int64)
+    grid[:, 0] = batch.initial
+    owner = batch.owner
+    if owner.size:
+        t0 = batch.t_instance[owner]
+        span = batch.t_label[owner] - t0
+        usable = span > 0  # Δt = 0: all bins keep the initial prediction
+        owner, times, labels, t0, span = (
+            a[usable] for a in (owner, batch.times, batch.labels, t0, span)
+        )
+        offset = np.maximum(times - t0, 0)  # a re-prediction before t_instance: bin 1
+        b = np.minimum(bins, 1 + (bins * offset) // np.maximum(span, 1))
+        key = owner * (bins + 1) + b
+        last = np.ones(key.size, dtype=bool)
+        last[:-1] = key[1:] != key[:-1]
+        grid[owner[last], b[last]] = labels[last]
+    # carry forward: a bin without a re-prediction keeps the prediction in force at its start
+    filled = np.where(grid >= 0, np.arange(bins + 1), 0)
+    np.maximum.accumulate(filled, axis=1, out=filled)
+    result = np.empty((n, bins + 2), dtype=np.int64)
+    result[:, : bins + 1] = np.take_along_axis(grid, filled, axis=1)
+    result[:, bins + 1] = batch.final
+    if rule == "vote" and owner.size:
+        # bins holding several re-predictions (rare): a time-weighted vote, one bin at a time
+        in_force = result.copy()  # the prediction in force at each bin's end
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        sizes = np.diff(np.r_[starts, key.size])
+        crowded = sizes >= 2
+        for start, size in zip(starts[crowded].tolist(), sizes[crowded].tolist(), strict=True):
+            stop = start + size
+            o, bin_ = int(owner[start]), int(b[start])
+            result[o, bin_] = _vote(
+                carried=int(in_force[o, bin_ - 1]),
+                times=times[start:stop],
+                labels=labels[start:stop],
+                t0=int(batch.t_instance[o]),
+                span=int(batch.t_label[o] - batch.t_instance[o]),
+                bin_=bin_,
+                bins=bins,
+            )
+    return result
+
+
+def _vote(carried, times, labels, t0, span, bin_, bins) -> int:
+    """Time-weighted vote inside one bin, in units of 1/B ms so that ties are exact."""
+    start = t0 * bins + span * (bin_ - 1)
+    end = t0 * bins + span * bin_
+    points = np.clip(times * bins, start, end)
+    edges = np.r_[start, points, end]
+    durations = np.diff(edges)
+    held = np.r_[carried, labels]
+    tally = np.bincount(held, weights=durations.astype(np.float64))
+    return int(np.argmax(tally))  # first maximum: ties go to the smallest class index
+
+
+def psi_weights(bins: int, alpha: float) -> np.ndarray:
+    """Normalised weights (1/α)^(b/B) of bins b = 0..B for Ψ_α.
+
+    >>> [round(w, 6) for w in (psi_weights(4, 2.0) * 3.642607).tolist()]
+    [1.0, 0.840896, 0.707107, 0.594604, 0.5]
+    """
+    raw = np.power(1.0 / alpha, np.arange(bins + 1) / bins)
+    return raw / raw.sum()
+
+
+class _BinnedState:
+    """Sufficient statistics of accuracy and κ for V prediction views sharing true labels,
+    under one estimator (cumulative, window of W outcomes, or fading factor a)."""
+
+    def __init__(self, spec: str, views: int) -> None:
+        kind, _, arg = spec.partition(":")
+        self.spec, self.kind, self.views = spec, kind, views
+        self.window = int(arg) if kind == "window" else 0
+        self.fading = float(arg) if kind == "fading" else 1.0
+        self.k = 0
+        self.total = 0.0
+        self.correct = np.zeros(views)
+        self.pred = np.zeros((views, 0))
+        self.true = np.zeros(0)
+        self.per = np.zeros(2)  # persistent baseline: correct, scored
+        self.seen = 0
+        if self.window:
+            self.ring_true = np.zeros(self.window, dtype=np.int64)
+            self.ring_pred = np.zeros((self.window, views), dtype=np.int64)
+            self.ring_per = np.zeros((self.window, 2), dtype=np.int64)
+
+    def grow(self, k: int) -> None:
+        if k > self.k:
+            self.pred = np.pad(self.pred, ((0, 0), (0, k - self.k)))
+            self.true = np.pad(self.true, (0, k - self.k))
+            self.k = k
+
+    def _stats(self, y_true, preds, per, weights=None):
+        k, v = self.k, self.views
+        w = np.ones(y_true.size) if weights is None else weights
+        correct = ((preds == y_true[:, None]) * w[:, None]).sum(axis=0)
+        cells = (np.arange(v) * k)[None, :] + preds
+        pred = np.bincount(cells.ravel(), np.repeat(w, v), minlength=v * k).reshape(v, k)
+        true = np.bincount(y_true, w, minlength=k)
+        return float(w.sum()), correct, pred, true, w @ per
+
+    def _add(self, stats, sign=1.0) -> None:
+        total, correct, pred, true, per = stats
+        self.total += sign * total
+        self.correct += sign * correct
+        self.pred += sign * pred
+        self.true += sign * true
+        self.per += sign * per
+
+    def update(self, y_true, preds, per) -> None:
+        m = y_true.size
+        if self.kind == "fading":
+            a = self.fading
+            decay = a**m
+            for name in ("total", "correct", "pred", "true", "per"):
+                setattr(self, name, getattr(self, name) * decay)
+            self._add(self._stats(y_true, preds, per, np.power(a, np.arange(m - 1, -1, -1.0))))
+        elif self.kind == "window":
+            size = self.window
+            if m >= size:
+                y_true, preds, per = y_true[-size:], preds[-size:], per[-size:]
+                slots = (self.seen + m - size + np.arange(size)) % size
+                self.total, self.correct = 0.0, np.zeros(self.views)
+                self.pred, self.true = np.zeros_like(self.pred), np.zeros_like(self.true)
+                self.per = np.zeros(2)
+            else:
+                positions = self.seen + np.arange(m)
+                slots = positions % size
+                old = slots[positions >= size]
+                if old.size:
+                    evicted = (self.ring_true[old], self.ring_pred[old], self.ring_per[old])
+                    self._add(self._stats(*evicted), sign=-1.0)
+            self.ring_true[slots], self.ring_pred[slots], self.ring_per[slots] = y_true, preds, per
+            self._add(self._stats(y_true, preds, per))
+        else:
+            self._add(self._stats(y_true, preds, per))
+        self.seen += m
+
+    def measures(self) -> dict[str, np.ndarray]:
+        """Accuracy, κ and κ⁺ of every view (NaN where undefined)."""
+        views = self.views
+        nan = np.full(views, NAN)
+        if self.total <= 0:
+            return {"accuracy": nan, "kappa": nan, "kappa_plus": nan}
+        total = self.total
+        p = self.correct / total
+        p_ran = (self.pred @ self.true) / (total * total)
+        # p_ran is exactly 1 only when true and predicted labels are all one and the same class
+        true_classes = np.flatnonzero(self.true > 0)
+        single = (self.pred > 0).sum(axis=1) == 1
+        if true_classes.size == 1:
+            undefined = single & (self.pred[:, true_classes[0]] > 0)
+        else:
+            undefined = np.zeros(views, dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kappa = np.where(undefined, NAN, (p - p_ran) / (1 - p_ran))
+        correct_per, scored_per = self.per
+        if scored_per > 0 and correct_per != scored_per:
+            p_per = correct_per / scored_per
+            kappa_temporal = (p - p_per) / (1 - p_per)
+            noise = 1e-12  # rounding noise of faded sums, as in pipeline.core.measures
+            kappa_plus = np.sqrt(
+                np.where(kappa > noise, kappa, 0.0)
+                * np.where(kappa_temporal > noise, kappa_temporal, 0.0)
+            )
+            kappa_plus = np.where(np.isnan(kappa), NAN, kappa_plus)
+        else:
+            kappa_plus = nan
+        return {"accuracy": p, "kappa": kappa, "kappa_plus": kappa_plus}
+
+    def state(self) -> dict[str, Any]:
+        out = {
+            "k": self.k, "total": self.total, "correct": self.correct.tolist(),
+            "pred": self.pred.tolist(), "true": self.true.tolist(), "per": self.per.tolist(),
+            "seen": self.seen,
+        }  # fmt: skip
+        if self.window:
+            n = min(self.seen, self.window)
+            slots = np.arange(self.seen - n, self.seen) % self.window
+            out["ring"] = [
+                self.ring_true[slots].tolist(),
+                self.ring_pred[slots].tolist(),
+                self.ring_per[slots].tolist(),
+            ]
+        return out
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.k, self.total, self.seen = state["k"], state["total"], state["seen"]
+        self.correct = np.array(state["correct"], dtype=np.float64)
+        self.pred = np.array(state["pred"], dtype=np.float64).reshape(self.views, self.k)
+        self.true = np.array(state["true"], dtype=np.float64)
+        self.per = np.array(state["per"], dtype=np.float64)
+        if self.window:
+            n = min(self.seen, self.window)
+            slots = np.arange(self.seen - n, self.seen) % self.window
+            true, pred, per = state["ring"]
+            self.ring_true[slots] = true
+            self.ring_pred[slots] = np.array(pred, dtype=np.int64).reshape(n, self.views)
+            self.ring_per[slots] = np.array(per, dtype=np.int64).reshape(n, 2)
+
+
+class DelayedEvaluator:
+    """Initial, binned and final performance and Ψ_α of one model, under every estimator.
+
+    Fed batches of outcomes as :class:`DelayedBatch` (class indices); keeps, per estimator,
+    the statistics of accuracy and Cohen's κ for each of the B+2 bins (O(B·k) numbers, never a
+    k×k matrix per bin) and the persistent baseline they share, so κ⁺ is available per bin too.
+
+    Parameters
+    ----------
+    estimators
+        Estimator names as for :class:`~pipeline.core.evaluator.Evaluator`.
+    bins
+        B, the number of sub-periods of each latency period (default 100).
+    alpha
+        α ≥ 1 of Ψ_α (default 2): bin b weighs (1/α)^(b/B).
+    bin_rule
+        ``"vote"`` (time-weighted vote, default) or ``"last"`` (prediction in force at the end
+        of the bin) for bins with several re-predictions.
+
+    Examples
+    --------
+    SPEC E13: instance 1 as in :func:`bin_predictions`, instance 2 correct in every bin.
+
+    >>> ev = DelayedEvaluator(estimators=["cumulative"], bins=4, alpha=2.0)
+    >>> ev.update(DelayedBatch.from_timelines(
+    ...     [1, 1], [([0, 3, 5, 7, 8], [0, 1, 1, 0, 1]), ([0], [1])],
+    ...     t_instance=[0, 0], t_label=[8, 8]))
+    >>> m = ev.measures()["cumulative"]
+    >>> m["accuracy_initial"], m["binned_accuracy"], m["accuracy_final"]
+    (0.5, [0.5, 1.0, 1.0, 0.5], 1.0)
+    >>> round(m["psi_accuracy"], 6)
+    0.678678
+
+    References
+    ----------
+    Grzenda, Gomes, Bifet (2020), IJCNN, Λ(T, b) and Ψ_α (SPEC §6.3–6.5).
+    """
+
+    def __init__(
+        self,
+        estimators=("cumulative", "window:1000", "fading:0.999"),
+        bins: int = 100,
+        alpha: float = 2.0,
+        bin_rule: str = "vote",
+        max_classes: int = DEFAULT_MAX_CLASSES,
+    ) -> None:
+        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+            raise ValueError(f"bins={bins!r} is not allowed; use an integer >= 1 (default 100)")
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha >= 1:
+            raise ValueError(
+                f"alpha={alpha!r} is not allowed; use a number >= 1 (1 = plain mean of the bins)"
+            )
+        if not math.isfinite(alpha):
+            raise ValueError(f"alpha={alpha!r} is not allowed; use a finite number >= 1")
+        if bin_rule not in BIN_RULES:
+            raise ValueError(f"bin_rule={bin_rule!r} is not allowed; use one of {BIN_RULES}")
+        self.estimators = tuple(estimators)
+        self.bins, self.alpha, self.bin_rule, self.max_classes = (
+            bins,
+            float(alpha),
+            bin_rule,
+            max_classes,
+        )
+        names = [parse_estimator(spec).name for spec in self.estimators]  # validates the names
+        self._states = {name: _BinnedState(name, bins + 2) for name in names}
+        self._weights = psi_weights(bins, self.alpha)
+        self._last = -1
+        self._n = 0
+
+    def update(self, batch: DelayedBatch) -> None:
+        """Add a batch of outcomes (oldest first)."""
+        y_true = batch.y_true
+        if y_true.size == 0:
+            return
+        grid = bin_predictions(batch, self.bins, self.bin_rule)
+        k = int(max(y_true.max(), grid.max())) + 1
+        if k > self.max_classes or min(int(y_true.min()), int(grid.min())) < 0:
+            raise ValueError(
+                f"class indices must lie in [0, max_classes={self.max_classes}); got "
+                f"{min(int(y_true.min()), int(grid.min()))}..{k - 1}"
+            )
+        scored, correct = persistence(y_true, self._last)
+        per = np.stack([correct, scored], axis=1).astype(np.float64)
+        for state in self._states.values():
+            state.grow(k)
+            state.update(y_true, grid, per)
+        self._last = int(y_true[-1])
+        self._n += y_true.size
+
+    def measures(self) -> dict[str, dict[str, Any]]:
+        """Per estimator: ``{measure}_initial``, ``binned_{measure}`` (B values),
+        ``{measure}_final`` and ``psi_{measure}`` for accuracy, kappa and kappa_plus."""
+        out = {}
+        bins = self.bins
+        for name, state in self._states.items():
+            values = state.measures()
+            block: dict[str, Any] = {
+                "n": min(state.seen, state.window) if state.window else state.seen
+            }
+            for measure, per_bin in values.items():
+                block[f"{measure}_initial"] = float(per_bin[0])
+                block[f"{measure}_final"] = float(per_bin[bins + 1])
+                block[f"psi_{measure}"] = float(self._weights @ per_bin[: bins + 1])
+                block[f"binned_{measure}"] = per_bin[1 : bins + 1].tolist()
+            out[name] = block
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "estimators": list(self.estimators), "bins": self.bins, "alpha": self.alpha,
+            "bin_rule": self.bin_rule, "max_classes": self.max_classes, "last": self._last,
+            "n": self._n, "states": {name: s.state() for name, s in self._states.items()},
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> DelayedEvaluator:
+        ev = cls(state["estimators"], state["bins"], state["alpha"], state["bin_rule"],
+                 state["max_classes"])  # fmt: skip
+        ev._last, ev._n = state["last"], state["n"]
+        for name, s in state["states"].items():
+            ev._states[name].load(s)
+        return ev
