@@ -9,6 +9,7 @@ import numpy as np
 
 from pipeline.core.estimators import (
     ConfusionEstimator,
+    ConfusionSnapshot,
     parse_estimator,
     persistence,
     validate_outcomes,
@@ -35,6 +36,9 @@ class Evaluator:
         The class whose binary precision, recall and F1 are reported too (optional).
     max_classes
         Cap on the number of distinct classes (default 1000).
+    labels
+        A label encoder to share with other evaluators of the same model (for example the
+        initial and final views), so that a class has one index everywhere.
 
     Examples
     --------
@@ -59,6 +63,7 @@ class Evaluator:
         estimators: Sequence[str] = DEFAULT_ESTIMATORS,
         positive_label: Label | None = None,
         max_classes: int = DEFAULT_MAX_CLASSES,
+        labels: LabelEncoder | None = None,
     ) -> None:
         if isinstance(estimators, str):
             raise ValueError(
@@ -69,7 +74,7 @@ class Evaluator:
             raise ValueError("estimators=() is empty; configure at least one estimator")
         self.positive_label = positive_label
         self.max_classes = max_classes
-        self._labels = LabelEncoder(max_classes=max_classes)
+        self._labels = LabelEncoder(max_classes=max_classes) if labels is None else labels
         self._estimators: dict[str, ConfusionEstimator] = {}
         for spec in self.estimators:
             estimator = parse_estimator(spec, max_classes=max_classes)
@@ -115,6 +120,10 @@ class Evaluator:
         k = len(self._labels)
         for estimator in self._estimators.values():
             estimator.apply(y_true, y_pred, k, *flags)
+
+    def snapshots(self) -> dict[str, ConfusionSnapshot]:
+        """The current estimate of every estimator."""
+        return {name: est.snapshot() for name, est in self._estimators.items()}
 
     def measures(self) -> dict[str, dict[str, float]]:
         """``{estimator: {measure: value}}``, NaN where a measure is undefined."""

@@ -1,0 +1,724 @@
+"""Drift detectors: the Page-Hinkley test on fading error estimates and on their ratio.
+
+A detector consumes the loss of each outcome of one model (the 0-1 error indicator, 1 = the
+model was wrong; any finite non-negative loss is accepted), keeps its own fading error
+estimates and feeds them to a Page-Hinkley (PH) test for an increase of the mean. It returns an
+:class:`Alarm` for every outcome at which the test fires; the PH state then resets and the rest
+of the batch is processed from the reset state, exactly as if the outcomes had arrived one by
+one. The fading estimates themselves never reset.
+
+Batches are processed with numpy (cumulative sums and minima); the only Python loops run per
+alarm and per block of up to 1024 outcomes, never per outcome. Every arithmetic operation
+on an outcome is the same whatever the batch boundaries are, so a detector gives bit-identical
+estimates, statistics and alarm indices however a stream is split into batches (one by one
+included), and a detector restored from its :meth:`state` continues bit-identically.
+
+Two detectors are on by default for each model (SPEC Part A §8, :data:`DEFAULT_DETECTORS`):
+
+``page_hinkley``
+    PH on the fading error M_a(t), a = 0.999 (:class:`FadingErrorPageHinkley`).
+``ratio_page_hinkley``
+    PH on the ratio R(t) = M_short(t)/M_long(t) of two fading errors, a_long = 0.9994,
+    a_short = 0.997 (:class:`RatioPageHinkley`, Algorithm 4 of Gama et al.).
+
+Both use δ = 0.1 and λ = 100 on errors in [0, 1], and may alarm only after 30 PH updates since
+the last reset.
+
+References
+----------
+Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
+Learning 90(3): §5.1 the Page-Hinkley test, §5.2 PH on fading error estimates (Algorithm 3),
+§5.3 PH on the ratio of two fading estimates (Algorithm 4). SPEC §§1.3, 3.1–3.3 and
+Part A §8; worked examples E8 and E9.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_DETECTORS",
+    "Alarm",
+    "Detector",
+    "FadingErrorPageHinkley",
+    "PageHinkley",
+    "RatioPageHinkley",
+    "detector_from_state",
+    "make_detector",
+]
+
+#: Detectors of every model unless configured otherwise (SPEC Part A §8).
+DEFAULT_DETECTORS = (
+    {
+        "type": "page_hinkley",
+        "fading_factor": 0.999,
+        "delta": 0.1,
+        "threshold": 100.0,
+        "min_instances": 30,
+    },
+    {
+        "type": "ratio_page_hinkley",
+        "long_factor": 0.9994,
+        "short_factor": 0.997,
+        "delta": 0.1,
+        "threshold": 100.0,
+        "min_instances": 30,
+    },
+)
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """A change detected by a detector.
+
+    Attributes
+    ----------
+    detector
+        Name of the detector (``page_hinkley``, ``ratio_page_hinkley``).
+    statistic
+        The PH statistic m_T − M_T at the alarm (it exceeds ``threshold``).
+    threshold
+        The detector's λ.
+    index
+        1-based index of the outcome at which the alarm fired, counted over the detector's
+        whole life (never reset).
+    estimate
+        The monitored estimate at that outcome: the fading error for ``page_hinkley``, the
+        ratio R of short- to long-term fading error for ``ratio_page_hinkley``.
+
+    Examples
+    --------
+    >>> Alarm("page_hinkley", 101.5, 100.0, 21042, 0.41).to_dict()["index"]
+    21042
+    """
+
+    detector: str
+    statistic: float
+    threshold: float
+    index: int
+    estimate: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the fields."""
+        return {
+            "detector": self.detector,
+            "statistic": self.statistic,
+            "threshold": self.threshold,
+            "index": self.index,
+            "estimate": self.estimate,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_factor(name: str, value: Any, below: float | None = None) -> float:
+    """A fading factor in (0, 1] (or in (0, ``below``) when given)."""
+    if below is None:
+        if _is_real(value) and 0.0 < value <= 1.0:
+            return float(value)
+        allowed = "use a number in (0, 1] (e.g. 0.999; 1 keeps all history)"
+    else:
+        if _is_real(value) and 0.0 < value < below:
+            return float(value)
+        allowed = f"use a number in (0, long_factor={below!r}): the short memory forgets faster"
+    raise ValueError(f"{name}={value!r} is not allowed; {allowed}")
+
+
+def _check_delta(value: Any) -> float:
+    if _is_real(value) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise ValueError(
+        f"delta={value!r} is not allowed; use a finite number >= 0 (the tolerated increase, "
+        "e.g. 0.1)"
+    )
+
+
+def _check_threshold(value: Any) -> float:
+    if _is_real(value) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise ValueError(f"threshold={value!r} is not allowed; use a finite number > 0 (e.g. 100)")
+
+
+def _check_min_instances(value: Any) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
+        return int(value)
+    raise ValueError(f"min_instances={value!r} is not allowed; use an integer >= 1 (e.g. 30)")
+
+
+def _as_values(values: Any, name: str, non_negative: bool) -> np.ndarray:
+    """Check a batch of real values and return it as a ``float64`` array.
+
+    Raises ``ValueError`` naming the argument, the value and what is allowed.
+    """
+    what = "losses (1 = wrong, 0 = right)" if non_negative else "real values"
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"{name} has shape {array.shape}; a 1-D array of {what} is needed")
+    if array.size and array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} has dtype {array.dtype}; a 1-D array of {what} is needed")
+    array = array.astype(np.float64)
+    finite = np.isfinite(array)
+    if not finite.all():
+        bad = array[~finite][0]
+        raise ValueError(f"{name} contains {bad}; {what} must be finite")
+    if non_negative and array.size and array.min() < 0:
+        raise ValueError(f"{name} contains {array.min()}; losses must be >= 0")
+    return array
+
+
+# ---------------------------------------------------------------------------------------------
+# the fading mean of Gama et al., Algorithm 3, computed identically for any batch split
+
+#: Weights below this are not used inside a block (it bounds a^(-k) by 1e40).
+_SMALLEST_DECAY = 1e-40
+_LONGEST_BLOCK = 1024
+
+
+def _block_size(fading_factor: float) -> int:
+    """Outcomes per block: at most 1024, and a^k >= 1e-40 inside a block."""
+    decay = np.cumprod(np.full(_LONGEST_BLOCK, fading_factor))
+    return max(1, int(np.count_nonzero(decay >= _SMALLEST_DECAY)))
+
+
+@functools.lru_cache(maxsize=64)
+def _fading_tables(fading_factor: float, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """a^k, a^(−k) and Σ_{i=1..k} a^(−i) for k = 0..block (sequential products: portable bits)."""
+    decay = np.cumprod(np.concatenate(([1.0], np.full(block, fading_factor))))
+    growth = 1.0 / decay
+    total_growth = np.cumsum(np.concatenate(([0.0], growth[1:])))
+    for table in (decay, growth, total_growth):
+        table.flags.writeable = False
+    return decay, growth, total_growth
+
+
+class _FadingMean:
+    """Bias-free fading mean M_a(t) = S_a(t)/N_a(t) of a stream (Gama et al. 2013, Alg. 3).
+
+    The recursion S ← e + a·S, N ← 1 + a·N is evaluated in blocks of ``block`` outcomes
+    aligned on the outcome count: inside the block starting after outcome b,
+    S_t = a^(t−b)·(S_b + Σ_{j=b+1..t} a^(−(j−b))·e_j), the inner sum a sequential cumulative
+    sum. Each outcome thus goes through the same operations whatever the batch boundaries,
+    and the result agrees with the plain recursion to a relative ~1e-13.
+    """
+
+    def __init__(self, fading_factor: float, block: int | None = None) -> None:
+        self.fading_factor = fading_factor
+        self._block = _block_size(fading_factor) if block is None else block
+        self._decay, self._growth, self._total_growth = _fading_tables(fading_factor, self._block)
+        self._n = 0  # outcomes seen
+        self._base_sum = 0.0  # S_b and N_b at the start of the current block
+        self._base_norm = 0.0
+        self._partial = 0.0  # Σ a^(−(j−b))·e_j over the current block so far
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    def _position(self) -> int:
+        """Outcomes of the current block seen so far: 1..block, or 0 before the first."""
+        return (self._n - 1) % self._block + 1 if self._n else 0
+
+    @property
+    def value(self) -> float:
+        """M_a after the latest outcome (NaN before the first)."""
+        if self._n == 0:
+            return math.nan
+        k = self._position()
+        return (self._base_sum + self._partial) / (self._base_norm + float(self._total_growth[k]))
+
+    def advance(self, losses: np.ndarray) -> np.ndarray:
+        """Add a batch of losses; return M_a after each of them."""
+        out = np.empty(losses.size)
+        block, start = self._block, 0
+        k = self._position()
+        while start < losses.size:
+            if k == block:  # the block is complete: S_b, N_b at the start of the next one
+                self._base_sum = float(self._decay[block] * (self._base_sum + self._partial))
+                self._base_norm = float(
+                    self._decay[block] * (self._base_norm + self._total_growth[block])
+                )
+                self._partial = 0.0
+                k = 0
+            take = min(block - k, losses.size - start)
+            ks = np.arange(k + 1, k + take + 1)
+            weighted = self._growth[ks] * losses[start : start + take]
+            partial = np.cumsum(np.concatenate(([self._partial], weighted)))[1:]
+            out[start : start + take] = (self._base_sum + partial) / (
+                self._base_norm + self._total_growth[ks]
+            )
+            self._partial = float(partial[-1])
+            start += take
+            k += take
+        self._n += losses.size
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "block": self._block,
+            "n": self._n,
+            "base_sum": self._base_sum,
+            "base_norm": self._base_norm,
+            "partial": self._partial,
+        }
+
+    @classmethod
+    def from_state(cls, fading_factor: float, state: dict[str, Any]) -> _FadingMean:
+        mean = cls(fading_factor, block=state["block"])
+        mean._n = state["n"]
+        mean._base_sum = state["base_sum"]
+        mean._base_norm = state["base_norm"]
+        mean._partial = state["partial"]
+        return mean
+
+
+# ---------------------------------------------------------------------------------------------
+# the Page-Hinkley test
+
+_FIRST_CHUNK = 256  # outcomes examined at once after a reset; doubles while no alarm fires
+
+
+class PageHinkley:
+    """Page-Hinkley test for an increase of the mean of a real signal.
+
+    After each value x_t (t counted since the last reset): x̄_t = (1/t)·Σ_{j≤t} x_j (the
+    running mean), m_t = Σ_{j≤t} (x_j − x̄_j − δ), M_t = min_{j≤t} m_j and PH_t = m_t − M_t
+    (so PH_1 = 0). An alarm fires when PH_t > λ and t >= ``min_instances``; the whole state
+    (t, x̄, m, M) then resets and the next value starts a new test.
+
+    The running mean is kept as the running sum over t (the same x̄_t as the recursion
+    x̄ += (x − x̄)/t, rounded once instead of t times).
+
+    Parameters
+    ----------
+    delta
+        δ >= 0, the tolerated increase of the mean (same unit as the signal).
+    threshold
+        λ > 0, the alarm threshold: larger means fewer false alarms and longer delays.
+    min_instances
+        Values since the last reset before an alarm is allowed (integer >= 1).
+
+    Examples
+    --------
+    E8 of the SPEC: 20 zeros then 20 ones, δ = 0.1, λ = 5.
+
+    >>> import numpy as np
+    >>> ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
+    >>> x = np.r_[np.zeros(20), np.ones(20)]
+    >>> [(position + 1, round(statistic, 4)) for position, statistic in ph.update(x)[:1]]
+    [(27, 5.1743)]
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §5.1 (with the running mean
+    x̄_t; the printed x̄_T makes m_T = −T·δ and the test never fires). Page (1954). SPEC §3.1,
+    Part A §8, E8.
+    """
+
+    def __init__(
+        self, delta: float = 0.1, threshold: float = 100.0, min_instances: int = 30
+    ) -> None:
+        self.delta = _check_delta(delta)
+        self.threshold = _check_threshold(threshold)
+        self.min_instances = _check_min_instances(min_instances)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._observations = 0  # t
+        self._sum = 0.0  # Σ x_j, so x̄_t = sum/t
+        self._cumulative = 0.0  # m_t
+        self._minimum = math.inf  # M_t (no value yet)
+
+    def reset(self) -> None:
+        """Start a new test, as after an alarm."""
+        self._reset()
+
+    @property
+    def observations(self) -> int:
+        """Values t since the last reset."""
+        return self._observations
+
+    @property
+    def statistic(self) -> float:
+        """PH_t = m_t − M_t after the latest value (0 right after a reset)."""
+        return self._cumulative - self._minimum if self._observations else 0.0
+
+    def update(self, x: Any) -> list[tuple[int, float]]:
+        """Test a batch of values, oldest first.
+
+        Returns ``(position, statistic)`` of every alarm: the 0-based position of the value
+        in ``x`` at which PH_t > λ (the test reset right after it) and PH_t. A batch with a
+        NaN or infinite value raises ``ValueError`` and changes nothing.
+        """
+        return self._scan(_as_values(x, "x", non_negative=False))
+
+    def _scan(self, x: np.ndarray) -> list[tuple[int, float]]:
+        """:meth:`update` for a checked ``float64`` array."""
+        alarms: list[tuple[int, float]] = []
+        start, chunk = 0, _FIRST_CHUNK
+        while start < x.size:
+            values = x[start : start + chunk]
+            t = np.arange(self._observations + 1, self._observations + 1 + values.size)
+            sums = np.cumsum(np.concatenate(([self._sum], values)))[1:]
+            steps = values - sums / t - self.delta
+            cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
+            minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
+            statistic = cumulative - minimum
+            hits = np.flatnonzero((statistic > self.threshold) & (t >= self.min_instances))
+            if hits.size:
+                first = int(hits[0])
+                alarms.append((start + first, float(statistic[first])))
+                self._reset()
+                start += first + 1
+                chunk = _FIRST_CHUNK
+            else:
+                self._observations = int(t[-1])
+                self._sum = float(sums[-1])
+                self._cumulative = float(cumulative[-1])
+                self._minimum = float(minimum[-1])
+                start += values.size
+                chunk *= 2
+        return alarms
+
+    def _running_state(self) -> dict[str, Any]:
+        return {
+            "observations": self._observations,
+            "sum": self._sum,
+            "cumulative": self._cumulative,
+            "minimum": self._minimum if self._observations else None,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._observations = state["observations"]
+        self._sum = state["sum"]
+        self._cumulative = state["cumulative"]
+        minimum = state["minimum"]
+        self._minimum = math.inf if minimum is None else minimum
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the settings and the running state."""
+        return {
+            "delta": self.delta,
+            "threshold": self.threshold,
+            "min_instances": self.min_instances,
+            **self._running_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> PageHinkley:
+        """Rebuild a test from :meth:`state`; it continues bit-identically."""
+        test = cls(state["delta"], state["threshold"], state["min_instances"])
+        test._restore(state)
+        return test
+
+
+# ---------------------------------------------------------------------------------------------
+# detectors on error streams
+
+
+class _ErrorDetector:
+    """Common machinery of the detectors on error streams (not used directly)."""
+
+    name: ClassVar[str]
+    settings: ClassVar[tuple[str, ...]]
+
+    def __init__(self, delta: float, threshold: float, min_instances: int) -> None:
+        self._test = PageHinkley(delta, threshold, min_instances)
+        self.delta = self._test.delta
+        self.threshold = self._test.threshold
+        self.min_instances = self._test.min_instances
+        self._n = 0
+
+    @property
+    def n(self) -> int:
+        """Outcomes seen over the detector's life."""
+        return self._n
+
+    @property
+    def statistic(self) -> float:
+        """The PH statistic after the latest outcome (0 right after a reset)."""
+        return self._test.statistic
+
+    def spec(self) -> dict[str, Any]:
+        """The settings, as accepted by :func:`make_detector`."""
+        return {"type": self.name, **{key: getattr(self, key) for key in self.settings}}
+
+    def update(self, errors: Any) -> list[Alarm]:
+        """Add a batch of losses (1 = the model was wrong), oldest first; return the alarms.
+
+        A batch with a NaN, infinite or negative loss raises ``ValueError`` and changes
+        nothing.
+        """
+        losses = _as_values(errors, "errors", non_negative=True)
+        if not losses.size:
+            return []
+        first = self._n + 1
+        positions, monitored = self._monitored(losses)
+        self._n += losses.size
+        return [
+            Alarm(
+                detector=self.name,
+                statistic=statistic,
+                threshold=self.threshold,
+                index=first + int(positions[i]),
+                estimate=float(monitored[i]),
+            )
+            for i, statistic in self._test._scan(monitored)
+        ]
+
+    def _monitored(self, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+        """Positions in the batch whose estimate enters the PH test, and those estimates."""
+        raise NotImplementedError
+
+    @classmethod
+    def _check_state_type(cls, state: dict[str, Any]) -> None:
+        if state.get("type") != cls.name:
+            raise ValueError(
+                f"detector state has type={state.get('type')!r}; expected {cls.name!r}"
+            )
+
+
+class FadingErrorPageHinkley(_ErrorDetector):
+    """Page-Hinkley test on the fading error of a model (Gama et al. 2013, §5.2).
+
+    After every outcome the bias-free fading error M_a(t) = S_a(t)/N_a(t), with
+    S ← e + a·S and N ← 1 + a·N, is fed to a :class:`PageHinkley` test for an increase. After
+    an alarm the PH test resets; the fading error does not.
+
+    Parameters
+    ----------
+    fading_factor
+        Gama's a in (0, 1], the weight kept by the old sum at each outcome (memory about
+        1/(1 − a) outcomes).
+    delta, threshold, min_instances
+        Of the PH test: δ >= 0, λ > 0, PH updates since the last reset before an alarm may
+        fire (integer >= 1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> detector = FadingErrorPageHinkley(fading_factor=0.99, threshold=10.0)
+    >>> errors = np.r_[np.zeros(500), np.ones(500)]  # the model breaks at outcome 501
+    >>> alarm = detector.update(errors)[0]
+    >>> alarm.detector, alarm.index, round(alarm.estimate, 3)
+    ('page_hinkley', 563, 0.471)
+    >>> round(detector.error, 3), detector.n
+    (0.993, 1000)
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), Algorithm 3 and §3 (fading
+    error, eq. 1), §5.1–5.2 (PH on error estimates; δ = 0.1, λ = 100). SPEC §1.3, §3.1–3.2,
+    Part A §8.
+    """
+
+    name = "page_hinkley"
+    settings = ("fading_factor", "delta", "threshold", "min_instances")
+
+    def __init__(
+        self,
+        fading_factor: float = 0.999,
+        delta: float = 0.1,
+        threshold: float = 100.0,
+        min_instances: int = 30,
+    ) -> None:
+        self.fading_factor = _check_factor("fading_factor", fading_factor)
+        super().__init__(delta, threshold, min_instances)
+        self._error = _FadingMean(self.fading_factor)
+
+    @property
+    def error(self) -> float:
+        """The fading error M_a after the latest outcome (NaN before the first)."""
+        return self._error.value
+
+    def _monitored(self, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        estimates = self._error.advance(losses)
+        return np.arange(losses.size), estimates
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the settings and the whole running state."""
+        return {
+            **self.spec(),
+            "n": self._n,
+            "error": self._error.state(),
+            "test": self._test._running_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> FadingErrorPageHinkley:
+        """Rebuild a detector from :meth:`state`; it continues bit-identically."""
+        cls._check_state_type(state)
+        detector = cls(**{key: state[key] for key in cls.settings})
+        detector._n = state["n"]
+        detector._error = _FadingMean.from_state(detector.fading_factor, state["error"])
+        detector._test._restore(state["test"])
+        return detector
+
+
+class RatioPageHinkley(_ErrorDetector):
+    """Page-Hinkley test on the ratio of a short- to a long-term fading error (Algorithm 4).
+
+    Two fading errors of the same stream, M_long with ``long_factor`` and M_short with the
+    smaller ``short_factor``, give R(t) = M_short(t)/M_long(t), fed to a :class:`PageHinkley`
+    test for an increase: the alarm says the recent error is well above the longer-term one.
+    While M_long = 0 (no error yet) R is undefined and the PH test skips the outcome (its
+    ``min_instances`` counts PH updates, the outcome index still advances). After an alarm the
+    PH test resets; the fading errors do not.
+
+    Parameters
+    ----------
+    long_factor
+        a_long in (0, 1], the fading factor of the long-term error (1 keeps all history).
+    short_factor
+        a_short in (0, long_factor), the fading factor of the short-term error.
+    delta, threshold, min_instances
+        Of the PH test: δ >= 0, λ > 0, PH updates since the last reset before an alarm may
+        fire (integer >= 1).
+
+    Examples
+    --------
+    E9 of the SPEC: error rate 0.2 for 200 outcomes, then 0.8; a_long = 0.99, a_short = 0.9,
+    δ = 0.1, λ = 10.
+
+    >>> import numpy as np
+    >>> i = np.arange(1, 401)
+    >>> errors = np.where(i <= 200, i % 5 == 0, i % 5 != 0)
+    >>> detector = RatioPageHinkley(long_factor=0.99, short_factor=0.9, threshold=10.0)
+    >>> [(a.index, round(a.estimate, 4), round(a.statistic, 4)) for a in detector.update(errors)]
+    [(212, 2.3081, 11.1034)]
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §5.3 and Algorithm 4 (drift
+    detector based on the ratio of two fading factors), Algorithm 3 for each estimate. SPEC
+    §3.3, Part A §8, E9.
+    """
+
+    name = "ratio_page_hinkley"
+    settings = ("long_factor", "short_factor", "delta", "threshold", "min_instances")
+
+    def __init__(
+        self,
+        long_factor: float = 0.9994,
+        short_factor: float = 0.997,
+        delta: float = 0.1,
+        threshold: float = 100.0,
+        min_instances: int = 30,
+    ) -> None:
+        self.long_factor = _check_factor("long_factor", long_factor)
+        self.short_factor = _check_factor("short_factor", short_factor, below=self.long_factor)
+        super().__init__(delta, threshold, min_instances)
+        self._long = _FadingMean(self.long_factor)
+        self._short = _FadingMean(self.short_factor)
+
+    @property
+    def long_error(self) -> float:
+        """M_long after the latest outcome (NaN before the first)."""
+        return self._long.value
+
+    @property
+    def short_error(self) -> float:
+        """M_short after the latest outcome (NaN before the first)."""
+        return self._short.value
+
+    @property
+    def ratio(self) -> float:
+        """R = M_short/M_long after the latest outcome (NaN while undefined)."""
+        long_term = self._long.value
+        if not long_term > 0:  # NaN before the first outcome, 0 before the first error
+            return math.nan
+        return self._short.value / long_term
+
+    def _monitored(self, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        long_term = self._long.advance(losses)
+        short_term = self._short.advance(losses)
+        defined = np.flatnonzero(long_term > 0)
+        return defined, short_term[defined] / long_term[defined]
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the settings and the whole running state."""
+        return {
+            **self.spec(),
+            "n": self._n,
+            "long_error": self._long.state(),
+            "short_error": self._short.state(),
+            "test": self._test._running_state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RatioPageHinkley:
+        """Rebuild a detector from :meth:`state`; it continues bit-identically."""
+        cls._check_state_type(state)
+        detector = cls(**{key: state[key] for key in cls.settings})
+        detector._n = state["n"]
+        detector._long = _FadingMean.from_state(detector.long_factor, state["long_error"])
+        detector._short = _FadingMean.from_state(detector.short_factor, state["short_error"])
+        detector._test._restore(state["test"])
+        return detector
+
+
+Detector = FadingErrorPageHinkley | RatioPageHinkley
+
+_DETECTORS: dict[str, type[FadingErrorPageHinkley] | type[RatioPageHinkley]] = {
+    FadingErrorPageHinkley.name: FadingErrorPageHinkley,
+    RatioPageHinkley.name: RatioPageHinkley,
+}
+
+
+def _detector_class(kind: Any, what: str) -> type[FadingErrorPageHinkley] | type[RatioPageHinkley]:
+    if isinstance(kind, str) and kind in _DETECTORS:
+        return _DETECTORS[kind]
+    raise ValueError(
+        f"{what} type={kind!r} is not known; use 'page_hinkley' or 'ratio_page_hinkley'"
+    )
+
+
+def make_detector(spec: Mapping[str, Any]) -> Detector:
+    """Build a detector from its configuration: ``{"type": ..., setting: value, ...}``.
+
+    Settings left out take their defaults (:data:`DEFAULT_DETECTORS`); ``spec`` is not
+    modified.
+
+    Examples
+    --------
+    >>> detector = make_detector({"type": "page_hinkley", "fading_factor": 0.995, "threshold": 50})
+    >>> detector.fading_factor, detector.delta, detector.threshold, detector.min_instances
+    (0.995, 0.1, 50.0, 30)
+    >>> [make_detector(spec).name for spec in DEFAULT_DETECTORS]
+    ['page_hinkley', 'ratio_page_hinkley']
+    >>> make_detector({"type": "page_hinkley", "lambda": 50})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: detector 'page_hinkley' has no setting 'lambda'; allowed: fading_factor, ...
+    """
+    if not isinstance(spec, Mapping):
+        raise ValueError(
+            f"detector {spec!r} is not a mapping; use e.g. {{'type': 'page_hinkley', "
+            "'fading_factor': 0.999}"
+        )
+    cls = _detector_class(spec.get("type"), "detector")
+    settings = {key: value for key, value in spec.items() if key != "type"}
+    unknown = [key for key in settings if key not in cls.settings]
+    if unknown:
+        raise ValueError(
+            f"detector {cls.name!r} has no setting {unknown[0]!r}; allowed: "
+            f"{', '.join(cls.settings)}"
+        )
+    return cls(**settings)
+
+
+def detector_from_state(state: Mapping[str, Any]) -> Detector:
+    """Rebuild any detector from its ``state()`` (dispatching on ``state["type"]``)."""
+    return _detector_class(state.get("type"), "detector state").from_state(dict(state))

@@ -1,0 +1,490 @@
+"""Drift detectors: E8, E9, any batch split = one by one, state round-trips, delays, bad input."""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.core.drift import (
+    DEFAULT_DETECTORS,
+    Alarm,
+    FadingErrorPageHinkley,
+    PageHinkley,
+    RatioPageHinkley,
+    detector_from_state,
+    make_detector,
+)
+
+# ---------------------------------------------------------------------------------------------
+# plain references: the recursions of SPEC §1.3 and §3.1 written out, one outcome at a time
+
+
+def reference_page_hinkley(values, delta, threshold, min_instances):
+    """(1-based index, PH) of every alarm; ``None`` values are skipped (undefined R)."""
+    alarms = []
+    t, mean, m, m_min = 0, 0.0, 0.0, math.inf
+    for index, x in enumerate(values, start=1):
+        if x is None:
+            continue
+        t += 1
+        mean += (x - mean) / t
+        m += x - mean - delta
+        m_min = min(m_min, m)
+        if m - m_min > threshold and t >= min_instances:
+            alarms.append((index, m - m_min))
+            t, mean, m, m_min = 0, 0.0, 0.0, math.inf
+    return alarms
+
+
+def reference_fading(errors, fading_factor):
+    """M_a(t) = S_a(t)/N_a(t) after each outcome, S ← e + a·S, N ← 1 + a·N."""
+    s = n = 0.0
+    out = []
+    for e in errors:
+        s = float(e) + fading_factor * s
+        n = 1.0 + fading_factor * n
+        out.append(s / n)
+    return out
+
+
+def reference_ratio(errors, long_factor, short_factor):
+    """R(t) = M_short/M_long, ``None`` while M_long = 0."""
+    long_term = reference_fading(errors, long_factor)
+    short_term = reference_fading(errors, short_factor)
+    return [s / g if g > 0 else None for s, g in zip(short_term, long_term, strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------
+# worked examples of the SPEC
+
+
+def test_e8_page_hinkley_on_a_step():
+    """SPEC §8 E8: 20 zeros then 20 ones, δ = 0.1, λ = 5 → first alarm at T = 27, PH 5.1743."""
+    x = np.r_[np.zeros(20), np.ones(20)]
+    ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
+    statistics = []
+    for value in x[:26]:
+        assert ph.update(np.array([value])) == []
+        statistics.append(ph.statistic)
+    assert statistics[:20] == [0.0] * 20  # m_t = −0.1·t keeps falling: M_t = m_t
+    assert statistics[20:] == pytest.approx(
+        [0.8524, 1.6615, 2.4310, 3.1644, 3.8644, 4.5336], abs=5e-5
+    )
+    [(position, statistic)] = ph.update(x[26:27])
+    assert position == 0
+    assert statistic == pytest.approx(5.1743, abs=1e-4)
+    assert statistic == pytest.approx(20 * sum(1 / t for t in range(21, 28)) - 0.7, abs=1e-12)
+    assert ph.observations == 0 and ph.statistic == 0.0  # reset after the alarm
+
+
+@pytest.mark.parametrize(("min_instances", "expected"), [(1, 27), (27, 27), (28, 28), (30, 30)])
+def test_e8_min_instances_counts_values_since_reset(min_instances, expected):
+    ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=min_instances)
+    alarms = ph.update(np.r_[np.zeros(20), np.ones(20)])
+    assert alarms[0][0] + 1 == expected
+
+
+def _e9_errors() -> np.ndarray:
+    """Items 5, 10, … wrong up to 200; from 201 all wrong except 205, 210, …"""
+    i = np.arange(1, 401)
+    return np.where(i <= 200, i % 5 == 0, i % 5 != 0).astype(np.int8)
+
+
+@pytest.mark.parametrize(
+    ("min_instances", "expected"), [(1, 212), (30, 212), (208, 212), (209, 213)]
+)
+def test_e9_algorithm_4(min_instances, expected):
+    """SPEC §8 E9: a_long = 0.99, a_short = 0.9, δ = 0.1, λ = 10 → first alarm at item 212.
+
+    R is undefined for items 1–4, so the PH test makes its first update at item 5 and has made
+    208 updates at item 212: any ``min_instances`` from 1 to 208 (the default 30 included)
+    reproduces 212; 209 would delay it to 213 (which also shows that ``min_instances`` counts
+    PH updates, not outcomes).
+    """
+    errors = _e9_errors()
+    detector = RatioPageHinkley(
+        long_factor=0.99, short_factor=0.9, delta=0.1, threshold=10.0, min_instances=min_instances
+    )
+    ratios, alarms = [], []
+    for e in errors:
+        alarms += detector.update(np.array([e]))
+        ratios.append(detector.ratio)
+    assert all(math.isnan(r) for r in ratios[:4])
+    assert not any(math.isnan(r) for r in ratios[4:])
+    assert ratios[199] == pytest.approx(1.196795, abs=1e-6)
+    assert ratios[209] == pytest.approx(2.150998, abs=1e-6)
+    assert alarms[0].index == expected
+    assert all(alarm.index > 200 for alarm in alarms)  # none on the stationary prefix
+    if min_instances == 30:
+        assert alarms[0] == Alarm("ratio_page_hinkley", alarms[0].statistic, 10.0, 212, ratios[211])
+        assert alarms[0].statistic == pytest.approx(11.103373, abs=1e-5)
+    # the whole batch at once gives the same alarms, bit for bit
+    batched = RatioPageHinkley(0.99, 0.9, 0.1, 10.0, min_instances)
+    assert batched.update(errors) == alarms
+
+
+def test_e9_matches_the_plain_recursions():
+    errors = _e9_errors()
+    ratios = reference_ratio(errors, 0.99, 0.9)
+    expected = reference_page_hinkley(ratios, 0.1, 10.0, 30)
+    alarms = RatioPageHinkley(0.99, 0.9, 0.1, 10.0, 30).update(errors)
+    assert [a.index for a in alarms] == [i for i, _ in expected]
+    assert [a.statistic for a in alarms] == pytest.approx([s for _, s in expected], abs=1e-9)
+    assert [a.estimate for a in alarms] == pytest.approx([ratios[i - 1] for i, _ in expected])
+
+
+# ---------------------------------------------------------------------------------------------
+# the fading estimates
+
+
+@pytest.mark.parametrize("fading_factor", [1e-3, 0.5, 0.9, 0.99, 0.997, 0.999, 0.9994, 1.0])
+def test_fading_error_equals_the_plain_recursion(fading_factor):
+    rng = np.random.default_rng(3)
+    losses = np.where(rng.random(5000) < 0.3, rng.random(5000) * 3, 0.0)  # real losses too
+    detector = FadingErrorPageHinkley(fading_factor=fading_factor)
+    expected = reference_fading(losses, fading_factor)
+    got = []
+    for lo, hi in itertools.pairwise([0, 1, 2, 700, 701, 2500, 5000]):
+        detector.update(losses[lo:hi])
+        got.append(detector.error)
+    np.testing.assert_allclose(got, [expected[i - 1] for i in (1, 2, 700, 701, 2500, 5000)], 1e-12)
+
+
+def test_ratio_estimates_and_long_factor_one():
+    errors = np.r_[np.zeros(3), np.ones(2), np.zeros(3000)]
+    detector = RatioPageHinkley(long_factor=1.0, short_factor=0.99)
+    detector.update(errors[:3])
+    assert math.isnan(detector.ratio) and detector.long_error == 0.0
+    detector.update(errors[3:])
+    assert detector.long_error == pytest.approx(2 / 3005, rel=1e-12)
+    assert detector.short_error == pytest.approx(reference_fading(errors, 0.99)[-1], rel=1e-12)
+    assert detector.ratio == pytest.approx(detector.short_error / detector.long_error)
+
+
+def test_before_any_outcome():
+    for detector in (FadingErrorPageHinkley(), RatioPageHinkley()):
+        assert detector.n == 0 and detector.statistic == 0.0
+        assert detector.update(np.array([], dtype=float)) == []
+        assert detector.n == 0
+    assert math.isnan(FadingErrorPageHinkley().error)
+    assert math.isnan(RatioPageHinkley().ratio)
+    assert PageHinkley().update([]) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# any batch split gives the same alarms as one outcome at a time
+
+
+@st.composite
+def error_streams(draw):
+    """A 0-1 error stream with a step of the error rate, and cut points."""
+    n = draw(st.integers(200, 2000))
+    change = draw(st.integers(0, n))
+    before, after = draw(st.sampled_from([0.0, 0.05, 0.2])), draw(st.sampled_from([0.3, 0.6, 1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rates = np.where(np.arange(n) < change, before, after)
+    errors = (rng.random(n) < rates).astype(np.int8)
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=8)))
+    return errors, [0, *cuts, n]
+
+
+DETECTORS = {
+    "page_hinkley": lambda d: FadingErrorPageHinkley(
+        fading_factor=d(st.sampled_from([0.5, 0.9, 0.99, 0.999])),
+        delta=d(st.sampled_from([0.0, 0.01, 0.1])),
+        threshold=d(st.sampled_from([0.5, 2.0, 10.0, 100.0])),
+        min_instances=d(st.sampled_from([1, 5, 30])),
+    ),
+    "ratio_page_hinkley": lambda d: RatioPageHinkley(
+        long_factor=d(st.sampled_from([0.99, 0.999, 0.9994, 1.0])),
+        short_factor=d(st.sampled_from([0.5, 0.9, 0.97])),
+        delta=d(st.sampled_from([0.0, 0.01, 0.1])),
+        threshold=d(st.sampled_from([0.5, 2.0, 10.0, 100.0])),
+        min_instances=d(st.sampled_from([1, 5, 30])),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", DETECTORS)
+@settings(max_examples=20)
+@given(stream=error_streams(), data=st.data())
+def test_any_batch_split_gives_the_alarms_of_one_by_one(kind, stream, data):
+    errors, cuts = stream
+    batched = DETECTORS[kind](data.draw)
+    single = detector_from_state(batched.state())
+    split_alarms = []
+    for lo, hi in itertools.pairwise(cuts):
+        split_alarms += batched.update(errors[lo:hi])
+    single_alarms = []
+    for e in errors:
+        single_alarms += single.update(np.array([e]))
+    assert split_alarms == single_alarms  # indices, statistics and estimates, bit for bit
+    assert batched.state() == single.state()
+    assert [a.index for a in split_alarms] == sorted({a.index for a in split_alarms})
+
+
+@settings(max_examples=20)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 1500),
+    threshold=st.sampled_from([0.5, 3.0, 20.0]),
+    min_instances=st.sampled_from([1, 10]),
+    cuts=st.lists(st.integers(0, 1500), max_size=8),
+)
+def test_raw_page_hinkley_any_split_equals_one_by_one(seed, n, threshold, min_instances, cuts):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n) + np.where(np.arange(n) < n // 2, 0.0, 1.0)
+    batched = PageHinkley(delta=0.05, threshold=threshold, min_instances=min_instances)
+    single = PageHinkley.from_state(batched.state())
+    bounds = [0, *sorted(min(c, n) for c in cuts), n]
+    split_alarms = []
+    for lo, hi in itertools.pairwise(bounds):
+        split_alarms += [(lo + position, s) for position, s in batched.update(x[lo:hi])]
+    single_alarms = []
+    for i in range(n):
+        single_alarms += [(i, s) for _, s in single.update(x[i : i + 1])]
+    assert split_alarms == single_alarms
+    assert batched.state() == single.state()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_alarms_match_the_plain_recursions(seed):
+    """An independent check of indices (values to 1e-9) on streams with many resets."""
+    rng = np.random.default_rng(seed)
+    errors = (rng.random(3000) < np.r_[np.full(1500, 0.1), np.full(1500, 0.5)]).astype(int)
+    single = FadingErrorPageHinkley(0.99, delta=0.01, threshold=0.5, min_instances=5)
+    expected = reference_page_hinkley(reference_fading(errors, 0.99), 0.01, 0.5, 5)
+    alarms = single.update(errors)
+    assert len(alarms) >= 10
+    assert [(a.index, pytest.approx(a.statistic, abs=1e-9)) for a in alarms] == expected
+    ratio = RatioPageHinkley(0.999, 0.95, delta=0.01, threshold=2.0, min_instances=5)
+    expected = reference_page_hinkley(reference_ratio(errors, 0.999, 0.95), 0.01, 2.0, 5)
+    alarms = ratio.update(errors)
+    assert len(alarms) >= 10
+    assert [(a.index, pytest.approx(a.statistic, abs=1e-9)) for a in alarms] == expected
+    # many resets inside batches: batches of 7 give the same alarms, bit for bit
+    chunked = RatioPageHinkley(0.999, 0.95, delta=0.01, threshold=2.0, min_instances=5)
+    assert [a for lo in range(0, 3000, 7) for a in chunked.update(errors[lo : lo + 7])] == alarms
+
+
+# ---------------------------------------------------------------------------------------------
+# state
+
+
+@pytest.mark.parametrize("kind", DETECTORS)
+@settings(max_examples=15)
+@given(stream=error_streams(), data=st.data())
+def test_state_round_trips_exactly_through_json(kind, stream, data):
+    errors, cuts = stream
+    detector = DETECTORS[kind](data.draw)
+    half = cuts[len(cuts) // 2]
+    detector.update(errors[:half])
+    restored = detector_from_state(json.loads(json.dumps(detector.state(), allow_nan=False)))
+    assert type(restored) is type(detector)
+    assert restored.state() == detector.state()
+    assert restored.statistic == detector.statistic and restored.n == detector.n
+    assert restored.update(errors[half:]) == detector.update(errors[half:])
+    assert restored.state() == detector.state()
+
+
+def test_raw_page_hinkley_state_round_trips():
+    x = np.r_[np.zeros(20), np.ones(20)]
+    ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
+    assert json.loads(json.dumps(ph.state(), allow_nan=False))["minimum"] is None
+    ph.update(x[:25])
+    restored = PageHinkley.from_state(json.loads(json.dumps(ph.state(), allow_nan=False)))
+    assert restored.state() == ph.state()
+    assert restored.update(x[25:]) == ph.update(x[25:])
+    assert restored.state() == ph.state()
+
+
+def test_from_state_checks_the_type():
+    state = FadingErrorPageHinkley().state()
+    with pytest.raises(ValueError, match="type='page_hinkley'; expected 'ratio_page_hinkley'"):
+        RatioPageHinkley.from_state(state)
+    with pytest.raises(ValueError, match="type='cusum' is not known"):
+        detector_from_state({**state, "type": "cusum"})
+
+
+def test_alarm_to_dict_is_json_ready():
+    [alarm] = RatioPageHinkley(0.99, 0.9, 0.1, 10.0).update(_e9_errors())[:1]
+    as_dict = json.loads(json.dumps(alarm.to_dict(), allow_nan=False))
+    assert as_dict == {
+        "detector": "ratio_page_hinkley",
+        "statistic": alarm.statistic,
+        "threshold": 10.0,
+        "index": 212,
+        "estimate": alarm.estimate,
+    }
+    assert Alarm(**as_dict) == alarm
+
+
+# ---------------------------------------------------------------------------------------------
+# the default detectors on synthetic error streams
+
+
+def test_default_detectors_stay_quiet_on_a_stationary_stream():
+    """100,000 Bernoulli(0.15) errors (seed 7): no alarm from either default detector.
+
+    Over seeds 0–19 the largest PH statistic on such a stream was 0.4 for ``page_hinkley`` and
+    42 for ``ratio_page_hinkley`` (λ = 100).
+    """
+    errors = (np.random.default_rng(7).random(100_000) < 0.15).astype(np.int8)
+    for spec in DEFAULT_DETECTORS:
+        assert make_detector(spec).update(errors) == [], spec["type"]
+
+
+def test_default_detectors_see_an_abrupt_increase_of_the_error_rate():
+    """Error rate 0.15 for outcomes 1–20,000, then 0.45 up to 60,000 (seed 11).
+
+    Measured delays (first alarm index − 20,000) with the defaults and this generator: seed 11
+    gives 1640 (``page_hinkley``) and 292 (``ratio_page_hinkley``); over seeds 0–29 they range
+    1483–1848 (median 1648.5) and 212–364 (median 300), with no alarm before the change. The
+    noise-free stream (losses exactly 0.15 then 0.45, :func:`test_noise_free_delays`) gives
+    1655 and 305. The bounds, 2500 and 600, are about 1.5× and 2× the noise-free delays and
+    keep SPEC §3.3's orders of magnitude: thousands for one fading estimate, hundreds for the
+    ratio.
+    """
+    rng = np.random.default_rng(11)
+    errors = (rng.random(60_000) < np.r_[np.full(20_000, 0.15), np.full(40_000, 0.45)]).astype(
+        np.int8
+    )
+    bounds = {"page_hinkley": (1000, 2500), "ratio_page_hinkley": (100, 600)}
+    for spec in DEFAULT_DETECTORS:
+        alarms = make_detector(spec).update(errors)
+        assert alarms and alarms[0].index > 20_000, spec["type"]
+        low, high = bounds[spec["type"]]
+        assert low < alarms[0].index - 20_000 < high, (spec["type"], alarms[0])
+
+
+def test_noise_free_delays():
+    losses = np.r_[np.full(20_000, 0.15), np.full(40_000, 0.45)]
+    delays = [make_detector(spec).update(losses)[0].index - 20_000 for spec in DEFAULT_DETECTORS]
+    assert delays == [1655, 305]
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration
+
+
+def test_defaults_and_factory():
+    assert FadingErrorPageHinkley().spec() == DEFAULT_DETECTORS[0]
+    assert RatioPageHinkley().spec() == DEFAULT_DETECTORS[1]
+    for spec in DEFAULT_DETECTORS:
+        copy = dict(spec)
+        detector = make_detector(spec)
+        assert spec == copy  # not modified
+        assert detector.name == spec["type"]
+        assert make_detector(detector.spec()).state() == detector.state()
+    detector = make_detector({"type": "ratio_page_hinkley", "threshold": 50})
+    assert (detector.long_factor, detector.short_factor, detector.threshold) == (0.9994, 0.997, 50)
+    assert isinstance(detector.threshold, float)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"type": "cusum"}, "type='cusum' is not known; use 'page_hinkley' or"),
+        ({"fading_factor": 0.9}, "type=None is not known"),
+        ({"type": "page_hinkley", "lambda": 5}, "no setting 'lambda'; allowed: fading_factor"),
+        ({"type": "ratio_page_hinkley", "fading_factor": 0.9}, "no setting 'fading_factor'"),
+        ({"type": "page_hinkley", "threshold": "100"}, "threshold='100' is not allowed"),
+        ("page_hinkley", "is not a mapping"),
+    ],
+)
+def test_bad_detector_specs(spec, message):
+    with pytest.raises(ValueError, match=message):
+        make_detector(spec)
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (lambda: FadingErrorPageHinkley(fading_factor=0.0), r"fading_factor=0.0 .* \(0, 1\]"),
+        (lambda: FadingErrorPageHinkley(fading_factor=1.5), "fading_factor=1.5"),
+        (lambda: FadingErrorPageHinkley(fading_factor=math.nan), "fading_factor=nan"),
+        (lambda: FadingErrorPageHinkley(fading_factor=True), "fading_factor=True"),
+        (lambda: RatioPageHinkley(long_factor=1.01), r"long_factor=1.01 .* \(0, 1\]"),
+        (
+            lambda: RatioPageHinkley(long_factor=0.99, short_factor=0.995),
+            r"short_factor=0.995 .* \(0, long_factor=0.99\)",
+        ),
+        (lambda: RatioPageHinkley(short_factor=0.9994), "short_factor=0.9994"),
+        (lambda: RatioPageHinkley(short_factor=0), "short_factor=0"),
+        (lambda: PageHinkley(delta=-0.1), r"delta=-0.1 .* >= 0"),
+        (lambda: PageHinkley(delta=math.inf), "delta=inf"),
+        (lambda: FadingErrorPageHinkley(threshold=0), r"threshold=0 .* > 0"),
+        (lambda: RatioPageHinkley(threshold=math.inf), "threshold=inf"),
+        (lambda: PageHinkley(min_instances=0), r"min_instances=0 .* integer >= 1"),
+        (lambda: FadingErrorPageHinkley(min_instances=2.5), "min_instances=2.5"),
+        (lambda: RatioPageHinkley(min_instances=30.0), "min_instances=30.0"),
+    ],
+)
+def test_bad_settings_name_the_value_and_what_is_allowed(factory, message):
+    with pytest.raises(ValueError, match=message):
+        factory()
+
+
+def test_settings_accept_numpy_numbers():
+    detector = FadingErrorPageHinkley(np.float64(0.99), np.float32(0.5), np.int64(5), np.int64(3))
+    assert detector.spec() == {
+        "type": "page_hinkley",
+        "fading_factor": 0.99,
+        "delta": 0.5,
+        "threshold": 5.0,
+        "min_instances": 3,
+    }
+    json.dumps(detector.state(), allow_nan=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+
+
+BAD_ERRORS = [
+    (np.array([0.0, np.nan]), "errors contains nan; .* must be finite"),
+    (np.array([1.0, np.inf]), "errors contains inf"),
+    (np.array([1, -1]), r"errors contains -1.0; losses must be >= 0"),
+    (np.array([[0, 1]]), r"errors has shape \(1, 2\); a 1-D array"),
+    (np.array(["a", "b"]), "errors has dtype <U1"),
+    ([None, 1], "errors has dtype object"),
+]
+
+
+@pytest.mark.parametrize("kind", ["page_hinkley", "ratio_page_hinkley"])
+@pytest.mark.parametrize(("errors", "message"), BAD_ERRORS)
+def test_bad_batches_raise_and_change_nothing(kind, errors, message):
+    detector = make_detector({"type": kind, "threshold": 1.0, "min_instances": 1})
+    detector.update(np.array([0, 1, 1, 0, 1]))
+    before = detector.state()
+    with pytest.raises(ValueError, match=message):
+        detector.update(errors)
+    assert detector.state() == before
+
+
+@pytest.mark.parametrize(
+    ("x", "message"),
+    [
+        (np.array([0.5, np.nan]), "x contains nan; real values must be finite"),
+        (np.array([-np.inf]), "x contains -inf"),
+        (np.zeros((2, 2)), r"x has shape \(2, 2\)"),
+    ],
+)
+def test_raw_page_hinkley_bad_input(x, message):
+    ph = PageHinkley()
+    ph.update(np.array([-1.0, 2.0]))  # any real signal, negative values included
+    before = ph.state()
+    with pytest.raises(ValueError, match=message):
+        ph.update(x)
+    assert ph.state() == before
+
+
+def test_lists_and_booleans_are_accepted():
+    a, b = FadingErrorPageHinkley(), FadingErrorPageHinkley()
+    a.update([True, False, True])
+    b.update(np.array([1.0, 0.0, 1.0]))
+    assert a.state() == b.state()
