@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.core.estimators import parse_estimator
+from pipeline.core.fading import BlockFading, ordered_sum
 
 __all__ = [
     "COMPARISON_MEASURES",
@@ -434,50 +435,56 @@ class _WindowTally(_Tally):
 
 
 class _FadingTally(_Tally):
-    """Faded loss sums S ← L + a·S and faded counts n01 ← a·n01 + 1[...] (Algorithm 3)."""
+    """Faded loss sums S ← L + a·S and faded counts n01 ← a·n01 + 1[...] (Algorithm 3),
+    kept with :class:`~pipeline.core.fading.BlockFading` so any batch split gives the same bits.
+    """
 
     kind = "fading"
 
     def __init__(self, fading_factor: float) -> None:
         self.fading_factor = fading_factor
-        self._n = 0
-        self._sum_a = self._sum_b = 0.0
-        self._n01 = self._n10 = 0.0
+        self._fading = BlockFading(fading_factor, 2, np.float64, (np.zeros(4),))
+        self._sums = np.zeros(4)  # S_A, S_B, n01, n10
 
     @property
     def name(self) -> str:
         return f"fading:{self.fading_factor!r}"
 
+    @staticmethod
+    def _stat(rows: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray]:
+        loss_a, loss_b = rows[:, 0], rows[:, 1]
+        wrong_a, wrong_b = loss_a > 0, loss_b > 0
+        return (
+            np.array(
+                [
+                    ordered_sum(weights * loss_a),
+                    ordered_sum(weights * loss_b),
+                    ordered_sum(weights[wrong_a & ~wrong_b]),
+                    ordered_sum(weights[wrong_b & ~wrong_a]),
+                ]
+            ),
+        )
+
     def update(self, batch: _Batch) -> None:
-        m, a = batch.loss_a.size, self.fading_factor
-        weights = np.power(a, np.arange(m - 1, -1, -1, dtype=np.float64))  # a^(m−1−j)
-        decay = a**m
-        self._sum_a = decay * self._sum_a + float(weights @ batch.loss_a)
-        self._sum_b = decay * self._sum_b + float(weights @ batch.loss_b)
-        self._n01 = decay * self._n01 + float(weights[batch.a_only].sum())
-        self._n10 = decay * self._n10 + float(weights[batch.b_only].sum())
-        self._n += m
+        rows = np.stack([batch.loss_a, batch.loss_b], axis=1)
+        (self._sums,) = self._fading.update(rows, self._stat)
 
     def measures(self) -> dict[str, float]:
-        q = _float_log_ratio(self._sum_a, self._sum_b)
-        return self._measures(self._n, q, self._n01, self._n10)
+        sum_a, sum_b, n01, n10 = self._sums.tolist()
+        return self._measures(self._fading.n, _float_log_ratio(sum_a, sum_b), n01, n10)
 
     def state(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "fading_factor": self.fading_factor,
-            "n": self._n,
-            "loss_sums": [self._sum_a, self._sum_b],
-            "n01": self._n01,
-            "n10": self._n10,
+            "fading": self._fading.state(),
         }
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> _FadingTally:
         tally = cls(fading_factor=state["fading_factor"])
-        tally._n = state["n"]
-        tally._sum_a, tally._sum_b = state["loss_sums"]
-        tally._n01, tally._n10 = state["n01"], state["n10"]
+        tally._fading.load(state["fading"])
+        (tally._sums,) = tally._fading.value(tally._stat)
         return tally
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.estimators import parse_estimator, persistence
+from pipeline.core.fading import BlockFading, ordered_sum
 from pipeline.core.labels import DEFAULT_MAX_CLASSES
 
 __all__ = [
@@ -176,6 +177,9 @@ class _BinnedState:
         self.true = np.zeros(0)
         self.per = np.zeros(2)  # persistent baseline: correct, scored
         self.seen = 0
+        if kind == "fading":
+            zero = (np.zeros(1), np.zeros(views), np.zeros((views, 0)), np.zeros(0), np.zeros(2))
+            self._fading = BlockFading(self.fading, views + 3, np.int64, zero)
         if self.window:
             self.ring_true = np.zeros(self.window, dtype=np.int64)
             self.ring_pred = np.zeros((self.window, views), dtype=np.int64)
@@ -183,18 +187,39 @@ class _BinnedState:
 
     def grow(self, k: int) -> None:
         if k > self.k:
-            self.pred = np.pad(self.pred, ((0, 0), (0, k - self.k)))
-            self.true = np.pad(self.true, (0, k - self.k))
+            extra = k - self.k
+            self.pred = np.pad(self.pred, ((0, 0), (0, extra)))
+            self.true = np.pad(self.true, (0, extra))
+            if self.kind == "fading":
+                self._fading.reshape(
+                    lambda b: (
+                        b[0],
+                        b[1],
+                        np.pad(b[2], ((0, 0), (0, extra))),
+                        np.pad(b[3], (0, extra)),
+                        b[4],
+                    )
+                )
             self.k = k
 
+    def _row_stats(self, rows: np.ndarray, weights: np.ndarray):
+        """Weighted statistics of packed rows (true, V predictions, persistence flags)."""
+        v = self.views
+        total, correct, pred, true, per = self._stats(
+            rows[:, 0], rows[:, 1 : v + 1], rows[:, v + 1 :].astype(np.float64), weights
+        )
+        return np.array([total]), correct, pred, true, per
+
     def _stats(self, y_true, preds, per, weights=None):
+        # every sum runs in row order (axis-0 reductions, bincount): the same bits for any
+        # split of the rows into batches, which the fading estimate relies on
         k, v = self.k, self.views
         w = np.ones(y_true.size) if weights is None else weights
         correct = ((preds == y_true[:, None]) * w[:, None]).sum(axis=0)
         cells = (np.arange(v) * k)[None, :] + preds
         pred = np.bincount(cells.ravel(), np.repeat(w, v), minlength=v * k).reshape(v, k)
         true = np.bincount(y_true, w, minlength=k)
-        return float(w.sum()), correct, pred, true, w @ per
+        return ordered_sum(w), correct, pred, true, (per * w[:, None]).sum(axis=0)
 
     def _add(self, stats, sign=1.0) -> None:
         total, correct, pred, true, per = stats
@@ -207,11 +232,11 @@ class _BinnedState:
     def update(self, y_true, preds, per) -> None:
         m = y_true.size
         if self.kind == "fading":
-            a = self.fading
-            decay = a**m
-            for name in ("total", "correct", "pred", "true", "per"):
-                setattr(self, name, getattr(self, name) * decay)
-            self._add(self._stats(y_true, preds, per, np.power(a, np.arange(m - 1, -1, -1.0))))
+            rows = np.concatenate([y_true[:, None], preds, per.astype(np.int64)], axis=1)
+            total, self.correct, self.pred, self.true, self.per = self._fading.update(
+                rows, self._row_stats
+            )
+            self.total = float(total[0])
         elif self.kind == "window":
             size = self.window
             if m >= size:
@@ -266,6 +291,8 @@ class _BinnedState:
         return {"accuracy": p, "kappa": kappa, "kappa_plus": kappa_plus}
 
     def state(self) -> dict[str, Any]:
+        if self.kind == "fading":
+            return {"k": self.k, "seen": self.seen, "fading": self._fading.state()}
         out = {
             "k": self.k, "total": self.total, "correct": self.correct.tolist(),
             "pred": self.pred.tolist(), "true": self.true.tolist(), "per": self.per.tolist(),
@@ -282,6 +309,16 @@ class _BinnedState:
         return out
 
     def load(self, state: dict[str, Any]) -> None:
+        if self.kind == "fading":
+            self.k, self.seen = state["k"], state["seen"]
+            self._fading.load(state["fading"])
+            v, k = self.views, self.k
+            self._fading.reshape(lambda b: (b[0], b[1], b[2].reshape(v, k), b[3], b[4]))
+            total, self.correct, self.pred, self.true, self.per = self._fading.value(
+                self._row_stats
+            )
+            self.total = float(total[0])
+            return
         self.k, self.total, self.seen = state["k"], state["total"], state["seen"]
         self.correct = np.array(state["correct"], dtype=np.float64)
         self.pred = np.array(state["pred"], dtype=np.float64).reshape(self.views, self.k)

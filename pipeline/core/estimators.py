@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pipeline.core.fading import BlockFading
 from pipeline.core.labels import DEFAULT_MAX_CLASSES
 
 __all__ = [
@@ -387,7 +388,7 @@ class FadingConfusion(ConfusionEstimator):
     earlier ones by ``fading_factor``. The measures use the normalised (bias-free) estimate
     S_a/N_a: every measure is a ratio of faded counts, and ``n_effective`` is
     N_a = (1 − a^n)/(1 − a), the effective sample size. A batch of m outcomes is applied in
-    closed form: ``S ← a^m·S + Σ_j a^(m−1−j)·x_j``.
+    closed form over blocks of outcomes aligned on their count.
 
     Parameters
     ----------
@@ -407,6 +408,9 @@ class FadingConfusion(ConfusionEstimator):
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 3, the fading
     factor and the fading increment N_a (SPEC §1.3).
+
+    The sums are kept with :class:`~pipeline.core.fading.BlockFading`, so that any split of
+    the same outcomes into batches gives bit-identical numbers.
     """
 
     kind = "fading"
@@ -426,63 +430,79 @@ class FadingConfusion(ConfusionEstimator):
             )
         super().__init__(max_classes)
         self.fading_factor = float(fading_factor)
-        self._n = 0
-        self._weight = 0.0
-        self._persistent_correct = 0.0
-        self._persistent_total = 0.0
-        self._weight_cache: tuple[np.ndarray, float] | None = None
+        # rows of the unfinished block: true, predicted, persistence flag (see _stat)
+        self._fading = BlockFading(self.fading_factor, 3, np.int64, self._zero(0))
+        self._scalars = np.zeros(3)  # N_a, faded persistent correct, faded persistent total
 
     @property
     def name(self) -> str:
         return f"fading:{self.fading_factor!r}"
 
-    def _weights(self, m: int) -> tuple[np.ndarray, float]:
-        """Weights a^(m−1−j) of a batch of m outcomes and the decay a^m of the old sums."""
-        cached = self._weight_cache
-        if cached is None or cached[0].size != m:
-            a = self.fading_factor
-            cached = (np.power(a, np.arange(m - 1, -1, -1, dtype=np.float64)), a**m)
-            self._weight_cache = cached  # batches tend to have one size: reuse
-        return cached
+    @staticmethod
+    def _zero(k: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((k, k)), np.zeros(3)
+
+    def _grow(self, k: int) -> None:
+        old = self.n_classes
+        super()._grow(k)
+        if k > old:
+            self._fading.reshape(lambda base: (np.pad(base[0], (0, k - old)), base[1]))
+
+    def _stat(self, rows: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Faded cell counts and (N_a, persistent correct, persistent total) of packed rows.
+
+        A row is (true, predicted, flag) with flag 0 = the no-change predictor not scored,
+        1 = scored and wrong, 2 = scored and right. One weighted bincount over
+        (cell, flag) bins gives everything; every bin sums in row order, and the totals add
+        bins in a fixed order, so the result depends only on the rows and the weights.
+        """
+        k = self.n_classes
+        cells = k * k
+        if 3 * cells <= 4 * rows.shape[0] + 64:
+            code = (rows[:, 0] * k + rows[:, 1]) * 3 + rows[:, 2]
+            by_flag = np.bincount(code, weights, minlength=3 * cells).reshape(cells, 3)
+        else:  # many classes, few rows: do not allocate 3·k² bins per call
+            by_flag = np.zeros((cells, 3))
+            np.add.at(by_flag, (rows[:, 0] * k + rows[:, 1], rows[:, 2]), weights)
+        counts = by_flag.sum(axis=1).reshape(k, k)
+        per_flag = by_flag.sum(axis=0)
+        scalars = np.array([per_flag.sum(), per_flag[2], per_flag[1] + per_flag[2]])
+        return counts, scalars
 
     def _update(self, y_true, y_pred, scored, correct) -> None:
-        m = y_true.size
-        weights, decay = self._weights(m)
-        self._counts *= decay
-        self._counts += _cell_counts(y_true, y_pred, self.n_classes, weights)
-        self._weight = decay * self._weight + float(weights.sum())
-        self._persistent_total = decay * self._persistent_total + float(weights[scored].sum())
-        self._persistent_correct = decay * self._persistent_correct + float(weights[correct].sum())
-        self._n += m
+        rows = np.empty((y_true.size, 3), dtype=np.int64)
+        rows[:, 0], rows[:, 1] = y_true, y_pred
+        rows[:, 2] = scored.astype(np.int64) + correct
+        self._counts, self._scalars = self._fading.update(rows, self._stat)
 
     def snapshot(self) -> ConfusionSnapshot:
+        weight, persistent_correct, persistent_total = self._scalars.tolist()
         return ConfusionSnapshot(
             confusion=self._counts.copy(),
-            persistent_correct=self._persistent_correct,
-            persistent_total=self._persistent_total,
-            n=self._n,
-            n_effective=self._weight,
+            persistent_correct=persistent_correct,
+            persistent_total=persistent_total,
+            n=self._fading.n,
+            n_effective=weight,
         )
 
     def state(self) -> dict[str, Any]:
-        """A JSON-ready snapshot of the whole state (floats round-trip exactly through JSON)."""
+        """A JSON-ready snapshot: the sums at the last block boundary and the rows since."""
         return {
             **self._common_state(),
             "fading_factor": self.fading_factor,
-            "counts": self._counts.tolist(),
-            "n": self._n,
-            "weight": self._weight,
-            "persistent": [self._persistent_correct, self._persistent_total],
+            "n_classes": self.n_classes,
+            "fading": self._fading.state(),
         }
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> FadingConfusion:
         est = cls(fading_factor=state["fading_factor"], max_classes=state["max_classes"])
         est._last = state["last"]
-        est._counts = _matrix(state["counts"], np.float64)
-        est._n = state["n"]
-        est._weight = state["weight"]
-        est._persistent_correct, est._persistent_total = state["persistent"]
+        k = state["n_classes"]
+        est._counts = np.zeros((k, k))
+        est._fading.load(state["fading"])
+        est._fading.reshape(lambda base: (base[0].reshape(k, k), base[1]))
+        est._counts, est._scalars = est._fading.value(est._stat)
         return est
 
 

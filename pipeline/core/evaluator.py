@@ -100,14 +100,20 @@ class Evaluator:
         All-or-nothing: a batch with a bad label, or mismatched lengths, raises ``ValueError``
         and changes nothing.
         """
-        y_true, y_pred = list(y_true), list(y_pred)
+        y_true = y_true if isinstance(y_true, list | tuple) else list(y_true)
+        y_pred = y_pred if isinstance(y_pred, list | tuple) else list(y_pred)
         if len(y_true) != len(y_pred):
             raise ValueError(
                 f"y_true has {len(y_true)} outcomes but y_pred has {len(y_pred)}; "
                 "they must have the same length"
             )
-        codes = self._labels.encode(y_true + y_pred)
-        self.update_indices(codes[: len(y_true)], codes[len(y_true) :])
+        labels = self._labels
+        true_codes = labels.lookup(y_true)
+        pred_codes = labels.lookup(y_pred) if true_codes is not None else None
+        if pred_codes is None:  # a new class: encode both at once, all or nothing
+            codes = labels.encode([*y_true, *y_pred])
+            true_codes, pred_codes = codes[: len(y_true)], codes[len(y_true) :]
+        self.update_indices(true_codes, pred_codes)
 
     def update_indices(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
         """Add a batch already encoded with :attr:`labels`."""

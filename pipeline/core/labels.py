@@ -75,6 +75,13 @@ class LabelEncoder:
         """Index of a known class; ``KeyError`` for an unknown one (nothing is added)."""
         return self._index[label]
 
+    def lookup(self, labels: Sequence[Label]) -> np.ndarray | None:
+        """Indices of ``labels`` if every one is a known class, else ``None`` (adds nothing)."""
+        try:
+            return np.fromiter(map(self._index.get, labels), dtype=np.int64, count=len(labels))
+        except TypeError:  # an unknown label (None from .get) or an unhashable one
+            return None
+
     def encode(self, labels: Iterable[Label]) -> np.ndarray:
         """Indices of ``labels`` as an ``int64`` array, adding unseen classes in order.
 
@@ -83,12 +90,9 @@ class LabelEncoder:
         """
         index = self._index
         values = labels if isinstance(labels, list) else list(labels)
-        # Fast path, at C speed: every label is already known (an unknown one makes fromiter
-        # meet None and raise; an unhashable one raises too): fall through to the checked loop.
-        try:
-            return np.fromiter(map(index.get, values), dtype=np.int64, count=len(values))
-        except TypeError:
-            pass
+        known = self.lookup(values)  # fast path, at C speed
+        if known is not None:
+            return known
         new: dict[Label, int] = {}
         out = np.empty(len(values), dtype=np.int64)
         size = len(self._classes)

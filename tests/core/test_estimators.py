@@ -30,7 +30,8 @@ SPECS = [
 
 @st.composite
 def split_streams(draw):
-    n = draw(st.integers(0, 40))
+    # short streams, and some long enough to cross the fading blocks of 1024 outcomes
+    n = draw(st.one_of(st.integers(0, 40), st.integers(1000, 2100)))
     k = draw(st.integers(1, 6))
     y_true = draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
     y_pred = draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
@@ -51,7 +52,7 @@ def _same_measures(a: dict, b: dict, exact: bool) -> None:
 
 
 @pytest.mark.parametrize("spec", SPECS)
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(stream=split_streams())
 def test_any_batch_split_equals_one_by_one(spec, stream):
     y_true, y_pred, cuts = stream
@@ -60,18 +61,17 @@ def test_any_batch_split_equals_one_by_one(spec, stream):
         batched.update(y_true[lo:hi], y_pred[lo:hi])
     for i in range(len(y_true)):
         single.update(y_true[i : i + 1], y_pred[i : i + 1])
-    exact = not spec.startswith("fading")
+    # bit-identical for every estimator, fading included (pipeline.core.fading.BlockFading)
     a, b = batched.snapshot(), single.snapshot()
-    if exact:
-        assert np.array_equal(a.confusion, b.confusion)
-        assert (a.persistent_correct, a.persistent_total, a.n) == (
-            b.persistent_correct,
-            b.persistent_total,
-            b.n,
-        )
-    else:
-        np.testing.assert_allclose(a.confusion, b.confusion, rtol=1e-12, atol=1e-300)
-    _same_measures(batched.measures(positive=0), single.measures(positive=0), exact)
+    assert np.array_equal(a.confusion, b.confusion)
+    assert (a.persistent_correct, a.persistent_total, a.n, a.n_effective) == (
+        b.persistent_correct,
+        b.persistent_total,
+        b.n,
+        b.n_effective,
+    )
+    assert batched.state() == single.state()
+    _same_measures(batched.measures(positive=0), single.measures(positive=0), exact=True)
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -1,0 +1,151 @@
+"""`streameval replay` end to end on the sample stream: schemas, determinism, bad input."""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+import pipeline.replay
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.engine import Engine
+from pipeline.replay import replay
+from pipeline.schemas import decode_event
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "docs/examples/sample-events.jsonl"
+CONFIG = ROOT / "docs/examples/replay.toml"
+SCHEMAS = {
+    kind: json.loads((ROOT / f"topics/schemas/{name}.schema.json").read_text())
+    for kind, name in (("metrics", "metrics"), ("drift_alarm", "drift-alarm"),
+                       ("comparison", "comparison"))
+}  # fmt: skip
+
+
+def _replay_bytes(config=None, **kwargs) -> tuple[bytes, object]:
+    out = io.BytesIO()
+    result = replay(SAMPLE, config or load_config(CONFIG), out, **kwargs)
+    return out.getvalue(), result
+
+
+@pytest.fixture(scope="module")
+def sample_output():
+    return _replay_bytes()
+
+
+def test_sample_file_is_what_its_script_generates(tmp_path):
+    target = tmp_path / "events.jsonl"
+    subprocess.run(
+        [sys.executable, str(ROOT / "docs/examples/make_sample_events.py"), str(target)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert target.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_every_record_validates_against_its_schema(sample_output):
+    data, _result = sample_output
+    records = [json.loads(line) for line in data.splitlines()]
+    assert {r["kind"] for r in records} == {"metrics", "drift_alarm", "comparison"}
+    for record in records:
+        jsonschema.validate(record, SCHEMAS[record["kind"]], cls=jsonschema.Draft202012Validator)
+    assert b"NaN" not in data  # undefined values are null on the wire
+
+
+def test_three_models_the_drift_and_the_comparison(sample_output):
+    _, result = sample_output
+    models = {model for model, _ in result.final_metrics}
+    assert models == {"champion", "challenger", "baseline"}
+    # the champion drifts at instance 1200: an alarm after it, none for the others
+    assert [a["model_id"] for a in result.alarms] == ["champion"]
+    assert 1200 < result.alarms[0]["n"] < 1700
+    final = result.final_metrics["champion", "final"]
+    delayed = final["delayed"]["cumulative"]
+    # predictions improve while labels are pending: initial ≤ Ψ ≤ final accuracy
+    assert delayed["accuracy_initial"] < delayed["psi_accuracy"] < delayed["accuracy_final"]
+    assert final["estimators"]["cumulative"]["accuracy"] == delayed["accuracy_final"]
+    assert "normalized_precision" in final["estimators"]["window:1000"]
+    comparison = result.final_comparisons["champion|challenger"]["estimators"]["window:1000"]
+    assert comparison["leader"] == "challenger" and comparison["significant"] == 1.0
+
+
+def test_malformed_lines_are_skipped_and_reported(sample_output):
+    _, result = sample_output
+    assert [number for number, _ in result.skipped_examples] == [101, 2001, 4001]
+    assert sum(result.skipped.values()) == 3
+    assert result.events == result.lines - 3
+
+
+def test_rerun_gives_identical_output(sample_output):
+    assert _replay_bytes()[0] == sample_output[0]
+
+
+def test_output_does_not_depend_on_how_events_are_chunked(sample_output, monkeypatch):
+    monkeypatch.setattr(pipeline.replay, "CHUNK", 7)
+    assert _replay_bytes()[0] == sample_output[0]
+
+
+def test_engine_state_round_trip_continues_exactly(sample_output):
+    events = [decode_event(line) for line in SAMPLE.read_bytes().splitlines()[4100:9000]
+              if b"feedback" not in line]  # fmt: skip
+    config = load_config(CONFIG)
+    whole = Engine(config)
+    expected = whole.process(events) + whole.finish()
+    first = Engine(config)
+    records = first.process(events[:2345])
+    restored = Engine.from_state(config, json.loads(json.dumps(first.state())))
+    records += restored.process(events[2345:]) + restored.finish()
+    assert json.dumps(records) == json.dumps(expected)
+
+
+def test_cli_replay_writes_records_plot_and_summary(tmp_path):
+    out, plot = tmp_path / "records.jsonl", tmp_path / "report.png"
+    result = CliRunner().invoke(
+        main, ["replay", str(SAMPLE), "--config", str(CONFIG), "--out", str(out),
+               "--plot", str(plot)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == _replay_bytes()[0]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "champion" in result.output and "line 101" in result.output
+
+
+def test_strict_stops_at_the_first_malformed_line(tmp_path):
+    result = CliRunner().invoke(main, ["replay", str(SAMPLE), "--strict", "--quiet",
+                                       "--out", str(tmp_path / "x")])  # fmt: skip
+    assert result.exit_code == 1
+    assert "line 101" in result.output and "without --strict" in result.output
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("estimators = ['window:0']", "estimators = ['window:0']"),
+        ("[join]\nlabel_grace_ms = -5", "join.label_grace_ms = -5"),
+        ("[delayed]\nalpha = 0.5", "delayed.alpha = 0.5"),
+        ("[[comparisons]]\na = 'x'\nb = 'x'", "with itself"),
+        ("detectors = [{type = 'page_hinkley', lambda = 3}]", "no setting 'lambda'"),
+        ("publish_evry = 10", "publish_evry = 10: unknown key"),
+        ("not toml at all", "not valid TOML"),
+    ],
+)
+def test_config_errors_name_the_key_before_any_work(tmp_path, toml, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        main, ["replay", str(SAMPLE), "--config", str(config), "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not out.exists()  # nothing was started
+
+
+def test_defaults_need_no_file():
+    _data, result = _replay_bytes(config=load_config())
+    assert result.records["metrics"] > 0
+    assert result.final_comparisons == {}
