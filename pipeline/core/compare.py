@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.core.estimators import parse_estimator
-from pipeline.core.fading import BlockFading, ordered_sum
+from pipeline.core.fading import BlockFading
 
 __all__ = [
     "COMPARISON_MEASURES",
@@ -54,6 +54,9 @@ __all__ = [
 
 #: χ² (1 d.f.) quantile at 0.99: ``|M|`` above it is a significant difference (Gama et al.).
 MCNEMAR_THRESHOLD = 6.635
+
+#: Largest loss accepted (a 0-1 loss is 1; anything near this is a unit error).
+MAX_LOSS = 1e100
 
 #: Keys of the measures of one estimator, in a stable order.
 COMPARISON_MEASURES = ("n", "q_statistic", "mcnemar", "n01", "n10", "significant")
@@ -238,6 +241,11 @@ def validate_losses(errors_a: Any, errors_b: Any) -> tuple[np.ndarray, np.ndarra
                 raise ValueError(f"{name} contains {bad}; losses must be finite and >= 0")
             if array.min() < 0:
                 raise ValueError(f"{name} contains {array.min()}; losses must be >= 0")
+            if array.max() > MAX_LOSS:
+                raise ValueError(
+                    f"{name} contains {array.max()}; losses must be <= {MAX_LOSS:g} "
+                    "(fading sums scale them by up to 1e20 inside a block)"
+                )
             array += 0.0  # −0.0 becomes 0.0: one representation of "right"
         arrays.append(array)
     if arrays[0].size != arrays[1].size:
@@ -443,34 +451,34 @@ class _FadingTally(_Tally):
 
     def __init__(self, fading_factor: float) -> None:
         self.fading_factor = fading_factor
-        self._fading = BlockFading(fading_factor, 2, np.float64, (np.zeros(4),))
-        self._sums = np.zeros(4)  # S_A, S_B, n01, n10
+        self._fading = BlockFading(fading_factor, 4)  # bins: S_A, S_B, n01, n10
 
     @property
     def name(self) -> str:
         return f"fading:{self.fading_factor!r}"
 
-    @staticmethod
-    def _stat(rows: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray]:
-        loss_a, loss_b = rows[:, 0], rows[:, 1]
-        wrong_a, wrong_b = loss_a > 0, loss_b > 0
-        return (
-            np.array(
-                [
-                    ordered_sum(weights * loss_a),
-                    ordered_sum(weights * loss_b),
-                    ordered_sum(weights[wrong_a & ~wrong_b]),
-                    ordered_sum(weights[wrong_b & ~wrong_a]),
-                ]
-            ),
-        )
-
     def update(self, batch: _Batch) -> None:
-        rows = np.stack([batch.loss_a, batch.loss_b], axis=1)
-        (self._sums,) = self._fading.update(rows, self._stat)
+        loss_a, loss_b, a_only, b_only = batch.loss_a, batch.loss_b, batch.a_only, batch.b_only
+
+        def contribute(rows: slice, weights: np.ndarray):
+            only_a, only_b = a_only[rows], b_only[rows]
+            index = np.concatenate(
+                [
+                    np.zeros(weights.size, dtype=np.intp),
+                    np.ones(weights.size, dtype=np.intp),
+                    np.full(int(only_a.sum()), 2),
+                    np.full(int(only_b.sum()), 3),
+                ]
+            )
+            values = np.concatenate(
+                [weights * loss_a[rows], weights * loss_b[rows], weights[only_a], weights[only_b]]
+            )
+            return index, values
+
+        self._fading.update(loss_a.size, contribute)
 
     def measures(self) -> dict[str, float]:
-        sum_a, sum_b, n01, n10 = self._sums.tolist()
+        sum_a, sum_b, n01, n10 = self._fading.value().tolist()
         return self._measures(self._fading.n, _float_log_ratio(sum_a, sum_b), n01, n10)
 
     def state(self) -> dict[str, Any]:
@@ -484,7 +492,6 @@ class _FadingTally(_Tally):
     def _from_state(cls, state: dict[str, Any]) -> _FadingTally:
         tally = cls(fading_factor=state["fading_factor"])
         tally._fading.load(state["fading"])
-        (tally._sums,) = tally._fading.value(tally._stat)
         return tally
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.estimators import parse_estimator, persistence
-from pipeline.core.fading import BlockFading, ordered_sum
+from pipeline.core.fading import BlockFading
 from pipeline.core.labels import DEFAULT_MAX_CLASSES
 
 __all__ = [
@@ -178,8 +178,9 @@ class _BinnedState:
         self.per = np.zeros(2)  # persistent baseline: correct, scored
         self.seen = 0
         if kind == "fading":
-            zero = (np.zeros(1), np.zeros(views), np.zeros((views, 0)), np.zeros(0), np.zeros(2))
-            self._fading = BlockFading(self.fading, views + 3, np.int64, zero)
+            # bins: total | correct per view | predicted class per view (V·k) | true class (k)
+            # | persistent predictor correct, scored
+            self._fading = BlockFading(self.fading, 1 + views + 2)
         if self.window:
             self.ring_true = np.zeros(self.window, dtype=np.int64)
             self.ring_pred = np.zeros((self.window, views), dtype=np.int64)
@@ -187,28 +188,52 @@ class _BinnedState:
 
     def grow(self, k: int) -> None:
         if k > self.k:
-            extra = k - self.k
+            extra, old, v = k - self.k, self.k, self.views
             self.pred = np.pad(self.pred, ((0, 0), (0, extra)))
             self.true = np.pad(self.true, (0, extra))
             if self.kind == "fading":
-                self._fading.reshape(
-                    lambda b: (
-                        b[0],
-                        b[1],
-                        np.pad(b[2], ((0, 0), (0, extra))),
-                        np.pad(b[3], (0, extra)),
-                        b[4],
-                    )
-                )
+
+                def relayout(flat: np.ndarray) -> np.ndarray:
+                    head, pred = flat[: 1 + v], flat[1 + v : 1 + v + v * old].reshape(v, old)
+                    true, per = flat[1 + v + v * old : 1 + v + v * old + old], flat[-2:]
+                    padded = np.pad(pred, ((0, 0), (0, extra))).ravel()
+                    return np.concatenate([head, padded, np.pad(true, (0, extra)), per])
+
+                self._fading.relayout(relayout)
             self.k = k
 
-    def _row_stats(self, rows: np.ndarray, weights: np.ndarray):
-        """Weighted statistics of packed rows (true, V predictions, persistence flags)."""
-        v = self.views
-        total, correct, pred, true, per = self._stats(
-            rows[:, 0], rows[:, 1 : v + 1], rows[:, v + 1 :].astype(np.float64), weights
-        )
-        return np.array([total]), correct, pred, true, per
+    def _fading_update(self, y_true, preds, per) -> None:
+        v, k = self.views, self.k
+        pred_at, true_at, per_at = 1 + v, 1 + v + v * k, 1 + v + v * k + k
+        if y_true.size:
+            hits = preds == y_true[:, None]
+            pred_bins = pred_at + np.arange(v) * k + preds
+            true_bins = true_at + y_true
+            correct, scored = per[:, 0] > 0, per[:, 1] > 0
+
+            def contribute(rows: slice, weights: np.ndarray):
+                # each bin receives its values in row order (nonzero of the transposed hits
+                # walks views, then rows; ravel of the row-major bins walks rows)
+                hit_views, hit_rows = np.nonzero(hits[rows].T)
+                index = np.concatenate([
+                    np.zeros(weights.size, dtype=np.intp), 1 + hit_views,
+                    pred_bins[rows].ravel(), true_bins[rows],
+                    np.full(int(correct[rows].sum()), per_at),
+                    np.full(int(scored[rows].sum()), per_at + 1),
+                ])  # fmt: skip
+                values = np.concatenate([
+                    weights, weights[hit_rows], np.repeat(weights, v), weights,
+                    weights[correct[rows]], weights[scored[rows]],
+                ])  # fmt: skip
+                return index, values
+
+            self._fading.update(y_true.size, contribute)
+        flat = self._fading.value()
+        self.total = float(flat[0])
+        self.correct = flat[1:pred_at]
+        self.pred = flat[pred_at:true_at].reshape(v, k)
+        self.true = flat[true_at:per_at]
+        self.per = flat[per_at:]
 
     def _stats(self, y_true, preds, per, weights=None):
         # every sum runs in row order (axis-0 reductions, bincount): the same bits for any
@@ -219,7 +244,7 @@ class _BinnedState:
         cells = (np.arange(v) * k)[None, :] + preds
         pred = np.bincount(cells.ravel(), np.repeat(w, v), minlength=v * k).reshape(v, k)
         true = np.bincount(y_true, w, minlength=k)
-        return ordered_sum(w), correct, pred, true, (per * w[:, None]).sum(axis=0)
+        return float(w.sum()), correct, pred, true, (per * w[:, None]).sum(axis=0)
 
     def _add(self, stats, sign=1.0) -> None:
         total, correct, pred, true, per = stats
@@ -232,11 +257,7 @@ class _BinnedState:
     def update(self, y_true, preds, per) -> None:
         m = y_true.size
         if self.kind == "fading":
-            rows = np.concatenate([y_true[:, None], preds, per.astype(np.int64)], axis=1)
-            total, self.correct, self.pred, self.true, self.per = self._fading.update(
-                rows, self._row_stats
-            )
-            self.total = float(total[0])
+            self._fading_update(y_true, preds, per)
         elif self.kind == "window":
             size = self.window
             if m >= size:
@@ -312,12 +333,7 @@ class _BinnedState:
         if self.kind == "fading":
             self.k, self.seen = state["k"], state["seen"]
             self._fading.load(state["fading"])
-            v, k = self.views, self.k
-            self._fading.reshape(lambda b: (b[0], b[1], b[2].reshape(v, k), b[3], b[4]))
-            total, self.correct, self.pred, self.true, self.per = self._fading.value(
-                self._row_stats
-            )
-            self.total = float(total[0])
+            self._fading_update(np.zeros(0, dtype=np.int64), None, None)
             return
         self.k, self.total, self.seen = state["k"], state["total"], state["seen"]
         self.correct = np.array(state["correct"], dtype=np.float64)

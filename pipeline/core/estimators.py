@@ -430,67 +430,49 @@ class FadingConfusion(ConfusionEstimator):
             )
         super().__init__(max_classes)
         self.fading_factor = float(fading_factor)
-        # rows of the unfinished block: true, predicted, persistence flag (see _stat)
-        self._fading = BlockFading(self.fading_factor, 3, np.int64, self._zero(0))
-        self._scalars = np.zeros(3)  # N_a, faded persistent correct, faded persistent total
+        self._k = 0
+        # bins: faded counts of (true, predicted, flag), flag 0 = the no-change predictor not
+        # scored, 1 = scored and wrong, 2 = scored and right
+        self._fading = BlockFading(self.fading_factor, 0)
 
     @property
     def name(self) -> str:
         return f"fading:{self.fading_factor!r}"
 
-    @staticmethod
-    def _zero(k: int) -> tuple[np.ndarray, np.ndarray]:
-        return np.zeros((k, k)), np.zeros(3)
+    @property
+    def n_classes(self) -> int:
+        return self._k
 
     def _grow(self, k: int) -> None:
-        old = self.n_classes
-        super()._grow(k)
+        old = self._k
         if k > old:
-            self._fading.reshape(lambda base: (np.pad(base[0], (0, k - old)), base[1]))
-
-    def _stat(self, rows: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Faded cell counts and (N_a, persistent correct, persistent total) of packed rows.
-
-        A row is (true, predicted, flag) with flag 0 = the no-change predictor not scored,
-        1 = scored and wrong, 2 = scored and right. One weighted bincount over
-        (cell, flag) bins gives everything; every bin sums in row order, and the totals add
-        bins in a fixed order, so the result depends only on the rows and the weights.
-        """
-        k = self.n_classes
-        cells = k * k
-        if 3 * cells <= 4 * rows.shape[0] + 64:
-            code = (rows[:, 0] * k + rows[:, 1]) * 3 + rows[:, 2]
-            by_flag = np.bincount(code, weights, minlength=3 * cells).reshape(cells, 3)
-        else:  # many classes, few rows: do not allocate 3·k² bins per call
-            by_flag = np.zeros((cells, 3))
-            np.add.at(by_flag, (rows[:, 0] * k + rows[:, 1], rows[:, 2]), weights)
-        counts = by_flag.sum(axis=1).reshape(k, k)
-        per_flag = by_flag.sum(axis=0)
-        scalars = np.array([per_flag.sum(), per_flag[2], per_flag[1] + per_flag[2]])
-        return counts, scalars
+            pad = ((0, k - old), (0, k - old), (0, 0))
+            self._fading.relayout(lambda v: np.pad(v.reshape(old, old, 3), pad).ravel())
+            self._k = k
 
     def _update(self, y_true, y_pred, scored, correct) -> None:
-        rows = np.empty((y_true.size, 3), dtype=np.int64)
-        rows[:, 0], rows[:, 1] = y_true, y_pred
-        rows[:, 2] = scored.astype(np.int64) + correct
-        self._counts, self._scalars = self._fading.update(rows, self._stat)
+        k = self._k
+        code = (y_true * k + y_pred) * 3 + scored + correct
+        self._fading.update(code.size, lambda rows, weights: (code[rows], weights))
 
     def snapshot(self) -> ConfusionSnapshot:
-        weight, persistent_correct, persistent_total = self._scalars.tolist()
+        k = self._k
+        by_flag = self._fading.value().reshape(k * k, 3)
+        per_flag = by_flag.sum(axis=0)
         return ConfusionSnapshot(
-            confusion=self._counts.copy(),
-            persistent_correct=persistent_correct,
-            persistent_total=persistent_total,
+            confusion=by_flag.sum(axis=1).reshape(k, k),
+            persistent_correct=float(per_flag[2]),
+            persistent_total=float(per_flag[1] + per_flag[2]),
             n=self._fading.n,
-            n_effective=weight,
+            n_effective=float(per_flag.sum()),
         )
 
     def state(self) -> dict[str, Any]:
-        """A JSON-ready snapshot: the sums at the last block boundary and the rows since."""
+        """A JSON-ready snapshot: the sums at the last block boundary and inside the block."""
         return {
             **self._common_state(),
             "fading_factor": self.fading_factor,
-            "n_classes": self.n_classes,
+            "n_classes": self._k,
             "fading": self._fading.state(),
         }
 
@@ -498,11 +480,8 @@ class FadingConfusion(ConfusionEstimator):
     def _from_state(cls, state: dict[str, Any]) -> FadingConfusion:
         est = cls(fading_factor=state["fading_factor"], max_classes=state["max_classes"])
         est._last = state["last"]
-        k = state["n_classes"]
-        est._counts = np.zeros((k, k))
+        est._k = state["n_classes"]
         est._fading.load(state["fading"])
-        est._fading.reshape(lambda base: (base[0].reshape(k, k), base[1]))
-        est._counts, est._scalars = est._fading.value(est._stat)
         return est
 
 
