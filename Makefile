@@ -24,8 +24,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)  ## core vs River, side by side
+bench: $(STAMP)  ## every benchmark, each side by side with its peer
 	$(BIN)/python benchmarks/core_vs_river.py
+	$(BIN)/python benchmarks/decode.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

@@ -106,5 +106,147 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
             console.print(f"plot written to {plot}")
 
 
+@main.group()
+def kafka() -> None:
+    """A local single-node Apache Kafka (KRaft) for development, without Docker."""
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@kafka.command("start")
+@click.option("--name", default="default", show_default=True, help="Instance name.")
+def kafka_start(name: str) -> None:
+    """Fetch Kafka if needed (Maven Central, cached) and start it; print its bootstrap."""
+    from pipeline.devkafka import KafkaInstance, LauncherError
+
+    directory = KafkaInstance.named(name)
+    existing = KafkaInstance.load(directory)
+    if existing is not None and existing.running():
+        _say(f"kafka {name!r} is already running (pid {existing.pid}); logs: {existing.log_file}")
+        click.echo(existing.bootstrap)
+        return
+    try:
+        instance = KafkaInstance.start(directory, tie_to_parent=False, log=_say)
+    except LauncherError as err:
+        raise click.ClickException(str(err)) from None
+    _say(f"kafka {name!r} started (pid {instance.pid}); logs: {instance.log_file}")
+    click.echo(instance.bootstrap)
+
+
+@kafka.command("stop")
+@click.option("--name", default="default", show_default=True, help="Instance name.")
+def kafka_stop(name: str) -> None:
+    """Stop a local Kafka started with `streameval kafka start`."""
+    from pipeline.devkafka import KafkaInstance
+
+    instance = KafkaInstance.load(KafkaInstance.named(name))
+    if instance is None or not instance.running():
+        _say(f"kafka {name!r} is not running")
+        return
+    instance.stop()
+    _say(f"kafka {name!r} stopped")
+
+
+@kafka.command("status")
+@click.option("--name", default="default", show_default=True, help="Instance name.")
+def kafka_status(name: str) -> None:
+    """Say whether the local Kafka runs, where, and where its log is; exit 1 if it does not."""
+    from pipeline.devkafka import KafkaInstance
+
+    instance = KafkaInstance.load(KafkaInstance.named(name))
+    if instance is None or not instance.running():
+        _say(f"kafka {name!r} is not running")
+        sys.exit(1)
+    click.echo(f"running pid={instance.pid} bootstrap={instance.bootstrap} log={instance.log_file}")
+
+
+def _kafka_options(function):
+    function = click.option(
+        "-X", "settings", multiple=True, metavar="KEY=VALUE",
+        help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
+    )(function)  # fmt: skip
+    return click.option(
+        "--bootstrap", envvar="STREAMEVAL_BOOTSTRAP",
+        help="Kafka bootstrap servers (default: $STREAMEVAL_BOOTSTRAP, else the local Kafka "
+        "of `streameval kafka start`).",
+    )(function)  # fmt: skip
+
+
+def _admin(bootstrap, settings):
+    from confluent_kafka.admin import AdminClient
+
+    from pipeline.clients import ClientConfigError, client_config
+
+    try:
+        return AdminClient(client_config(bootstrap, settings))
+    except ClientConfigError as err:
+        raise click.UsageError(str(err)) from None
+
+
+@main.group()
+def topics() -> None:
+    """The topics of topics/topics.toml: create what is missing, describe them."""
+
+
+_prefix = click.option(
+    "--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", show_default=True,
+    help="Prefix of every topic name ($STREAMEVAL_TOPIC_PREFIX).",
+)  # fmt: skip
+
+
+@topics.command("create")
+@_kafka_options
+@_prefix
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions of every new topic instead of the declared count.",
+)
+def topics_create(bootstrap, settings, prefix, partitions) -> None:
+    """Create the missing topics; report existing ones whose partitions or configs differ
+    (they are left alone: changing a live topic is a decision for a person)."""
+    from pipeline.topics import create_topics, load_topics
+
+    report = create_topics(_admin(bootstrap, settings), load_topics(prefix, partitions=partitions))
+    for name in report.created:
+        click.echo(f"created    {name}")
+    for name in report.unchanged:
+        click.echo(f"exists     {name}")
+    for name, differences in report.mismatched.items():
+        click.echo(f"DIFFERS    {name}: " + "; ".join(differences))
+    if report.mismatched:
+        _say("some existing topics differ from topics/topics.toml; they were not changed")
+
+
+@topics.command("describe")
+@_kafka_options
+@_prefix
+def topics_describe(bootstrap, settings, prefix) -> None:
+    """Print every declared topic: role, key, schema, and declared vs actual settings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeline.topics import describe_topics, load_topics
+
+    table = Table(title="streameval topics")
+    for column in ("topic", "role", "key", "schema", "partitions", "configs (actual)"):
+        table.add_column(column)
+    for row in describe_topics(_admin(bootstrap, settings), load_topics(prefix)):
+        partitions = f"{row['partitions']}" if row["exists"] else "missing"
+        if row["exists"] and row["partitions"] != row["declared_partitions"]:
+            partitions += f" (declared {row['declared_partitions']})"
+        configs = ", ".join(
+            f"{k}={v}" + ("" if v == row["declared_configs"][k] else f" (declared "
+                          f"{row['declared_configs'][k]})")
+            for k, v in row["configs"].items()
+        )  # fmt: skip
+        table.add_row(row["name"], row["role"], row["key"], row["schema"] or "-", partitions,
+                      configs if row["exists"] else "-")  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -44,13 +44,6 @@ class ReplayResult:
     seconds: float = 0.0
 
 
-def _reason(message: str) -> str:
-    """A short, stable reason for counting (the message minus its details)."""
-    if message.startswith("not valid JSON"):
-        return "not valid JSON"
-    return message.split(" - at ")[0].split(";")[0]
-
-
 def _events(
     lines: Iterator[bytes], result: ReplayResult, strict: bool, examples: int = 5
 ) -> Iterator[Event]:
@@ -64,7 +57,7 @@ def _events(
             message = str(err)
             if strict:
                 raise MalformedLine(f"line {number}: {message}") from None
-            result.skipped[_reason(message)] += 1
+            result.skipped[err.code] += 1
             if len(result.skipped_examples) < examples:
                 result.skipped_examples.append((number, message))
             continue

@@ -1,0 +1,353 @@
+"""A local, single-node Apache Kafka (KRaft) for development and CI, without Docker.
+
+The broker comes from the official Apache Kafka artifacts on Maven Central, resolved with
+Maven into a cache outside the repository (``$STREAMEVAL_CACHE``, else
+``$XDG_CACHE_HOME/streameval``, else ``~/.cache/streameval``), so the second start is offline.
+Each instance gets its own directory (data, logs, state), a combined broker/controller on
+127.0.0.1 and free ports, and a heap sized for a small shared machine.
+
+Why Kafka 3.9: it is the last release line that still serves the older protocol versions
+aiokafka (and so Faust) negotiates, while 4.0 removed them; confluent-kafka works with both.
+3.9 runs KRaft without ZooKeeper and on Java 17.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["KAFKA_VERSION", "KafkaInstance", "LauncherError", "cache_dir", "ensure_artifacts"]
+
+KAFKA_VERSION = "3.9.1"
+SCALA_VERSION = "2.13"
+SLF4J_VERSION = "1.7.36"
+#: JVM options: a small heap and quick start-up for a 2-core machine shared with the tests.
+JVM_OPTIONS = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+)
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>streameval</groupId>
+  <artifactId>local-kafka</artifactId>
+  <version>{kafka}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.slf4j</groupId>
+      <artifactId>slf4j-reload4j</artifactId>
+      <version>{slf4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J = """log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=INFO
+log4j.logger.state.change.logger=WARN
+"""
+
+
+class LauncherError(RuntimeError):
+    """The local Kafka could not be fetched, started or stopped; the message says why."""
+
+
+def cache_dir() -> Path:
+    """Where artifacts and named instances live (outside the repository)."""
+    if os.environ.get("STREAMEVAL_CACHE"):
+        return Path(os.environ["STREAMEVAL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "streameval"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_artifacts(log=print) -> Path:
+    """The directory of the broker's jars, resolving them with Maven the first time.
+
+    Safe to call from several processes at once (a file lock serialises the download).
+    """
+    home = cache_dir() / f"kafka-{KAFKA_VERSION}"
+    libs = home / "libs"
+    if (libs / ".complete").exists():
+        return libs
+    with _locked(home / ".lock"):
+        if (libs / ".complete").exists():
+            return libs
+        java, mvn = shutil.which("java"), shutil.which("mvn")
+        if java is None or mvn is None:
+            raise LauncherError(
+                "the local Kafka needs Java (17+) and Maven on PATH "
+                f"(java: {java or 'missing'}, mvn: {mvn or 'missing'}); install them, or set "
+                "STREAMEVAL_TEST_BOOTSTRAP / --bootstrap to use an existing cluster"
+            )
+        pom = home / "pom.xml"
+        pom.write_text(_POM.format(kafka=KAFKA_VERSION, scala=SCALA_VERSION, slf4j=SLF4J_VERSION))
+        staging = home / "libs.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        log(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {home} ...")
+        command = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+                   f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LauncherError(
+                f"Maven could not resolve org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}"
+                f" (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
+            )
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        (libs / ".complete").write_text(KAFKA_VERSION)
+    return libs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The JVM of a test run must not outlive the test process, even after a SIGKILL."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+@dataclass
+class KafkaInstance:
+    """One local broker: its directory, ports and process.
+
+    Use :meth:`start`/:meth:`stop`, or ``with KafkaInstance.start(...) as kafka:``.
+    ``kafka.bootstrap`` is the address clients use.
+    """
+
+    directory: str
+    port: int
+    controller_port: int
+    pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.directory) / "logs" / "server.log"
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        directory: str | Path,
+        tie_to_parent: bool = True,
+        timeout: float = 90.0,
+        log=print,
+    ) -> KafkaInstance:
+        """Format a fresh KRaft log directory under ``directory`` and start the broker.
+
+        With ``tie_to_parent`` the JVM dies with the calling process (for tests); without,
+        it keeps running until :meth:`stop` (for ``streameval kafka start``).
+        """
+        libs = ensure_artifacts(log)
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for attempt in range(5):  # a free port can be taken between choosing and binding
+            instance = cls(str(directory), _free_port(), _free_port())
+            try:
+                instance._launch(libs, tie_to_parent, timeout)
+                return instance
+            except _PortTaken:
+                instance.stop()
+                if attempt == 4:
+                    raise LauncherError("no free port pair after 5 attempts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launch(self, libs: Path, tie_to_parent: bool, timeout: float) -> None:
+        root = Path(self.directory)
+        data, logs = root / "data", root / "logs"
+        shutil.rmtree(data, ignore_errors=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        (root / "log4j.properties").write_text(_LOG4J.format(log=logs / "server.log"))
+        (root / "server.properties").write_text(self._properties(data))
+        java = shutil.which("java") or "java"
+        classpath = f"{libs}/*"
+        log4j = f"-Dlog4j.configuration=file:{root / 'log4j.properties'}"
+        formatted = subprocess.run(
+            [java, *JVM_OPTIONS, "-cp", classpath, log4j, "kafka.tools.StorageTool", "format",
+             "-t", uuid.uuid4().hex[:22], "-c", str(root / "server.properties"),
+             "--ignore-formatted"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if formatted.returncode != 0:
+            raise LauncherError(f"formatting KRaft storage failed:\n{formatted.stderr[-2000:]}")
+        with open(logs / "stdout.log", "ab") as out:
+            process = subprocess.Popen(
+                [java, *JVM_OPTIONS, "-cp", classpath, log4j, "kafka.Kafka",
+                 str(root / "server.properties")],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if tie_to_parent else os.setsid,
+            )  # fmt: skip
+        self.pid = process.pid
+        self._write_state()
+        self._wait_ready(process, timeout)
+
+    def _properties(self, data: Path) -> str:
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"log.dirs={data}",
+                "num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=8",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "transaction.state.log.num.partitions=4",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                "num.network.threads=2",
+                "num.io.threads=2",
+                "log.retention.check.interval.ms=60000",
+                "",
+            ]
+        )
+
+    def _wait_ready(self, process: subprocess.Popen, timeout: float) -> None:
+        """Until the broker answers a metadata request (or the JVM died, or time ran out)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                tail = self._log_tail()
+                if "BindException" in tail or "Address already in use" in tail:
+                    raise _PortTaken()
+                raise LauncherError(
+                    f"the Kafka JVM exited with {process.returncode}; log {self.log_file}:\n{tail}"
+                )
+            if _port_open(self.port) and self._serves_metadata():
+                return
+            time.sleep(0.3)
+        tail = self._log_tail()
+        self.stop()
+        raise LauncherError(f"Kafka did not serve metadata within {timeout:.0f} s:\n{tail}")
+
+    def _serves_metadata(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        try:
+            metadata = admin.list_topics(timeout=2)
+        except Exception:  # not ready yet, whatever the client says
+            return False
+        return bool(metadata.brokers)
+
+    def _log_tail(self, lines: int = 25) -> str:
+        for path in (self.log_file, self.log_file.with_name("stdout.log")):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()
+                if text:
+                    return "\n".join(text[-lines:])
+        return "(no log)"
+
+    def running(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        with contextlib.suppress(FileNotFoundError):  # a zombie of ours is not running
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            return stat.split(") ", 1)[1][0] != "Z"
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the JVM (a clean shutdown), SIGKILL after ``timeout``; idempotent."""
+        if self.pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)
+            time.sleep(0.1)
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.pid = None
+        self._write_state()
+
+    def __enter__(self) -> KafkaInstance:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- named instances (streameval kafka start|stop|status) --------------------------------
+    def _write_state(self) -> None:
+        (Path(self.directory) / "state.json").write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> KafkaInstance | None:
+        path = Path(directory) / "state.json"
+        if not path.exists():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+    @staticmethod
+    def named(name: str) -> Path:
+        return cache_dir() / "instances" / name
+
+
+class _PortTaken(Exception):
+    pass

@@ -1,0 +1,87 @@
+"""The local Kafka launcher: start, stop, restart, two at once, no JVM left behind."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline.devkafka import KafkaInstance
+
+pytestmark = pytest.mark.launcher
+
+
+def _jvm_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
+
+
+def _produce_and_count(bootstrap: str) -> int:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("probe", 1, 1)])["probe"].result(timeout=30)
+    return len(admin.list_topics(timeout=10).brokers)
+
+
+def test_start_stop_twice_in_a_row(tmp_path):
+    for _ in range(2):
+        kafka = KafkaInstance.start(tmp_path / "k")
+        pid = kafka.pid
+        assert _produce_and_count(kafka.bootstrap) == 1
+        assert kafka.log_file.exists() and "started" in kafka.log_file.read_text()
+        kafka.stop()
+        assert not _jvm_running(pid)
+        kafka.stop()  # idempotent
+
+
+def test_two_launchers_at_once_do_not_collide(tmp_path):
+    with KafkaInstance.start(tmp_path / "a") as a, KafkaInstance.start(tmp_path / "b") as b:
+        assert a.port != b.port and a.controller_port != b.controller_port
+        assert _produce_and_count(a.bootstrap) == 1
+        assert _produce_and_count(b.bootstrap) == 1
+        pids = (a.pid, b.pid)
+    assert not any(_jvm_running(pid) for pid in pids)
+
+
+def test_the_jvm_dies_with_a_killed_test_process(tmp_path):
+    """A SIGKILLed parent (a crashed test run) leaves no orphan broker."""
+    script = (
+        "import sys, time; from pipeline.devkafka import KafkaInstance;"
+        f"k = KafkaInstance.start({str(tmp_path / 'c')!r}); print(k.pid, flush=True);"
+        "time.sleep(600)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(child.stdout.readline())
+    assert _jvm_running(pid)
+    child.kill()
+    child.wait()
+    deadline = time.monotonic() + 30
+    while _jvm_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _jvm_running(pid)
+
+
+def test_cli_start_status_stop(tmp_path):
+    name = f"test-{os.getpid()}"
+    bin_dir = os.path.dirname(sys.executable)
+    cli = [os.path.join(bin_dir, "streameval"), "kafka"]
+    started = subprocess.run([*cli, "start", "--name", name], capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    bootstrap = started.stdout.strip()
+    try:
+        assert bootstrap.startswith("127.0.0.1:")
+        again = subprocess.run([*cli, "start", "--name", name], capture_output=True, text=True)
+        assert again.stdout.strip() == bootstrap and "already running" in again.stderr
+        status = subprocess.run([*cli, "status", "--name", name], capture_output=True, text=True)
+        assert status.returncode == 0 and bootstrap in status.stdout
+    finally:
+        stopped = subprocess.run([*cli, "stop", "--name", name], capture_output=True, text=True)
+    assert stopped.returncode == 0
+    status = subprocess.run([*cli, "status", "--name", name], capture_output=True, text=True)
+    assert status.returncode == 1 and "not running" in status.stderr

@@ -1,0 +1,126 @@
+"""Topics and dead letters against a real broker."""
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipeline.ingest import ingest
+from pipeline.schemas import BatchDecoder
+from pipeline.topics import create_topics, describe_topics, load_topics
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def prefix():
+    return f"t{uuid.uuid4().hex[:8]}-"
+
+
+def test_create_is_idempotent_and_reports_differences(kafka_bootstrap, prefix):
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    specs = load_topics(prefix, partitions=2)
+    # someone created one topic by hand, with other settings: report it, do not touch it
+    odd = prefix + "labels"
+    admin.create_topics([NewTopic(odd, 1, 1, config={"retention.ms": "1000"})])[odd].result(30)
+    first = create_topics(admin, specs)
+    assert sorted(first.created) == sorted(s.name for s in specs if s.name != odd)
+    assert set(first.mismatched) == {odd}
+    assert any("partitions: 1, declared 2" in d for d in first.mismatched[odd])
+    assert any("retention.ms: 1000" in d for d in first.mismatched[odd])
+    second = create_topics(admin, specs)
+    assert second.created == []
+    assert sorted(second.unchanged) == sorted(first.created)
+    assert second.mismatched == first.mismatched
+    rows = {r["name"]: r for r in describe_topics(admin, specs)}
+    assert rows[prefix + "metrics"]["exists"] and rows[prefix + "metrics"]["partitions"] == 2
+    assert rows[odd]["configs"]["retention.ms"] == "1000"
+
+
+MALFORMED = {
+    "predictions": [
+        (b"{not json", "invalid_json"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 5}', "missing_field"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": "5", "label": "a"}', "wrong_type"),
+        (b'{"instance_id": "", "model_id": "m", "ts": 5, "label": "a"}', "empty_value"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 1e300, "label": "a"}', "wrong_type"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600000000, "label": "a"}',
+         "bad_timestamp"),
+        (b'{"type": "label", "instance_id": "i9", "model_id": "m", "ts": 5, "label": "a"}',
+         "unknown_type"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 5, "label": "' + b"x" * 2_000_000
+         + b'"}', "oversized"),
+    ],
+    "labels": [(b"[1, 2]", "not_an_object"), (b'{"instance_id": "i9", "ts": NaN}', "invalid_json")],
+    "instances": [(b'{"instance_id": "i9", "ts": -1}', "bad_timestamp")],
+}  # fmt: skip
+VALID = {
+    "instances": [b'{"instance_id": "i1", "ts": 1000, "features": {"x": 1.5}}'],
+    "predictions": [
+        b'{"instance_id": "i1", "model_id": "m", "ts": 1001, "label": "spam", '
+        b'"scores": {"spam": 0.9}}',
+        b'{"instance_id": "i1", "model_id": "m", "ts": 1002, "label": 3, "type": "prediction"}',
+    ],
+    "labels": [b'{"instance_id": "i1", "ts": 2000, "label": "spam"}'],
+}  # fmt: skip
+
+
+def _consume(bootstrap, topics, expected, timeout=60):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "fetch.message.max.bytes": 4_000_000})  # fmt: skip
+    consumer.subscribe(topics)
+    messages = []
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len(messages) < expected and time.monotonic() < deadline:
+        for m in consumer.consume(100, timeout=1.0):
+            assert m.error() is None, m.error()
+            messages.append(m)
+    consumer.close()
+    assert len(messages) == expected
+    return messages
+
+
+def test_valid_and_malformed_records_are_routed(kafka_bootstrap, prefix):
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    specs = load_topics(prefix, partitions=1)
+    for spec in specs:  # the test sends a 2 MB record: allow it on the input topics
+        if spec.role == "input":
+            spec.configs["max.message.bytes"] = "4194304"
+    create_topics(admin, specs)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 4_000_000})
+    sent = 0
+    for topic in ("instances", "predictions", "labels"):
+        for value in VALID[topic] + [v for v, _ in MALFORMED[topic]]:
+            producer.produce(prefix + topic, value=value, key=b"i-key")
+            sent += 1
+    assert producer.flush(30) == 0
+    inputs = _consume(kafka_bootstrap, [prefix + t for t in VALID], sent)
+
+    decoder = BatchDecoder({prefix + "instances": "instance", prefix + "predictions": "prediction",
+                            prefix + "labels": "label"})  # fmt: skip
+    batch = ingest(decoder, producer, inputs, prefix + "dead-letters")
+    assert producer.flush(30) == 0
+    assert [r.instance_id for r in batch.instances] == ["i1"]
+    assert [r.label for r in batch.predictions] == ["spam", 3]
+    assert batch.predictions[0].scores == {"spam": 0.9}
+    assert [r.ts for r in batch.labels] == [2000]
+    assert batch.ts("prediction").tolist() == [1001, 1002]
+    expected_codes = sorted(code for cases in MALFORMED.values() for _, code in cases)
+    assert sorted(d.code for d in batch.dead_letters) == expected_codes
+    assert sum(decoder.counters.values()) == len(expected_codes)
+
+    letters = _consume(kafka_bootstrap, [prefix + "dead-letters"], len(expected_codes))
+    by_offset = {(m.topic(), m.partition(), m.offset()): m for m in inputs}
+    for letter in letters:
+        headers = {k: v.decode() for k, v in letter.headers()}
+        source = by_offset[(headers["streameval.source.topic"],
+                            int(headers["streameval.source.partition"]),
+                            int(headers["streameval.source.offset"]))]  # fmt: skip
+        assert letter.value() == source.value()  # the original bytes, unchanged
+        assert letter.key() == b"i-key"
+        assert headers["streameval.reason"]  # a sentence for a person
+        assert headers["streameval.reason.code"] in expected_codes

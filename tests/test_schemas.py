@@ -1,0 +1,108 @@
+"""The wire format: the code and the JSON Schemas in topics/schemas accept the same messages."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipeline.schemas import MAX_TS, BatchDecoder, decode_event
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = {
+    kind: json.loads((ROOT / f"topics/schemas/{kind}.schema.json").read_text())
+    for kind in ("instance", "prediction", "label")
+}
+
+EXAMPLES = {  # (kind, message, valid?)
+    "instance": [
+        ({"instance_id": "i1", "ts": 0}, True),
+        ({"instance_id": "i1", "ts": 5, "features": {"a": [1, 2], "b": "x"}}, True),
+        ({"instance_id": "i1", "ts": MAX_TS}, True),
+        ({"instance_id": "i1", "ts": MAX_TS + 1}, False),
+        ({"instance_id": "i1", "ts": -1}, False),
+        ({"instance_id": "", "ts": 1}, False),
+        ({"instance_id": 7, "ts": 1}, False),
+        ({"instance_id": "i1"}, False),
+        ({"instance_id": "i1", "ts": 1.5}, False),
+        ({"instance_id": "i1", "ts": "1"}, False),
+        ({"instance_id": "i1", "ts": 1, "features": [1]}, False),
+    ],
+    "prediction": [
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a"}, True),
+        (
+            {
+                "instance_id": "i",
+                "model_id": "m",
+                "ts": 1,
+                "label": 3,
+                "scores": {"a": 0.5},
+                "model_version": "v2",
+            },
+            True,
+        ),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": ""}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": True}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": 1.5}, False),
+        ({"instance_id": "i", "model_id": "", "ts": 1, "label": "a"}, False),
+        ({"instance_id": "i", "ts": 1, "label": "a"}, False),
+        (
+            {"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "scores": {"a": "x"}},
+            False,
+        ),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "scores": {"a": 0.5}}, True),
+    ],
+    "label": [
+        ({"instance_id": "i", "ts": 1, "label": "a"}, True),
+        ({"instance_id": "i", "ts": 1, "label": -4}, True),
+        ({"instance_id": "i", "ts": 1, "label": None}, False),
+        ({"instance_id": "i", "ts": 1}, False),
+        ({"instance_id": "i" * 513, "ts": 1, "label": "a"}, False),
+    ],
+}
+
+
+class _Message:
+    def __init__(self, topic, value):
+        self._topic, self._value = topic, value
+
+    def topic(self):
+        return self._topic
+
+    def partition(self):
+        return 0
+
+    def offset(self):
+        return 0
+
+    def key(self):
+        return None
+
+    def value(self):
+        return self._value
+
+
+@pytest.mark.parametrize(
+    ("kind", "message", "valid"),
+    [(kind, m, v) for kind, cases in EXAMPLES.items() for m, v in cases],
+)
+def test_code_and_json_schema_agree(kind, message, valid):
+    schema_says = jsonschema.Draft202012Validator(SCHEMAS[kind]).is_valid(message)
+    decoder = BatchDecoder({"t": kind})
+    batch = decoder.decode([_Message("t", json.dumps(message).encode())])
+    code_says = len(batch) == 1
+    assert schema_says == code_says == valid
+    # the replay form (with "type") agrees too
+    line = json.dumps({"type": kind, **message})
+    schema_says = jsonschema.Draft202012Validator(SCHEMAS[kind]).is_valid({"type": kind, **message})
+    try:
+        decode_event(line)
+        code_says = True
+    except ValueError:
+        code_says = False
+    assert schema_says == code_says == valid
+
+
+def test_every_schema_is_valid_json_schema():
+    for path in sorted((ROOT / "topics/schemas").glob("*.schema.json")):
+        jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
