@@ -28,9 +28,7 @@ from pathlib import Path
 
 __all__ = ["KAFKA_VERSION", "KafkaInstance", "LauncherError", "cache_dir", "ensure_artifacts"]
 
-KAFKA_VERSION = "3.9.1"
-SCALA_VERSION = "2.13"
-SLF4J_VERSION = "1.7.36"
+KAFKA_VERSION = "3.9.1"  # the version of deploy/kafka/pom.xml
 #: JVM options: a small heap and quick start-up for a 2-core machine shared with the tests.
 JVM_OPTIONS = (
     "-Xms128m",
@@ -40,36 +38,8 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>streameval</groupId>
-  <artifactId>local-kafka</artifactId>
-  <version>{kafka}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{scala}</artifactId>
-      <version>{kafka}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.slf4j</groupId>
-      <artifactId>slf4j-reload4j</artifactId>
-      <version>{slf4j}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
-
-_LOG4J = """log4j.rootLogger=INFO, file
-log4j.appender.file=org.apache.log4j.FileAppender
-log4j.appender.file.File={log}
-log4j.appender.file.layout=org.apache.log4j.PatternLayout
-log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.kafka=INFO
-log4j.logger.org.apache.kafka=INFO
-log4j.logger.state.change.logger=WARN
-"""
+#: The POM and logging template of the broker (deploy/kafka/ in the repository).
+DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy" / "kafka"
 
 
 class LauncherError(RuntimeError):
@@ -115,7 +85,7 @@ def ensure_artifacts(log=print) -> Path:
                 "STREAMEVAL_TEST_BOOTSTRAP / --bootstrap to use an existing cluster"
             )
         pom = home / "pom.xml"
-        pom.write_text(_POM.format(kafka=KAFKA_VERSION, scala=SCALA_VERSION, slf4j=SLF4J_VERSION))
+        shutil.copyfile(DEPLOY_DIR / "pom.xml", pom)
         staging = home / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
         log(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {home} ...")
@@ -124,7 +94,7 @@ def ensure_artifacts(log=print) -> Path:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise LauncherError(
-                f"Maven could not resolve org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}"
+                f"Maven could not resolve Apache Kafka {KAFKA_VERSION} ({pom})"
                 f" (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
             )
         shutil.rmtree(libs, ignore_errors=True)
@@ -208,7 +178,8 @@ class KafkaInstance:
         data, logs = root / "data", root / "logs"
         shutil.rmtree(data, ignore_errors=True)
         logs.mkdir(parents=True, exist_ok=True)
-        (root / "log4j.properties").write_text(_LOG4J.format(log=logs / "server.log"))
+        template = (DEPLOY_DIR / "log4j.properties").read_text()
+        (root / "log4j.properties").write_text(template.replace("{log}", str(logs / "server.log")))
         (root / "server.properties").write_text(self._properties(data))
         java = shutil.which("java") or "java"
         classpath = f"{libs}/*"

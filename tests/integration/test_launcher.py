@@ -85,3 +85,10 @@ def test_cli_start_status_stop(tmp_path):
     assert stopped.returncode == 0
     status = subprocess.run([*cli, "status", "--name", name], capture_output=True, text=True)
     assert status.returncode == 1 and "not running" in status.stderr
+
+
+def test_pom_and_launcher_pin_the_same_version():
+    from pipeline.devkafka import DEPLOY_DIR, KAFKA_VERSION
+
+    pom = (DEPLOY_DIR / "pom.xml").read_text()
+    assert f"<artifactId>kafka_2.13</artifactId>\n      <version>{KAFKA_VERSION}</version>" in pom
