@@ -69,6 +69,7 @@ def replay(
     source: Path | IO[bytes],
     config: EvaluationConfig,
     out: IO[bytes],
+    *,
     strict: bool = False,
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
     progress: Callable[[int], None] | None = None,

@@ -1,0 +1,232 @@
+"""Prometheus exporter: the latest published numbers as series (an adapter; no core logic).
+
+The worker hands every record it publishes to :meth:`Exporter.observe`, which only stores a
+reference to the latest snapshot per model, view and pair; the custom collector turns those
+snapshots into series at scrape time, so a scrape costs no evaluation and never blocks the
+stream. Events (alarms, outcomes, dropped records, dead letters) are counters; label latency is a
+histogram per model. Series of models that this worker no longer owns are removed with
+:meth:`Exporter.forget_models`.
+
+Names (DESIGN.md "Names operators see"): every series starts with ``streameval_``; labels are
+``model``, ``view``, ``estimator`` (``cumulative``, ``window_1000``, ``fading_0.999``),
+``measure``, ``class`` (per-class measures), ``detector``, ``pair``, ``reason``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["LATENCY_BUCKETS", "Exporter", "estimator_label"]
+
+#: Label latency buckets in seconds: one second to four weeks.
+LATENCY_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400, 3 * 86400, 7 * 86400,
+                   28 * 86400, math.inf)  # fmt: skip
+
+_PER_CLASS = re.compile(r"^(?P<measure>\w+)\[(?P<cls>.*)\]$")
+
+
+def estimator_label(name: str) -> str:
+    """``window:1000`` → ``window_1000`` (a colon is awkward in PromQL label matchers)."""
+    return name.replace(":", "_")
+
+
+def _value(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, exporter: Exporter) -> None:
+        self._exporter = exporter
+
+    def describe(self) -> Iterable[Any]:
+        return []  # unchecked collector: its series come and go with the models
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        metrics, comparisons = self._exporter._snapshots()
+        measure = GaugeMetricFamily(
+            "streameval_measure",
+            "Latest value of a measure of a model (NaN: undefined).",
+            labels=["model", "view", "estimator", "measure"],
+        )
+        per_class = GaugeMetricFamily(
+            "streameval_class_measure",
+            "Latest per-class precision, recall or F1 of a model.",
+            labels=["model", "view", "estimator", "measure", "class"],
+        )
+        delayed = GaugeMetricFamily(
+            "streameval_delayed_measure",
+            "Delayed-label measures: initial, final and prioritised (psi) performance.",
+            labels=["model", "estimator", "measure", "stage"],
+        )
+        binned = GaugeMetricFamily(
+            "streameval_binned_accuracy",
+            "Accuracy of the predictions in force in each bin of the latency period.",
+            labels=["model", "estimator", "bin"],
+        )
+        outcomes = GaugeMetricFamily(
+            "streameval_model_outcomes", "Outcomes evaluated for a model.", labels=["model"]
+        )
+        latency = GaugeMetricFamily(
+            "streameval_label_latency_mean_seconds",
+            "Mean time from instance to label of the evaluated outcomes.",
+            labels=["model"],
+        )
+        comparison = GaugeMetricFamily(
+            "streameval_comparison",
+            "Q statistic, signed McNemar, n01, n10 and significance of model_a vs model_b.",
+            labels=["pair", "model_a", "model_b", "estimator", "statistic"],
+        )
+        for (model, view), record in metrics.items():
+            for estimator, values in record["estimators"].items():
+                est = estimator_label(estimator)
+                for name, value in values.items():
+                    match = _PER_CLASS.match(name)
+                    if match:
+                        per_class.add_metric(
+                            [model, view, est, match["measure"], match["cls"]], _value(value)
+                        )
+                    else:
+                        measure.add_metric([model, view, est, name], _value(value))
+            if view != "final":
+                continue
+            outcomes.add_metric([model], float(record["n"]))
+            latency.add_metric([model], _value(record["latency_ms"]["mean"]) / 1000.0)
+            for estimator, block in record["delayed"].items():
+                est = estimator_label(estimator)
+                for name in ("accuracy", "kappa", "kappa_plus"):
+                    for stage in ("initial", "final"):
+                        delayed.add_metric([model, est, name, stage],
+                                           _value(block[f"{name}_{stage}"]))  # fmt: skip
+                    delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
+                for b, value in enumerate(block["binned_accuracy"], start=1):
+                    binned.add_metric([model, est, str(b)], _value(value))
+        for pair, record in comparisons.items():
+            for estimator, values in record["estimators"].items():
+                for name in ("q_statistic", "mcnemar", "n01", "n10", "significant"):
+                    comparison.add_metric(
+                        [pair, record["model_a"], record["model_b"], estimator_label(estimator),
+                         name], _value(values[name]),
+                    )  # fmt: skip
+        yield from (measure, per_class, delayed, binned, outcomes, latency, comparison)
+
+
+class Exporter:
+    """The worker's Prometheus series, on a registry passed in (never the global one).
+
+    Examples
+    --------
+    >>> from prometheus_client import CollectorRegistry, generate_latest
+    >>> registry = CollectorRegistry()
+    >>> exporter = Exporter(registry)
+    >>> exporter.observe([{"kind": "drift_alarm", "model_id": "m", "detector": "page_hinkley"}])
+    >>> b'streameval_drift_alarms_total{detector="page_hinkley",model="m"} 1.0' in (
+    ...     generate_latest(registry))
+    True
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._metrics: dict[tuple[str, str], dict[str, Any]] = {}
+        self._comparisons: dict[str, dict[str, Any]] = {}
+        self.alarms = Counter(
+            "streameval_drift_alarms", "Drift alarms fired.", ["model", "detector"],
+            registry=registry,
+        )  # fmt: skip
+        self.dropped = Counter(
+            "streameval_dropped_records",
+            "Records the join dropped or found odd, by reason (and model where it has one).",
+            ["reason", "model"],
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "streameval_dead_letters", "Malformed input messages sent to dead letters.",
+            ["reason"], registry=registry,
+        )  # fmt: skip
+        self.outcomes = Counter(
+            "streameval_outcomes", "Outcomes evaluated (rate() gives outcomes per second).",
+            ["model"], registry=registry,
+        )  # fmt: skip
+        self.label_latency = Histogram(
+            "streameval_label_latency_seconds", "Time from instance to label.", ["model"],
+            buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.pending = Gauge(
+            "streameval_pending_instances", "Instances buffered by the join, waiting for a label.",
+            registry=registry,
+        )  # fmt: skip
+        self.lag = Gauge(
+            "streameval_consumer_lag", "Messages not yet consumed, per input partition.",
+            ["topic", "partition"], registry=registry,
+        )  # fmt: skip
+        registry.register(_SnapshotCollector(self))
+        self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
+
+    def _child(self, metric, *values: str):
+        self._children.setdefault(metric._name, set()).add(values)
+        return metric.labels(*values)
+
+    # -- updates from the worker ------------------------------------------------------------
+    def observe(self, records: Iterable[dict[str, Any]]) -> None:
+        """Take the records the worker publishes: keep the latest snapshots, count alarms."""
+        metrics, comparisons = None, None
+        for record in records:
+            kind = record["kind"]
+            if kind == "metrics":
+                if metrics is None:
+                    metrics = dict(self._metrics)
+                metrics[record["model_id"], record["view"]] = record
+            elif kind == "comparison":
+                if comparisons is None:
+                    comparisons = dict(self._comparisons)
+                comparisons[record["pair"]] = record
+            elif kind == "drift_alarm":
+                self._child(self.alarms, record["model_id"], record["detector"]).inc()
+        with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
+            if metrics is not None:
+                self._metrics = metrics
+            if comparisons is not None:
+                self._comparisons = comparisons
+
+    def observe_outcomes(self, model_id: str, latencies_ms: Iterable[float]) -> None:
+        """Count a model's new outcomes and record their label latencies."""
+        histogram = self._child(self.label_latency, model_id)
+        count = 0
+        for latency in latencies_ms:
+            histogram.observe(latency / 1000.0)
+            count += 1
+        self._child(self.outcomes, model_id).inc(count)
+
+    def count_dropped(self, reason: str, model_id: str = "", amount: int = 1) -> None:
+        self._child(self.dropped, reason, model_id).inc(amount)
+
+    def count_dead_letters(self, reason: str, amount: int = 1) -> None:
+        self._child(self.dead_letters, reason).inc(amount)
+
+    def forget_models(self, model_ids: Iterable[str]) -> None:
+        """Remove every series of models this worker no longer owns."""
+        gone = set(model_ids)
+        with self._lock:
+            self._metrics = {k: v for k, v in self._metrics.items() if k[0] not in gone}
+            self._comparisons = {
+                k: v for k, v in self._comparisons.items()
+                if v["model_a"] not in gone and v["model_b"] not in gone
+            }  # fmt: skip
+        for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.label_latency, 0),
+                                 (self.dropped, 1)):  # fmt: skip
+            children = self._children.get(metric._name, set())
+            for labels in [c for c in children if c[position] in gone]:
+                metric.remove(*labels)
+                children.discard(labels)
+
+    def _snapshots(self):
+        with self._lock:
+            return self._metrics, self._comparisons

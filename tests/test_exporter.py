@@ -1,0 +1,108 @@
+"""The Prometheus exporter shows exactly the numbers of the records it was given."""
+
+import io
+import math
+import urllib.request
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline.config import load_config
+from pipeline.exporter import Exporter, estimator_label
+from pipeline.replay import replay
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _replayed():
+    records = []
+    config = load_config(ROOT / "docs/examples/replay.toml")
+    replay(
+        ROOT / "docs/examples/sample-events.jsonl", config, io.BytesIO(), on_records=records.extend
+    )
+    return records
+
+
+def _series(registry):
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            out[sample.name, tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def _same(a, b):
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def test_series_equal_the_latest_records():
+    records = _replayed()
+    registry = CollectorRegistry()
+    exporter = Exporter(registry)
+    exporter.observe(records)
+    series = _series(registry)
+    final = {(r["model_id"], r["view"]): r for r in records if r["kind"] == "metrics"}
+    assert len(final) == 6
+    for (model, view), record in final.items():
+        for estimator, values in record["estimators"].items():
+            for name, value in values.items():
+                if "[" in name:
+                    measure, cls = name[:-1].split("[")
+                    key = ("streameval_class_measure", tuple(sorted({
+                        "model": model, "view": view, "estimator": estimator_label(estimator),
+                        "measure": measure, "class": cls}.items())))  # fmt: skip
+                else:
+                    key = ("streameval_measure", tuple(sorted({
+                        "model": model, "view": view, "estimator": estimator_label(estimator),
+                        "measure": name}.items())))  # fmt: skip
+                want = math.nan if value is None else value
+                assert _same(series[key], want), (key, series[key], want)
+    labels = (("estimator", "cumulative"), ("measure", "accuracy"), ("model", "champion"),
+              ("stage", "psi"))  # fmt: skip
+    psi = series["streameval_delayed_measure", labels]
+    assert psi == final["champion", "final"]["delayed"]["cumulative"]["psi_accuracy"]
+    assert series["streameval_drift_alarms_total", (("detector", "ratio_page_hinkley"),
+                                                    ("model", "champion"))] == 1.0  # fmt: skip
+    mcnemar = [v for (name, labels), v in series.items()
+               if name == "streameval_comparison" and ("statistic", "mcnemar") in labels
+               and ("estimator", "window_1000") in labels]  # fmt: skip
+    last = [r for r in records if r["kind"] == "comparison"][-1]
+    assert mcnemar == [last["estimators"]["window:1000"]["mcnemar"]]
+
+
+def test_forgotten_models_lose_their_series():
+    registry = CollectorRegistry()
+    exporter = Exporter(registry)
+    exporter.observe(_replayed())
+    exporter.observe_outcomes("champion", [1000.0, 2500.0])
+    exporter.count_dropped("late_prediction", "champion")
+    exporter.count_dropped("orphan_label")
+    exporter.forget_models(["champion"])
+    text = generate_latest(registry).decode()
+    assert 'model="champion"' not in text and 'model_a="champion"' not in text
+    assert 'model="challenger"' in text
+    assert 'streameval_dropped_records_total{model="",reason="orphan_label"} 1.0' in text
+
+
+def test_latency_histogram_and_outcome_counter():
+    registry = CollectorRegistry()
+    exporter = Exporter(registry)
+    exporter.observe_outcomes("m", [500.0, 3000.0, 7_200_000.0])
+    series = _series(registry)
+    assert series["streameval_outcomes_total", (("model", "m"),)] == 3
+    assert series["streameval_label_latency_seconds_bucket", (("le", "1.0"), ("model", "m"))] == 1
+    assert series["streameval_label_latency_seconds_bucket", (("le", "5.0"), ("model", "m"))] == 2
+    assert series["streameval_label_latency_seconds_count", (("model", "m"),)] == 3
+
+
+def test_metrics_are_served_over_http():
+    registry = CollectorRegistry()
+    Exporter(registry).observe(_replayed())
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        port = server.server_address[1]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    finally:
+        server.shutdown()
+    assert b'streameval_measure{estimator="window_1000",measure="kappa_plus"' in body
