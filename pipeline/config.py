@@ -42,7 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.core.drift import DEFAULT_DETECTORS, make_detector
-from pipeline.core.estimators import parse_estimator
+from pipeline.core.estimators import estimator_names
 from pipeline.core.evaluator import DEFAULT_ESTIMATORS
 
 __all__ = ["ConfigError", "EvaluationConfig", "load_config"]
@@ -104,9 +104,7 @@ class EvaluationConfig(_Strict):
     @field_validator("estimators")
     @classmethod
     def _estimators(cls, value: list[str]) -> list[str]:
-        names = [parse_estimator(spec).name for spec in value]
-        if len(set(names)) != len(names):
-            raise ValueError(f"{value!r} lists an estimator twice")
+        estimator_names(value)
         return value
 
     _check = field_validator("detectors")(lambda cls, v: _check_detectors(v))

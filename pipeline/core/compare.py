@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipeline.core.estimators import parse_estimator
+from pipeline.core.estimators import estimator_names, parse_estimator
 from pipeline.core.fading import BlockFading
 
 __all__ = [
@@ -575,18 +575,11 @@ class ModelComparison:
     """
 
     def __init__(self, estimators: Sequence[str] = ("cumulative", "window:1000", "fading:0.999")):
-        if isinstance(estimators, str):
-            raise ValueError(
-                f"estimators={estimators!r} is a single string; pass a list of estimator names"
-            )
+        estimator_names(estimators)  # validates the list
         self.estimators = tuple(estimators)
-        if not self.estimators:
-            raise ValueError("estimators=() is empty; configure at least one estimator")
         self._tallies: dict[str, _Tally] = {}
         for spec in self.estimators:
             tally = _make_tally(spec)
-            if tally.name in self._tallies:
-                raise ValueError(f"estimator {spec!r} is configured twice; list each one once")
             self._tallies[tally.name] = tally
 
     @property

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.estimators import parse_estimator, persistence
+from pipeline.core.estimators import estimator_names, persistence
 from pipeline.core.fading import BlockFading
 from pipeline.core.labels import DEFAULT_MAX_CLASSES
 
@@ -412,7 +412,7 @@ class DelayedEvaluator:
             bin_rule,
             max_classes,
         )
-        names = [parse_estimator(spec).name for spec in self.estimators]  # validates the names
+        names = estimator_names(self.estimators)
         self._states = {name: _BinnedState(name, bins + 2) for name in names}
         self._weights = psi_weights(bins, self.alpha)
         self._last = -1

@@ -29,6 +29,7 @@ __all__ = [
     "CumulativeConfusion",
     "FadingConfusion",
     "WindowConfusion",
+    "estimator_names",
     "parse_estimator",
 ]
 
@@ -483,6 +484,29 @@ class FadingConfusion(ConfusionEstimator):
         est._k = state["n_classes"]
         est._fading.load(state["fading"])
         return est
+
+
+def estimator_names(specs: Any) -> list[str]:
+    """Check a configured list of estimators; return their wire names, in order.
+
+    >>> estimator_names(["cumulative", "window:500", "fading:0.99"])
+    ['cumulative', 'window:500', 'fading:0.99']
+    >>> estimator_names(["window:10", "window:10"])
+    Traceback (most recent call last):
+    ...
+    ValueError: estimator 'window:10' is configured twice; list each one once
+    """
+    if isinstance(specs, str):
+        raise ValueError(f"estimators={specs!r} is a single string; pass a list of estimator names")
+    names: list[str] = []
+    for spec in specs:
+        name = parse_estimator(spec).name
+        if name in names:
+            raise ValueError(f"estimator {spec!r} is configured twice; list each one once")
+        names.append(name)
+    if not names:
+        raise ValueError("estimators=() is empty; configure at least one estimator")
+    return names
 
 
 def parse_estimator(spec: str, max_classes: int = DEFAULT_MAX_CLASSES) -> ConfusionEstimator:

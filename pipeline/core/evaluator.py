@@ -10,6 +10,7 @@ import numpy as np
 from pipeline.core.estimators import (
     ConfusionEstimator,
     ConfusionSnapshot,
+    estimator_names,
     parse_estimator,
     persistence,
     validate_outcomes,
@@ -65,21 +66,14 @@ class Evaluator:
         max_classes: int = DEFAULT_MAX_CLASSES,
         labels: LabelEncoder | None = None,
     ) -> None:
-        if isinstance(estimators, str):
-            raise ValueError(
-                f"estimators={estimators!r} is a single string; pass a list of estimator names"
-            )
+        estimator_names(estimators)  # validates the list
         self.estimators = tuple(estimators)
-        if not self.estimators:
-            raise ValueError("estimators=() is empty; configure at least one estimator")
         self.positive_label = positive_label
         self.max_classes = max_classes
         self._labels = LabelEncoder(max_classes=max_classes) if labels is None else labels
         self._estimators: dict[str, ConfusionEstimator] = {}
         for spec in self.estimators:
             estimator = parse_estimator(spec, max_classes=max_classes)
-            if estimator.name in self._estimators:
-                raise ValueError(f"estimator {spec!r} is configured twice; list each one once")
             self._estimators[estimator.name] = estimator
         if positive_label is not None:
             self._labels.encode([positive_label])  # validates it and gives it a stable index
