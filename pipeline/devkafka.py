@@ -274,14 +274,26 @@ class KafkaInstance:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return False
-        with contextlib.suppress(FileNotFoundError):  # a zombie of ours is not running
+        try:
             stat = Path(f"/proc/{self.pid}/stat").read_text()
-            return stat.split(") ", 1)[1][0] != "Z"
-        return True
+            command = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            return False
+        if stat.split(") ", 1)[1][0] == "Z":  # a zombie of ours is not running
+            return False
+        # after a reboot the pid may belong to another process: only our broker counts
+        ours = str(Path(self.directory) / "server.properties").encode()
+        return b"kafka.Kafka" in command and ours in command
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM the JVM (a clean shutdown), SIGKILL after ``timeout``; idempotent."""
         if self.pid is None:
+            return
+        if not self.running():  # gone already, or the pid now belongs to someone else
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)  # reap our own zombie, if it is one
+            self.pid = None
+            self._write_state()
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGTERM)

@@ -14,7 +14,7 @@ last outcome it covers), so the output does not depend on when it was computed.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,8 +39,12 @@ class Engine:
         }
         self._pair_last_ts: dict[str, int] = {}
         self._model_last_ts: dict[str, int] = {}
+        self._published: dict[str, int] = {}  # model or pair -> n of its latest record
         self._now = 0
         self.alarms = 0
+        #: outcomes a model refused, by (model, reason), and the latest reasons as text
+        self.rejected: Counter[tuple[str, str]] = Counter()
+        self.problems: deque[str] = deque(maxlen=10)
 
     # -- input ---------------------------------------------------------------------------
     def process(self, events: Iterable[Event]) -> list[dict[str, Any]]:
@@ -91,13 +95,19 @@ class Engine:
         tagged.sort(key=lambda t: (t[0], t[1]))
         return [record for _, _, record in tagged]
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Final metrics and comparison records (at the end of a replay, or on shutdown)."""
-        records = []
+    def finish(self, flush: bool = True) -> list[dict[str, Any]]:
+        """Final records: at the end of a replay, or when a worker shuts down.
+
+        With ``flush`` (the end of a finite stream) labels still waiting out their grace are
+        resolved first, since nothing more can arrive. A final record is not repeated when the
+        last periodic one already covered the same outcomes.
+        """
+        records = self.evaluate(self.join.flush()) if flush else []
         for model_id, model in self.models.items():
-            records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
+            if self._published.get(model_id) != model.n:
+                records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
         for key, pair in self.pairs.items():
-            if key in self._pair_last_ts:
+            if key in self._pair_last_ts and self._published.get(key) != pair.n:
                 records.append(self._comparison_record(key, pair, self._pair_last_ts[key]))
         return records
 
@@ -127,10 +137,13 @@ class Engine:
         start = 0
         while start < len(outcomes):
             # cut the batch where a metrics record is due, so records land on exact counts
-            room = every - model.n % every
-            chunk = outcomes[start : start + room]
+            taken = outcomes[start : start + every - model.n % every]
+            start += len(taken)
             before = model.n
-            for alarm in model.update(chunk):
+            alarms, chunk = self._update(model_id, model, taken)
+            if not chunk:  # every outcome refused
+                continue
+            for alarm in alarms:
                 at = chunk[alarm.index - before - 1]
                 records.append(
                     (at, {
@@ -150,8 +163,26 @@ class Engine:
             if model.n % every == 0:
                 for record in self._metrics_records(model_id, model, chunk[-1].t_label):
                     records.append((chunk[-1], record))
-            start += len(chunk)
         return records
+
+    def _update(self, model_id: str, model: ModelEvaluator, chunk: list[Outcome]):
+        """Update a model; if the batch is refused (a class over ``max_classes``), retry one
+        outcome at a time and count the refused ones, so one bad label never stops the others
+        (the core is split-invariant: the result is as if they had never come)."""
+        try:
+            return model.update(chunk), chunk
+        except ValueError:
+            pass
+        alarms, accepted = [], []
+        for outcome in chunk:
+            try:
+                alarms += model.update([outcome])
+            except ValueError as err:
+                self.rejected[model_id, "class_limit"] += 1
+                self.problems.append(f"model {model_id!r}: {err}")
+            else:
+                accepted.append(outcome)
+        return alarms, accepted
 
     def _evaluate_pair(self, key: str, pair: PairEvaluator, outcomes: list[Outcome]) -> list:
         """(outcome that caused it, record) pairs."""
@@ -170,8 +201,8 @@ class Engine:
             start += len(chunk)
         return records
 
-    @staticmethod
-    def _metrics_records(model_id: str, model: ModelEvaluator, ts: int) -> list[dict[str, Any]]:
+    def _metrics_records(self, model_id: str, model: ModelEvaluator, ts: int) -> list[dict]:
+        self._published[model_id] = model.n
         measures = model.measures()
         records = []
         for view, estimators in measures["views"].items():
@@ -189,8 +220,8 @@ class Engine:
             records.append(record)
         return records
 
-    @staticmethod
-    def _comparison_record(key: str, pair: PairEvaluator, ts: int) -> dict[str, Any]:
+    def _comparison_record(self, key: str, pair: PairEvaluator, ts: int) -> dict[str, Any]:
+        self._published[key] = pair.n
         return {
             "kind": "comparison",
             "pair": key,
@@ -209,8 +240,10 @@ class Engine:
             "pairs": {k: p.state() for k, p in self.pairs.items()},
             "pair_last_ts": dict(self._pair_last_ts),
             "model_last_ts": dict(self._model_last_ts),
+            "published": dict(self._published),
             "now": self._now,
             "alarms": self.alarms,
+            "rejected": [[m, r, c] for (m, r), c in self.rejected.items()],
         }
 
     @classmethod
@@ -223,6 +256,8 @@ class Engine:
                 engine.pairs[key] = PairEvaluator.from_state(s)
         engine._pair_last_ts = dict(state["pair_last_ts"])
         engine._model_last_ts = dict(state["model_last_ts"])
+        engine._published = dict(state["published"])
         engine._now = state["now"]
         engine.alarms = state["alarms"]
+        engine.rejected = Counter({(m, r): c for m, r, c in state["rejected"]})
         return engine

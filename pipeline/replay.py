@@ -41,6 +41,9 @@ class ReplayResult:
     final_comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
     alarms: list[dict[str, Any]] = field(default_factory=list)
     join_counters: dict[str, int] = field(default_factory=dict)
+    pending: int = 0  # instances still waiting for a label at the end
+    rejected: dict[tuple[str, str], int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -97,6 +100,9 @@ def replay(
         if isinstance(source, Path):
             handle.close()
     result.join_counters = dict(engine.join.counters)
+    result.pending = engine.join.pending
+    result.rejected = dict(engine.rejected)
+    result.problems = list(engine.problems)
     result.seconds = time.perf_counter() - started
     return result
 

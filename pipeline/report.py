@@ -58,6 +58,12 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
     odd = {k: v for k, v in result.join_counters.items() if v}
     if odd:
         console.print("join: " + ", ".join(f"{k}={v}" for k, v in sorted(odd.items())))
+    if result.pending:
+        console.print(f"{result.pending} instances still wait for a label (not evaluated)")
+    for (model_id, reason), count in sorted(result.rejected.items()):
+        console.print(f"[bold red]model {model_id}: {count} outcomes refused ({reason})[/]")
+    for problem in result.problems[:3]:
+        console.print(f"  {problem}")
     total_skipped = sum(result.skipped.values())
     console.print(
         f"{result.events} events from {result.lines} lines in {result.seconds:.2f} s; "

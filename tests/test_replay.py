@@ -149,3 +149,45 @@ def test_defaults_need_no_file():
     _data, result = _replay_bytes(config=load_config())
     assert result.records["metrics"] > 0
     assert result.final_comparisons == {}
+
+
+def _run_lines(tmp_path, lines, **config):
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    out = io.BytesIO()
+    result = replay(path, load_config(**config), out)
+    return [json.loads(r) for r in out.getvalue().splitlines()], result
+
+
+def _stream(n, model="m", label=lambda i: "a"):
+    lines = []
+    for i in range(n):
+        lines.append({"type": "prediction", "instance_id": f"{model}-{i}", "model_id": model,
+                      "ts": 100 * i, "label": "a"})  # fmt: skip
+        lines.append({"type": "label", "instance_id": f"{model}-{i}", "ts": 100 * i + 50,
+                      "label": label(i)})  # fmt: skip
+    return lines
+
+
+def test_labels_still_in_their_grace_at_the_end_are_evaluated(tmp_path):
+    """The default grace (5 s) outlasts this whole file: the end of the file resolves them."""
+    records, result = _run_lines(tmp_path, _stream(4))
+    assert [(r["view"], r["n"]) for r in records] == [("initial", 4), ("final", 4)]
+    assert result.pending == 0
+
+
+def test_final_records_are_not_repeated(tmp_path):
+    records, _ = _run_lines(tmp_path, _stream(4), publish_every=2)
+    assert [(r["view"], r["n"]) for r in records] == [
+        ("initial", 2), ("final", 2), ("initial", 4), ("final", 4)
+    ]  # fmt: skip
+
+
+def test_a_model_over_its_class_limit_does_not_stop_the_others(tmp_path):
+    lines = _stream(5, model="good") + _stream(5, model="bad", label=lambda i: f"c{i}")
+    records, result = _run_lines(tmp_path, lines, max_classes=3)
+    final = {r["model_id"]: r for r in records if r["view"] == "final"}
+    assert final["good"]["n"] == 5
+    assert final["bad"]["n"] == 2  # classes a, c0, c1; c2, c3, c4 would pass the limit
+    assert result.rejected == {("bad", "class_limit"): 3}
+    assert "max_classes=3" in result.problems[0]

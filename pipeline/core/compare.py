@@ -20,7 +20,7 @@ Part A §10's "NaN when a sum is 0" is about the sums of Q).
 Exactness: cumulative and window loss sums are kept as exact binary fractions (every finite
 float is one), so any split of a stream into batches gives the very same state and measures,
 real-valued losses included, and a window never drifts when large losses leave it. Fading sums
-are floats (a batch of m pairs is applied in closed form, S ← a^m·S + Σ_j a^(m−1−j)·L_j).
+are floats kept with :class:`~pipeline.core.fading.BlockFading`, bit-identical for any split.
 
 References
 ----------

@@ -95,6 +95,13 @@ def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") ->
     """
     if rule not in BIN_RULES:
         raise ValueError(f"bin_rule={rule!r} is not allowed; use one of {BIN_RULES}")
+    negative = np.flatnonzero(batch.t_label < batch.t_instance)
+    if negative.size:
+        i = int(negative[0])
+        raise ValueError(
+            f"outcome {i} has t_label={int(batch.t_label[i])} before "
+            f"t_instance={int(batch.t_instance[i])}; a latency period cannot be negative"
+        )
     n = batch.initial.size
     grid = np.full((n, bins + 1), -1, dtype=np.int64)
     grid[:, 0] = batch.initial

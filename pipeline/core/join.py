@@ -271,6 +271,19 @@ class Join:
             resolved.popitem(last=False)
         return out
 
+    def flush(self) -> list[Outcome]:
+        """Resolve every instance that has its label now, without waiting for its grace.
+
+        For the end of a finite stream (replay): nothing more can arrive, so waiting is
+        pointless. Instances without a label stay pending.
+        """
+        out: list[Outcome] = []
+        while self._grace:
+            _, instance_id = self._grace.popleft()
+            if instance_id in self._pending:
+                self._resolve(instance_id, out)
+        return out
+
     # -- internals --------------------------------------------------------------------------
     def _count(self, reason: str, model_id: str | None = None) -> None:
         self.counters[reason] += 1
@@ -315,20 +328,25 @@ class Join:
         resolved[instance_id] = (label, self._now)
         if len(resolved) > self.max_pending:  # remembered for label_ttl, but never unbounded
             resolved.popitem(last=False)
-        if not pending.predictions:
-            self._count("orphan_label")
-            return
-        t_instance = pending.t_instance
-        if t_instance is not None and label_ts < t_instance:
-            for model_id in pending.predictions:
-                self._count("label_before_instance", model_id)
-            return
+        kept_by_model: dict[str, list[tuple[int, Label]]] = {}
         for model_id, timeline in pending.predictions.items():
             kept = [(t, y) for t, y in timeline if t <= label_ts]
             for _ in range(len(timeline) - len(kept)):
                 self._count("leaky_prediction", model_id)
-            if not kept:
-                continue
+            if kept:
+                kept_by_model[model_id] = kept
+        if not kept_by_model:  # nobody predicted it (in time): the same whatever arrived first
+            self._count("orphan_label")
+            return
+        if pending.has_record:
+            t_instance = pending.t_instance
+            if label_ts < t_instance:
+                for model_id in kept_by_model:
+                    self._count("label_before_instance", model_id)
+                return
+        else:  # the first prediction that counts
+            t_instance = min(kept[0][0] for kept in kept_by_model.values())
+        for model_id, kept in kept_by_model.items():
             out.append(
                 Outcome(
                     model_id=model_id,
@@ -336,7 +354,7 @@ class Join:
                     y_true=label,
                     times=tuple(t for t, _ in kept),
                     labels=tuple(y for _, y in kept),
-                    t_instance=t_instance if t_instance is not None else kept[0][0],
+                    t_instance=t_instance,
                     t_label=label_ts,
                 )
             )

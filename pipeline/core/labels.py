@@ -28,10 +28,10 @@ def _check_label(value: Any) -> Label:
 class LabelEncoder:
     """Map class labels (strings or integers) to dense indices ``0, 1, 2, ...``.
 
-    Classes get indices in the order they are first seen. ``"1"`` and ``1`` are distinct
-    classes. A new class must be a ``str`` or an ``int``; known classes are looked up as
-    Python dict keys, so ``np.int64(1)`` (and, as in any dict, ``True`` or ``1.0``) finds the
-    class ``1``.
+    Classes get indices in the order they are first seen. A new class must be a ``str`` or an
+    ``int``, and ``1`` and ``"1"`` cannot both be classes (their names on the wire would be the
+    same): the second one is refused. Known classes are looked up as Python dict keys, so
+    ``np.int64(1)`` (and, as in any dict, ``True`` or ``1.0``) finds the class ``1``.
 
     Parameters
     ----------
@@ -104,6 +104,7 @@ class LabelEncoder:
                     value = _check_label(value)
                     code = index.get(value, new.get(value))
                     if code is None:
+                        self._check_distinct(value, new)
                         code = size + len(new)
                         if code >= self.max_classes:
                             raise ValueError(
@@ -117,6 +118,18 @@ class LabelEncoder:
             index[value] = code
             self._classes.append(value)
         return out
+
+    def _check_distinct(self, value: Label, new: dict[Label, int]) -> None:
+        """Class names are strings on the wire (per-class keys, Prometheus labels), so 1 and "1"
+        cannot both be classes of one model."""
+        text = str(value)
+        for other in (*self._classes, *new):
+            if str(other) == text:
+                raise ValueError(
+                    f"label {value!r} and the known class {other!r} would be the same class "
+                    f"name {text!r} on the wire; send labels of one type (all strings or all "
+                    "integers)"
+                )
 
     def decode(self, indices: Sequence[int] | np.ndarray) -> list[Label]:
         """Labels of ``indices``."""

@@ -230,15 +230,14 @@ def _normalized(snapshot: ConfusionSnapshot, positive: int) -> dict[str, float]:
         ConfusionSnapshot(binary, 0, 0, snapshot.n, float(snapshot.n)), positive=1
     )
     positives, negatives = tp + fn, fp + tn
-    out = {}
-    for measure, key in NORMALIZED_MEASURES.items():
-        value = values[key]
-        out[f"normalized_{measure}"] = (
-            float("nan")
-            if positives + negatives == 0
-            else normalize(measure, positives, negatives, value)
-        )
-    return out
+    if positives == 0 or negatives == 0:
+        # the binary histogram of one class is degenerate, and the reported measures follow
+        # the classes-present rule there: no comparable normalized value
+        return {f"normalized_{measure}": float("nan") for measure in NORMALIZED_MEASURES}
+    return {
+        f"normalized_{measure}": normalize(measure, positives, negatives, values[key])
+        for measure, key in NORMALIZED_MEASURES.items()
+    }
 
 
 class PairEvaluator:

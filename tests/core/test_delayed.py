@@ -189,3 +189,9 @@ def test_fading_bins_are_split_invariant_across_blocks():
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DelayedEvaluator(**kwargs)
+
+
+def test_a_negative_latency_is_refused():
+    batch = DelayedBatch.from_timelines([0], [([10], [0])], t_instance=[10], t_label=[0])
+    with pytest.raises(ValueError, match="t_label=0 before t_instance=10"):
+        bin_predictions(batch, bins=4)

@@ -179,3 +179,17 @@ def test_names_on_the_wire():
         "window:1000",
         "fading:0.999",
     ]
+
+
+def test_e2_fading_conventions():
+    """SPEC §8 E2: x = [1, 0, 1, 1]; Gama's a = 0.9 gives M = 2.629/3.439 = 0.764466, and
+    Žliobaitė's biased estimate with η = 1 − a from 0 is (1 − a^t)·M = 0.2629."""
+    est = parse_estimator("fading:0.9")
+    est.update(np.zeros(4, dtype=int), np.array([1, 0, 1, 1]))  # loss 1 = wrong
+    error = est.measures()["error"]
+    assert error == pytest.approx(2.629 / 3.439, abs=1e-12)
+    assert error == pytest.approx(0.764466, abs=5e-7)
+    biased = 0.0
+    for x in (1, 0, 1, 1):
+        biased = 0.1 * x + 0.9 * biased
+    assert biased == pytest.approx((1 - 0.9**4) * error, abs=1e-12)

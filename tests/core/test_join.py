@@ -63,6 +63,12 @@ CASES = {
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
         counters={"leaky_prediction": 1},
     ),
+    "a prediction stamped after its label is leaky whatever arrives first": dict(
+        grace=100,
+        events=[("p", "i1", "m", 60, "a", 60), ("l", "i1", 50, "a", 61), ("a", 500)],
+        outcomes=[],
+        counters={"leaky_prediction": 1, "orphan_label": 1},
+    ),
     "label overtakes predictions, grace 0: orphan, then late": dict(
         grace=0,
         events=[("l", "i1", 50, "a", 50), ("p", "i1", "m", 40, "a", 51)],

@@ -15,12 +15,16 @@ def test_classes_are_indexed_in_order_of_first_appearance():
     assert enc.classes == [3, 1, 7, "a"]
 
 
-def test_string_and_integer_labels_are_distinct_and_numpy_scalars_are_plain():
+def test_numpy_scalars_are_plain_and_one_name_means_one_class():
     enc = LabelEncoder()
-    codes = enc.encode(["1", 1, np.int64(1), np.str_("1")])
-    assert codes.tolist() == [0, 1, 1, 0]
-    assert enc.classes == ["1", 1]
-    assert type(enc.classes[1]) is int
+    assert enc.encode([1, np.int64(1), 2]).tolist() == [0, 0, 1]
+    assert type(enc.classes[0]) is int
+    # "1" would be a second class with the same name on the wire: refused, nothing added
+    with pytest.raises(ValueError, match=r"'1' and the known class 1 would be the same class"):
+        enc.encode(["x", "1"])
+    assert enc.classes == [1, 2]
+    with pytest.raises(ValueError, match="same class name"):
+        LabelEncoder().encode(["7", 7])
 
 
 def test_the_cap_names_the_label_and_changes_nothing():

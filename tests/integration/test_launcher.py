@@ -92,3 +92,11 @@ def test_pom_and_launcher_pin_the_same_version():
 
     pom = (DEPLOY_DIR / "pom.xml").read_text()
     assert f"<artifactId>kafka_2.13</artifactId>\n      <version>{KAFKA_VERSION}</version>" in pom
+
+
+def test_stop_never_signals_a_process_that_is_not_our_broker(tmp_path):
+    """After a reboot the recorded pid may belong to anything: here, this very test."""
+    stale = KafkaInstance(str(tmp_path), port=1, controller_port=2, pid=os.getpid())
+    assert not stale.running()
+    stale.stop()  # must not SIGTERM/SIGKILL the test process
+    assert stale.pid is None

@@ -1,0 +1,74 @@
+"""ModelEvaluator and PairEvaluator: normalization, alarms, state."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.core.join import Outcome
+from pipeline.core.model import NORMALIZED_MEASURES, ModelEvaluator, PairEvaluator
+from pipeline.core.normalize import normalize
+
+
+def _outcomes(y_true, y_pred, model="m"):
+    return [
+        Outcome(model, f"i{i}", t, (i, i + 1), (p, p), i, i + 5)
+        for i, (t, p) in enumerate(zip(y_true, y_pred, strict=True))
+    ]
+
+
+def test_normalized_values_are_those_of_the_positive_class_counts():
+    rng = np.random.default_rng(4)
+    y = rng.choice(["yes", "no"], 300, p=[0.2, 0.8]).tolist()
+    p = [t if rng.random() < 0.8 else ("no" if t == "yes" else "yes") for t in y]
+    model = ModelEvaluator("m", estimators=["cumulative", "window:100"], positive_label="yes")
+    model.update(_outcomes(y, p))
+    window = model.measures()["views"]["final"]["window:100"]
+    positives = sum(1 for t in y[-100:] if t == "yes")
+    assert window["normalized_precision"] == normalize(
+        "precision", positives, 100 - positives, window["precision_positive"]
+    )
+    assert set(NORMALIZED_MEASURES) == {k.removeprefix("normalized_") for k in window
+                                        if k.startswith("normalized_")}  # fmt: skip
+
+
+def test_normalized_values_are_nan_without_both_classes():
+    model = ModelEvaluator("m", estimators=["cumulative"], positive_label="yes")
+    model.update(_outcomes(["no"] * 10, ["no"] * 9 + ["yes"]))
+    cumulative = model.measures()["views"]["final"]["cumulative"]
+    assert cumulative["accuracy"] == 0.9
+    assert all(math.isnan(cumulative[f"normalized_{m}"]) for m in NORMALIZED_MEASURES)
+
+
+def test_normalization_stops_past_its_count_limit():
+    model = ModelEvaluator("m", estimators=["cumulative"], positive_label="a",
+                           normalize_max_count=5)  # fmt: skip
+    model.update(_outcomes(["a", "b"] * 3, ["a", "b"] * 3))
+    assert "normalized_accuracy" not in model.measures()["views"]["final"]["cumulative"]
+
+
+def test_alarm_and_state_round_trip():
+    rng = np.random.default_rng(9)
+    y = ["a"] * 6000
+    p = ["a" if rng.random() < (0.9 if i < 3000 else 0.4) else "b" for i in range(6000)]
+    whole = ModelEvaluator("m")
+    alarms = whole.update(_outcomes(y, p))
+    assert alarms and all(a.index > 3000 for a in alarms)
+    part = ModelEvaluator("m")
+    got = part.update(_outcomes(y[:2500], p[:2500]))
+    part = ModelEvaluator.from_state(json.loads(json.dumps(part.state())))
+    rest = _outcomes(y, p)[2500:]
+    got += part.update(rest)
+    assert got == alarms
+    assert json.dumps(part.measures()) == json.dumps(whole.measures())
+
+
+def test_pair_state_round_trip_and_same_model_refused():
+    pair = PairEvaluator("a", "b", estimators=["cumulative", "fading:0.9"])
+    outcomes = _outcomes([1, 1, 0], [1, 0, 0], "a") + _outcomes([1, 1, 0], [0, 1, 0], "b")
+    assert pair.update(outcomes) == 3
+    restored = PairEvaluator.from_state(json.loads(json.dumps(pair.state())))
+    assert restored.measures() == pair.measures() and restored.n == 3
+    with pytest.raises(ValueError, match="two different models"):
+        PairEvaluator("a", "a")
