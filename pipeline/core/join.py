@@ -164,6 +164,7 @@ class Join:
         self._resolved: OrderedDict[str, tuple[Label, int]] = OrderedDict()  # id -> (label, ts)
         #: the latest conflicting labels (instance_id, kept, ignored), for an adapter to log
         self.conflicts: deque[tuple[str, Label, Label]] = deque(maxlen=10)
+        self._next_due = 2**62  # see _schedule
         self.counters: Counter[str] = Counter()
         self.model_counters: Counter[tuple[str, str]] = Counter()  # (reason, model_id)
 
@@ -239,6 +240,7 @@ class Join:
             self._resolve(instance_id, out)
         else:
             self._grace.append((self._now + self.label_grace, instance_id))
+            self._next_due = min(self._next_due, self._now + self.label_grace)
         return out
 
     def advance(self, now: int) -> list[Outcome]:
@@ -246,14 +248,15 @@ class Join:
         and expire instances past ``label_ttl``."""
         if now > self._now:
             self._now = now
+        now = self._now
+        if now < self._next_due:  # nothing is due yet: the common case, kept cheap
+            return []
         out: list[Outcome] = []
         grace = self._grace
-        while grace and grace[0][0] <= self._now:
-            _, instance_id = grace.popleft()
-            if instance_id in self._pending:
-                self._resolve(instance_id, out)
+        while grace and grace[0][0] <= now:
+            self._resolve_due(*grace.popleft(), out)
         expiry = self._expiry
-        while expiry and expiry[0][0] < self._now:
+        while expiry and expiry[0][0] < now:
             due, instance_id = heapq.heappop(expiry)
             pending = self._pending.get(instance_id)
             if pending is None or pending.t_instance is None:
@@ -266,10 +269,22 @@ class Join:
         resolved = self._resolved
         while resolved:
             first = next(iter(resolved.values()))
-            if first[1] + self.label_ttl >= self._now:
+            if first[1] + self.label_ttl >= now:
                 break
             resolved.popitem(last=False)
+        self._schedule()
         return out
+
+    def _schedule(self) -> None:
+        """The earliest clock value at which :meth:`advance` has something to do."""
+        due = []
+        if self._grace:
+            due.append(self._grace[0][0])
+        if self._expiry:
+            due.append(self._expiry[0][0] + 1)
+        if self._resolved:
+            due.append(next(iter(self._resolved.values()))[1] + self.label_ttl + 1)
+        self._next_due = min(due, default=2**62)
 
     def flush(self) -> list[Outcome]:
         """Resolve every instance that has its label now, without waiting for its grace.
@@ -279,10 +294,16 @@ class Join:
         """
         out: list[Outcome] = []
         while self._grace:
-            _, instance_id = self._grace.popleft()
-            if instance_id in self._pending:
-                self._resolve(instance_id, out)
+            self._resolve_due(*self._grace.popleft(), out)
         return out
+
+    def _resolve_due(self, due: int, instance_id: str, out: list[Outcome]) -> None:
+        """Resolve the instance whose label this grace entry was scheduled for — not a later
+        incarnation of the same id (resolved, forgotten, then seen again)."""
+        pending = self._pending.get(instance_id)
+        if pending is not None and pending.label_arrival is not None:
+            if pending.label_arrival + self.label_grace == due:
+                self._resolve(instance_id, out)
 
     # -- internals --------------------------------------------------------------------------
     def _count(self, reason: str, model_id: str | None = None) -> None:
@@ -313,6 +334,7 @@ class Join:
             ]
             heapq.heapify(expiry)
         heapq.heappush(expiry, (t_instance + self.label_ttl, instance_id))
+        self._next_due = min(self._next_due, t_instance + self.label_ttl + 1)
 
     def _drop_pending(self, pending: _Pending, reason: str) -> None:
         if pending.predictions:
@@ -326,6 +348,7 @@ class Join:
         label, label_ts = pending.label, pending.label_ts
         resolved = self._resolved
         resolved[instance_id] = (label, self._now)
+        self._next_due = min(self._next_due, self._now + self.label_ttl + 1)
         if len(resolved) > self.max_pending:  # remembered for label_ttl, but never unbounded
             resolved.popitem(last=False)
         kept_by_model: dict[str, list[tuple[int, Label]]] = {}
@@ -388,4 +411,5 @@ class Join:
         join._resolved = OrderedDict((k, (y, t)) for k, y, t in state["resolved"])
         join.counters = Counter(state["counters"])
         join.model_counters = Counter({(r, m): c for r, m, c in state["model_counters"]})
+        join._schedule()
         return join

@@ -152,6 +152,22 @@ CASES = {
         outcomes=[("m", "i3", "b", ("a",), 12, 21)],
         counters={"evicted_max_pending": 2, "orphan_label": 1},
     ),
+    "a stale grace entry never resolves a later incarnation of the same id": dict(
+        # i4's label is resolved early (pushed out of the full buffer), forgotten after its TTL,
+        # and i4 comes back as a new prediction: the old grace entry must leave it alone
+        grace=50,
+        ttl=30,
+        max_pending=2,
+        events=[
+            ("l", "i4", 168, "b", 178),
+            ("p", "i5", "m", 169, "b", 178),
+            ("p", "i6", "n", 190, "a", 180),
+            ("p", "i4", "n", 174, "a", 212),
+            ("a", 300),
+        ],
+        outcomes=[],
+        counters={"orphan_label": 1, "expired_unlabelled": 3},
+    ),
     "label before the instance time is a data error": dict(
         grace=0,
         events=[("i", "i1", 100, 100), ("p", "i1", "m", 40, "a", 100), ("l", "i1", 50, "a", 101)],
