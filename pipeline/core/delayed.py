@@ -24,6 +24,7 @@ import numpy as np
 from pipeline.core.estimators import estimator_names, persistence
 from pipeline.core.fading import BlockFading
 from pipeline.core.labels import DEFAULT_MAX_CLASSES
+from pipeline.core.measures import ROUNDING_NOISE
 
 __all__ = [
     "BIN_RULES",
@@ -308,7 +309,7 @@ class _BinnedState:
         if scored_per > 0 and correct_per != scored_per:
             p_per = correct_per / scored_per
             kappa_temporal = (p - p_per) / (1 - p_per)
-            noise = 1e-12  # rounding noise of faded sums, as in pipeline.core.measures
+            noise = ROUNDING_NOISE
             kappa_plus = np.sqrt(
                 np.where(kappa > noise, kappa, 0.0)
                 * np.where(kappa_temporal > noise, kappa_temporal, 0.0)

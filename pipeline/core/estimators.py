@@ -415,7 +415,6 @@ class FadingConfusion(ConfusionEstimator):
     """
 
     kind = "fading"
-    _dtype = np.float64
 
     def __init__(
         self, fading_factor: float = 0.999, max_classes: int = DEFAULT_MAX_CLASSES

@@ -95,10 +95,6 @@ class BlockFading:
         """Outcomes seen."""
         return self._n
 
-    @property
-    def size(self) -> int:
-        return self._base.size
-
     def relayout(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
         """Map both stored vectors to a new layout (e.g. padded for a new class)."""
         self._base = fn(self._base)

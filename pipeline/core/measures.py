@@ -86,8 +86,6 @@ SCALAR_MEASURES = (
     "kappa_z",
 )
 
-POSITIVE_MEASURES = ("precision_positive", "recall_positive", "f1_positive")
-
 
 def _ratio(num: float, den: float) -> float:
     return num / den if den != 0 else NAN
