@@ -269,46 +269,44 @@ class BatchDecoder:
         batch = DecodedBatch()
         columns = {"instance": batch.instances, "prediction": batch.predictions,
                    "label": batch.labels}  # fmt: skip
-        topics, decoders, max_bytes = self.topics, self._decoders, self.max_bytes
+        decode_message = self.decode_message
         for message in messages:
-            topic = message.topic()
-            kind = topics.get(topic)
-            value = message.value()
-            error = None
+            kind, result = decode_message(message)
             if kind is None:
-                error = EventError(f"topic {topic!r} is not an input topic", "unknown_topic")
-            elif value is None:
-                error = EventError("the message has no value (a tombstone?)", "empty_message")
-            elif len(value) > max_bytes:
-                error = EventError(
-                    f"the message has {len(value)} bytes, over the limit of {max_bytes}",
-                    "oversized",
-                )
+                batch.dead_letters.append(result)
             else:
-                try:
-                    record = decoders[kind].decode(value)
-                except msgspec.DecodeError as err:
-                    error = _explain(err)
-                else:
-                    if record.type is not None and record.type != kind:
-                        error = EventError(
-                            f"`type` is {record.type!r} but topic {topic!r} carries "
-                            f"{kind!r} messages",
-                            "unknown_type",
-                        )
-                    else:
-                        columns[kind].append(record)
-                        continue
-            self.counters[error.code] += 1
-            batch.dead_letters.append(
-                DeadLetter(
-                    topic,
-                    message.partition(),
-                    message.offset(),
-                    message.key(),
-                    value,
-                    str(error),
-                    error.code,
-                )
-            )
+                columns[kind].append(result)
         return batch
+
+    def decode_message(
+        self, message: Message
+    ) -> tuple[str, InstanceRecord | PredictionRecord | LabelRecord] | tuple[None, DeadLetter]:
+        """One message: ``(kind, record)``, or ``(None, dead letter)`` (counted)."""
+        topic = message.topic()
+        kind = self.topics.get(topic)
+        value = message.value()
+        if kind is None:
+            error = EventError(f"topic {topic!r} is not an input topic", "unknown_topic")
+        elif value is None:
+            error = EventError("the message has no value (a tombstone?)", "empty_message")
+        elif len(value) > self.max_bytes:
+            error = EventError(
+                f"the message has {len(value)} bytes, over the limit of {self.max_bytes}",
+                "oversized",
+            )
+        else:
+            try:
+                record = self._decoders[kind].decode(value)
+            except msgspec.DecodeError as err:
+                error = _explain(err)
+            else:
+                if record.type is None or record.type == kind:
+                    return kind, record
+                error = EventError(
+                    f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
+                    "unknown_type",
+                )
+        self.counters[error.code] += 1
+        letter = DeadLetter(topic, message.partition(), message.offset(), message.key(), value,
+                            str(error), error.code)  # fmt: skip
+        return None, letter

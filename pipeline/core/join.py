@@ -48,6 +48,9 @@ class Outcome:
     labels: tuple[Label, ...]
     t_instance: int
     t_label: int
+    #: when the join resolved it in its clock (label arrival + ``label_grace``): with
+    #: ``instance_id`` the key that orders outcomes (:meth:`Join.advance`)
+    due: int = 0
 
     @property
     def initial(self) -> Label:
@@ -95,9 +98,11 @@ class Join:
       *leaky*: dropped and counted. Several predictions of one model are its evolving
       predictions (first = initial, last = final). An exact repeat (same model, ``ts`` and
       label) is a duplicate, dropped and counted.
-    * A label is held for ``label_grace`` after it arrives (``now`` at arrival), so that
-      predictions it overtook can still join; then every model that predicted the instance is
-      resolved. With grace 0 resolution is immediate. Predictions for a resolved instance are
+    * A label is held for ``label_grace`` after it arrives, so that predictions it overtook
+      can still join; then every model that predicted the instance is resolved. It arrives at
+      ``max(ts, now)``: at ``now`` for a replayed file, whose clock is the largest ``ts`` seen,
+      and at its own ``ts`` for the streaming join, whose clock is a watermark that trails the
+      labels. With grace 0 resolution is immediate once ``now`` has reached that arrival. Predictions for a resolved instance are
       *late*: dropped and counted. A label nobody predicted is an *orphan*.
     * A second label equal to the first is a duplicate; a different one conflicts: both are
       ignored and counted (the latest conflicts are kept in :attr:`conflicts` for logging).
@@ -108,8 +113,10 @@ class Join:
       (first seen) are evicted and counted — or, if the oldest already has its label and is
       only waiting out its grace, resolved early.
 
-    Outcomes are returned in resolution order; that order defines "the previous label" for the
-    persistent baseline downstream.
+    Outcomes are returned in resolution order — by ``(due, instance_id)``, where ``due`` is the
+    arrival plus the grace — and that order defines "the previous label" for the persistent
+    baseline downstream. Ties of ``due`` are broken by ``instance_id``, not by arrival, so the
+    order does not depend on how events from different partitions interleaved.
 
     Parameters
     ----------
@@ -159,7 +166,7 @@ class Join:
         self.max_pending = max_pending
         self._now = -(2**62)
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
-        self._grace: deque[tuple[int, str]] = deque()  # (due, instance_id), due non-decreasing
+        self._grace: list[tuple[int, str]] = []  # heap of (due, instance_id)
         self._expiry: list[tuple[int, str]] = []  # heap of (t_instance + ttl, instance_id)
         self._resolved: OrderedDict[str, tuple[Label, int]] = OrderedDict()  # id -> (label, ts)
         #: the latest conflicting labels (instance_id, kept, ignored), for an adapter to log
@@ -235,12 +242,14 @@ class Join:
         if pending is None:
             pending = _Pending(None, False)
             self._insert(instance_id, pending, out)
-        pending.label, pending.label_ts, pending.label_arrival = label, ts, self._now
-        if self.label_grace == 0:
+        arrival = ts if ts > self._now else self._now
+        pending.label, pending.label_ts, pending.label_arrival = label, ts, arrival
+        due = arrival + self.label_grace
+        if due <= self._now:
             self._resolve(instance_id, out)
         else:
-            self._grace.append((self._now + self.label_grace, instance_id))
-            self._next_due = min(self._next_due, self._now + self.label_grace)
+            heapq.heappush(self._grace, (due, instance_id))
+            self._next_due = min(self._next_due, due)
         return out
 
     def advance(self, now: int) -> list[Outcome]:
@@ -254,7 +263,7 @@ class Join:
         out: list[Outcome] = []
         grace = self._grace
         while grace and grace[0][0] <= now:
-            self._resolve_due(*grace.popleft(), out)
+            self._resolve_due(*heapq.heappop(grace), out)
         expiry = self._expiry
         while expiry and expiry[0][0] < now:
             due, instance_id = heapq.heappop(expiry)
@@ -294,7 +303,7 @@ class Join:
         """
         out: list[Outcome] = []
         while self._grace:
-            self._resolve_due(*self._grace.popleft(), out)
+            self._resolve_due(*heapq.heappop(self._grace), out)
         return out
 
     def _resolve_due(self, due: int, instance_id: str, out: list[Outcome]) -> None:
@@ -346,6 +355,7 @@ class Join:
     def _resolve(self, instance_id: str, out: list[Outcome]) -> None:
         pending = self._pending.pop(instance_id)
         label, label_ts = pending.label, pending.label_ts
+        due = pending.label_arrival + self.label_grace
         resolved = self._resolved
         resolved[instance_id] = (label, self._now)
         self._next_due = min(self._next_due, self._now + self.label_ttl + 1)
@@ -379,6 +389,7 @@ class Join:
                     labels=tuple(y for _, y in kept),
                     t_instance=t_instance,
                     t_label=label_ts,
+                    due=due,
                 )
             )
 
@@ -407,7 +418,8 @@ class Join:
             if pending.t_instance is not None:
                 join._expiry.append((pending.t_instance + join.label_ttl, row[0]))
         heapq.heapify(join._expiry)
-        join._grace = deque((due, i) for due, i in state["grace"])
+        join._grace = [(due, i) for due, i in state["grace"]]
+        heapq.heapify(join._grace)
         join._resolved = OrderedDict((k, (y, t)) for k, y, t in state["resolved"])
         join.counters = Counter(state["counters"])
         join.model_counters = Counter({(r, m): c for r, m, c in state["model_counters"]})

@@ -1,0 +1,421 @@
+"""The worker's three stages as plain classes: no Kafka, no threads, no clock.
+
+:mod:`pipeline.app.runner` moves bytes between Kafka and these classes; everything that decides
+a number is here, so it is tested without a broker (``tests/test_stages.py``).
+
+Ordering — why streaming gives the numbers replay gives
+--------------------------------------------------------
+The numbers under windows, fading factors and the persistent baseline depend on the order of a
+model's outcomes, and a worker group reads three topics and many partitions at uneven speeds.
+The stages therefore order outcomes by **event time**, never by arrival:
+
+* :class:`Router` (ingest) reports, with every batch it sends to a join partition, the progress
+  of each input partition it reads: the largest ``ts`` read so far, and whether the partition
+  is idle (read to its end and quiet for ``idle_ms``).
+* :class:`JoinStage` computes a watermark W — the smallest progress over every input partition
+  that is not idle — so every event with ``ts < W`` has arrived (each input partition carries
+  non-decreasing ``ts``; events that break this are the *late* events of DESIGN.md). Its join
+  clock is W − 1: a label at ``t`` resolves at ``t + label_grace`` on that clock, i.e. after
+  every prediction stamped ≤ ``t`` has arrived, whatever the interleaving of topics. Outcomes
+  carry ``due`` (the label's time plus the grace) and the join partition publishes its clock as
+  its *frontier*: every later outcome it sends has ``due`` ≥ the frontier.
+* :class:`EvalStage` merges the outcome batches of every join partition and releases, in order of
+  ``(due, instance_id, model_id)``, exactly the outcomes with ``due`` below the smallest
+  frontier. That order is a function of the events alone, the same for any partitioning,
+  consumption interleaving, rebalance or restart, and the same as replay's (whose clock is the
+  largest ``ts`` read and whose join resolves in ``(due, instance_id)`` order).
+
+When every input partition is idle the watermark moves past the largest ``ts`` plus the grace:
+labels waiting out their grace resolve, as at the end of a replay.
+
+Exactly once
+------------
+Every event carries its input partition and offset, every outcome batch the offset of the event
+batch that caused it; a stage skips what it has already applied. A stage restored from a
+snapshot re-reads its input from the snapshot's offset and re-sends identical outcome batches,
+which the next stage skips. Nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from pipeline.config import EvaluationConfig
+from pipeline.core.join import Join, Outcome
+from pipeline.engine import Engine
+from pipeline.schemas import BatchDecoder, DeadLetter, Message
+
+from .wire import (
+    INSTANCE,
+    LABEL,
+    NO_TS,
+    PREDICTION,
+    EventBatch,
+    EventRow,
+    OutcomeBatch,
+    Source,
+    outcome_from_row,
+    outcome_row,
+)
+
+__all__ = [
+    "EvalStage",
+    "JoinStage",
+    "Router",
+    "config_fingerprint",
+    "join_partition",
+    "model_partitioner",
+]
+
+TopicPartition = tuple[str, int]
+
+
+def join_partition(instance_id: str, partitions: int) -> int:
+    """The join partition of an instance (CRC-32 of its UTF-8 id; stable across processes).
+
+    >>> join_partition("inst-00001", 6)
+    1
+    """
+    return zlib.crc32(instance_id.encode()) % partitions
+
+
+def model_partitioner(config: EvaluationConfig, partitions: int) -> Callable[[str], int]:
+    """The evaluation partition of a model. Models compared with each other (the configured
+    pairs, transitively) share one partition, so a comparison sees both models' outcomes.
+
+    >>> from pipeline.config import load_config
+    >>> config = load_config(comparisons=[{"a": "champion", "b": "challenger"}])
+    >>> part = model_partitioner(config, 6)
+    >>> part("champion") == part("challenger")
+    True
+    """
+    parent: dict[str, str] = {}
+
+    def find(m: str) -> str:
+        while parent.get(m, m) != m:
+            m = parent[m]
+        return m
+
+    for pair in config.comparisons:
+        a, b = find(pair.a), find(pair.b)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    cache: dict[str, int] = {}
+
+    def partition(model_id: str) -> int:
+        p = cache.get(model_id)
+        if p is None:
+            p = cache[model_id] = zlib.crc32(find(model_id).encode()) % partitions
+        return p
+
+    return partition
+
+
+def config_fingerprint(config: EvaluationConfig) -> str:
+    """A short hash of everything that shapes the numbers: a snapshot taken under another
+    configuration is refused rather than continued with different rules."""
+    return hashlib.sha256(orjson.dumps(config.model_dump(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]  # fmt: skip  # noqa: E501
+
+
+# ------------------------------------------------------------------------------------------
+class Router:
+    """Stage 0: decode input messages, dead-letter the bad ones, route the rest to join
+    partitions by ``instance_id``, and track each input partition's progress.
+
+    Parameters
+    ----------
+    topics
+        Input topic name → kind (``instance``, ``prediction``, ``label``).
+    partitions
+        Number of join partitions (partitions of the events topic).
+    idle_ms
+        An input partition read to its end and quiet this long no longer holds the watermark.
+    """
+
+    def __init__(self, topics: dict[str, str], partitions: int, idle_ms: int = 1000) -> None:
+        self.decoder = BatchDecoder(topics)
+        self.partitions = partitions
+        self.idle_ms = idle_ms
+        self._progress: dict[TopicPartition, int] = {}
+        self._eof_since: dict[TopicPartition, float | None] = {}
+        self._index: dict[TopicPartition, int] = {}
+        self._order: list[TopicPartition] = []
+
+    # -- ownership --------------------------------------------------------------------------
+    def assign(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._progress.setdefault(tp, NO_TS)
+            self._eof_since.setdefault(tp, None)
+        self._reindex()
+
+    def revoke(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._progress.pop(tp, None)
+            self._eof_since.pop(tp, None)
+        self._reindex()
+
+    @property
+    def owned(self) -> list[TopicPartition]:
+        return list(self._order)
+
+    def _reindex(self) -> None:
+        self._order = sorted(self._progress)
+        self._index = {tp: i for i, tp in enumerate(self._order)}
+
+    def at_end(self, topic: str, partition: int, wall_ms: float) -> None:
+        """The consumer read ``topic``/``partition`` to its end."""
+        tp = (topic, partition)
+        if tp in self._eof_since and self._eof_since[tp] is None:
+            self._eof_since[tp] = wall_ms
+
+    # -- data -------------------------------------------------------------------------------
+    def route(self, messages: Iterable[Message]) -> tuple[list[list[EventRow]], list[DeadLetter]]:
+        """Events per join partition (in input order) and the dead letters."""
+        out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
+        letters: list[DeadLetter] = []
+        decode, index, progress, eof = (self.decoder.decode_message, self._index,
+                                        self._progress, self._eof_since)  # fmt: skip
+        partitions = self.partitions
+        crc32 = zlib.crc32
+        for message in messages:
+            tp = (message.topic(), message.partition())
+            src = index.get(tp)
+            if src is None:  # not (or no longer) ours: a message fetched before a revocation
+                continue
+            eof[tp] = None
+            kind, record = decode(message)
+            if kind is None:
+                letters.append(record)
+                continue
+            ts = record.ts
+            if ts > progress[tp]:
+                progress[tp] = ts
+            iid = record.instance_id
+            if kind == "prediction":
+                row = (PREDICTION, iid, record.model_id, ts, record.label, src, message.offset())
+            elif kind == "label":
+                row = (LABEL, iid, "", ts, record.label, src, message.offset())
+            else:
+                row = (INSTANCE, iid, "", ts, "", src, message.offset())
+            out[crc32(iid.encode()) % partitions].append(row)
+        return out, letters
+
+    def sources(self, wall_ms: float) -> list[Source]:
+        """Progress of every owned input partition, in the order events refer to them."""
+        idle_ms = self.idle_ms
+        result = []
+        for tp in self._order:
+            since = self._eof_since[tp]
+            idle = since is not None and wall_ms - since >= idle_ms
+            result.append(Source(tp[0], tp[1], self._progress[tp], idle))
+        return result
+
+
+# ------------------------------------------------------------------------------------------
+class JoinStage:
+    """Stage 1, one join partition: the core :class:`~pipeline.core.join.Join` on an event-time
+    watermark, with duplicate events (by input partition and offset) skipped.
+
+    Parameters
+    ----------
+    partition
+        The join partition (events-topic partition) this stage owns.
+    config
+        The evaluation configuration (its ``join`` settings are used).
+    inputs
+        Every input partition that exists: the watermark waits for each one.
+    """
+
+    def __init__(
+        self, partition: int, config: EvaluationConfig, inputs: Iterable[TopicPartition]
+    ) -> None:
+        j = config.join
+        self.partition = partition
+        self.grace = j.label_grace_ms
+        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending)
+        self.inputs = set(inputs)
+        self.progress: dict[TopicPartition, tuple[int, bool]] = {}
+        self.applied: dict[TopicPartition, int] = {}
+        self.offset = -1  # last events-topic offset applied
+        self.frontier = NO_TS
+        self.duplicates = 0
+
+    def apply(self, offset: int, batch: EventBatch) -> list[Outcome]:
+        """Apply the event batch at ``offset``; return the outcomes it resolved, in order."""
+        if offset <= self.offset:
+            return []
+        self.offset = offset
+        join, applied = self.join, self.applied
+        now = self.frontier
+        out: list[Outcome] = []
+        sources = [(s.topic, s.partition) for s in batch.sources]
+        for kind, iid, model_id, ts, label, src, source_offset in batch.events:
+            tp = sources[src]
+            if source_offset <= applied.get(tp, -1):
+                self.duplicates += 1
+                continue
+            applied[tp] = source_offset
+            if kind == PREDICTION:
+                got = join.add_prediction(iid, model_id, ts, label, now)
+            elif kind == LABEL:
+                got = join.add_label(iid, ts, label, now)
+            else:
+                got = join.add_instance(iid, ts, now)
+            if got:
+                out.extend(got)
+        progress = self.progress
+        for source in batch.sources:
+            tp = (source.topic, source.partition)
+            before = progress.get(tp)
+            ts = source.ts if before is None or source.ts > before[0] else before[0]
+            progress[tp] = (ts, source.idle)
+        frontier = self._watermark() - 1
+        if frontier > self.frontier:
+            self.frontier = frontier
+            out.extend(join.advance(frontier))
+        return out
+
+    def _watermark(self) -> int:
+        low, high, all_idle = None, NO_TS, True
+        for tp in self.inputs:
+            seen = self.progress.get(tp)
+            if seen is None:
+                return NO_TS  # no word yet from this input partition: wait for it
+            ts, idle = seen
+            if ts > high:
+                high = ts
+            if not idle:
+                all_idle = False
+                if low is None or ts < low:
+                    low = ts
+        if all_idle:  # nothing more is coming now: let labels past their grace resolve
+            return high + self.grace + 2 if high > NO_TS else NO_TS
+        return low
+
+    def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
+        from .wire import WIRE_VERSION
+
+        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.frontier,
+                            [outcome_row(o) for o in outcomes])  # fmt: skip
+
+    # -- state ------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "frontier": self.frontier,
+            "join": self.join.state(),
+            "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
+            "applied": [[t, p, o] for (t, p), o in self.applied.items()],
+            "duplicates": self.duplicates,
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], config: EvaluationConfig, inputs: Iterable[TopicPartition]
+    ) -> JoinStage:
+        stage = cls(state["partition"], config, inputs)
+        stage.offset = state["offset"]
+        stage.frontier = state["frontier"]
+        stage.join = Join.from_state(state["join"])
+        stage.progress = {(t, p): (ts, idle) for t, p, ts, idle in state["progress"]}
+        stage.applied = {(t, p): o for t, p, o in state["applied"]}
+        stage.duplicates = state["duplicates"]
+        return stage
+
+
+# ------------------------------------------------------------------------------------------
+class EvalStage:
+    """Stage 2, one evaluation partition: merge the join partitions' outcome batches in event
+    order and run the models and comparisons (:class:`~pipeline.engine.Engine`) on them.
+
+    Parameters
+    ----------
+    partition
+        The evaluation partition (outcomes-topic partition) this stage owns.
+    config
+        The evaluation configuration.
+    join_partitions
+        How many join partitions send outcomes (each one's frontier is awaited).
+    """
+
+    def __init__(self, partition: int, config: EvaluationConfig, join_partitions: int) -> None:
+        self.partition = partition
+        self.engine = Engine(config)
+        self.join_partitions = join_partitions
+        self.frontiers: dict[int, int] = {}
+        self.applied: dict[int, int] = {}  # join partition -> last event-batch offset applied
+        self.offset = -1  # last outcomes-topic offset read
+        self._buffer: list[tuple[int, str, str, int, Outcome]] = []
+        self._seq = 0
+
+    @property
+    def waiting(self) -> int:
+        """Outcomes received but not yet released (their join partitions' frontiers lag)."""
+        return len(self._buffer)
+
+    def apply(
+        self, offset: int, batch: OutcomeBatch
+    ) -> tuple[list[dict[str, Any]], list[Outcome]]:
+        """Take the outcome batch at ``offset``; return (records, outcomes released)."""
+        self.offset = max(self.offset, offset)
+        q = batch.partition
+        if batch.offset <= self.applied.get(q, -1):
+            return [], []  # re-sent by a join partition restored from an older snapshot
+        self.applied[q] = batch.offset
+        buffer = self._buffer
+        for row in batch.outcomes:
+            outcome = outcome_from_row(row)
+            self._seq += 1
+            heapq.heappush(buffer, (outcome.due, outcome.instance_id, outcome.model_id,
+                                    self._seq, outcome))  # fmt: skip
+        if batch.frontier > self.frontiers.get(q, NO_TS):
+            self.frontiers[q] = batch.frontier
+        if len(self.frontiers) < self.join_partitions:
+            return [], []
+        limit = min(self.frontiers.values())
+        released = []
+        while buffer and buffer[0][0] < limit:
+            released.append(heapq.heappop(buffer)[4])
+        if not released:
+            return [], []
+        return self.engine.evaluate(released), released
+
+    def tick(self) -> list[dict[str, Any]]:
+        """Latest records of every model and pair that changed since its last record (every
+        ``publish_interval``, and at shutdown)."""
+        return self.engine.finish(flush=False)
+
+    # -- state ------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "engine": self.engine.state(),
+            "frontiers": [[q, f] for q, f in self.frontiers.items()],
+            "applied": [[q, o] for q, o in self.applied.items()],
+            "buffer": [outcome_row(entry[4]) for entry in sorted(self._buffer)],
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], config: EvaluationConfig, join_partitions: int
+    ) -> EvalStage:
+        stage = cls(state["partition"], config, join_partitions)
+        stage.offset = state["offset"]
+        stage.engine = Engine.from_state(config, state["engine"])
+        stage.frontiers = {q: f for q, f in state["frontiers"]}
+        stage.applied = {q: o for q, o in state["applied"]}
+        for row in state["buffer"]:
+            outcome = outcome_from_row(row)
+            stage._seq += 1
+            stage._buffer.append((outcome.due, outcome.instance_id, outcome.model_id,
+                                  stage._seq, outcome))  # fmt: skip
+        heapq.heapify(stage._buffer)
+        return stage

@@ -1,0 +1,127 @@
+"""The internal wire format: micro-batches between the worker's stages (msgpack, versioned).
+
+Two message kinds travel on the internal topics, each carrying many events so that the
+per-message cost of Kafka and of the framework is paid once per batch:
+
+* :class:`EventBatch` (ingest → join, ``<prefix>streameval-events``, partition = join
+  partition of the ``instance_id``): events, each with the input partition and offset it came
+  from (the join drops any it has already applied, so ingest may resend after a crash), and
+  the progress of every input partition the sending ingest owns (its largest ``ts`` so far and
+  whether it is idle), from which the join computes its watermark.
+* :class:`OutcomeBatch` (join → evaluate, ``<prefix>streameval-outcomes``, partition =
+  evaluation partition of the model): the outcomes a join partition resolved while applying
+  one event batch, identified by that batch's offset (the evaluator drops repeats), and the
+  join partition's frontier: every later outcome from it has ``due`` ≥ the frontier.
+
+A batch whose ``v`` is not :data:`WIRE_VERSION` is refused with a clear error: the stages of
+one application must run the same version.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from pipeline.core.join import Outcome
+
+__all__ = [
+    "INSTANCE",
+    "LABEL",
+    "PREDICTION",
+    "WIRE_VERSION",
+    "EventBatch",
+    "OutcomeBatch",
+    "Source",
+    "WireError",
+    "decode_events",
+    "decode_outcomes",
+    "encode",
+    "outcome_from_row",
+    "outcome_row",
+]
+
+WIRE_VERSION = 1
+INSTANCE, PREDICTION, LABEL = 0, 1, 2
+#: "nothing seen yet" for a source's progress
+NO_TS = -(2**62)
+
+
+class WireError(ValueError):
+    """An internal message this version cannot read."""
+
+
+class Source(msgspec.Struct, array_like=True, frozen=True):
+    """Progress of one input partition: the largest ``ts`` read so far, and idleness."""
+
+    topic: str
+    partition: int
+    ts: int
+    idle: bool
+
+
+#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
+EventRow = tuple[int, str, str, int, str | int, int, int]
+#: (due, instance_id, model_id, y_true, times, labels, t_instance, t_label)
+OutcomeRow = tuple[int, str, str, str | int, list[int], list[str | int], int, int]
+
+
+class EventBatch(msgspec.Struct, array_like=True):
+    v: int
+    sources: list[Source]
+    events: list[EventRow]
+
+
+class OutcomeBatch(msgspec.Struct, array_like=True):
+    v: int
+    partition: int  # the join partition that resolved them
+    offset: int  # offset of the event batch that caused them, in that join partition
+    frontier: int
+    outcomes: list[OutcomeRow]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_events = msgspec.msgpack.Decoder(EventBatch)
+_outcomes = msgspec.msgpack.Decoder(OutcomeBatch)
+
+
+def encode(batch: EventBatch | OutcomeBatch) -> bytes:
+    return _encoder.encode(batch)
+
+
+def _check(batch, data: bytes):
+    if batch.v != WIRE_VERSION:
+        raise WireError(
+            f"internal batch of wire version {batch.v}, this worker reads {WIRE_VERSION}: run "
+            "one version of streameval per application id"
+        )
+    return batch
+
+
+def decode_events(data: bytes) -> EventBatch:
+    """
+    >>> batch = EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)],
+    ...                    [(LABEL, "i1", "", 5, "cat", 0, 17)])
+    >>> decode_events(encode(batch)) == batch
+    True
+    """
+    try:
+        return _check(_events.decode(data), data)
+    except msgspec.DecodeError as err:
+        raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
+
+
+def decode_outcomes(data: bytes) -> OutcomeBatch:
+    try:
+        return _check(_outcomes.decode(data), data)
+    except msgspec.DecodeError as err:
+        raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None
+
+
+def outcome_row(o: Outcome) -> OutcomeRow:
+    return (o.due, o.instance_id, o.model_id, o.y_true, list(o.times), list(o.labels),
+            o.t_instance, o.t_label)  # fmt: skip
+
+
+def outcome_from_row(row) -> Outcome:
+    due, instance_id, model_id, y_true, times, labels, t_instance, t_label = row
+    return Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels), t_instance,
+                   t_label, due)  # fmt: skip
