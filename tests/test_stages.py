@@ -11,9 +11,9 @@ import pytest
 
 from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner
 from pipeline.app.wire import (
-    Source,
     WIRE_VERSION,
     EventBatch,
+    Source,
     WireError,
     decode_events,
     decode_outcomes,
@@ -241,7 +241,11 @@ def test_watermark_waits_for_every_input_partition():
     stage.apply(1, EventBatch(WIRE_VERSION, [Source("predictions", 0, 4_000, False)], []))
     assert stage.frontier == 3_999
     stage.apply(2, EventBatch(WIRE_VERSION, [Source("predictions", 0, 4_000, True)], []))
+    assert stage.frontier == 9_999  # an idle input no longer holds the others back
+    stage.apply(3, EventBatch(WIRE_VERSION, [Source("labels", 0, 10_000, True)], []))
     assert stage.frontier == 10_000 + config.join.label_grace_ms + 1  # all idle: flush
+    stage.apply(4, EventBatch(WIRE_VERSION, [Source("labels", 0, 10_500, False)], []))
+    assert stage.frontier == 10_000 + config.join.label_grace_ms + 1  # never backwards
 
 
 def test_an_unknown_wire_version_is_refused():

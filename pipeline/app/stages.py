@@ -360,9 +360,7 @@ class EvalStage:
         """Outcomes received but not yet released (their join partitions' frontiers lag)."""
         return len(self._buffer)
 
-    def apply(
-        self, offset: int, batch: OutcomeBatch
-    ) -> tuple[list[dict[str, Any]], list[Outcome]]:
+    def apply(self, offset: int, batch: OutcomeBatch) -> tuple[list[dict[str, Any]], list[Outcome]]:
         """Take the outcome batch at ``offset``; return (records, outcomes released)."""
         self.offset = max(self.offset, offset)
         q = batch.partition
