@@ -120,7 +120,8 @@ def model_partitioner(config: EvaluationConfig, partitions: int) -> Callable[[st
 def config_fingerprint(config: EvaluationConfig) -> str:
     """A short hash of everything that shapes the numbers: a snapshot taken under another
     configuration is refused rather than continued with different rules."""
-    return hashlib.sha256(orjson.dumps(config.model_dump(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]  # fmt: skip  # noqa: E501
+    data = orjson.dumps(config.model_dump(), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------

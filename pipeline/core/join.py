@@ -102,8 +102,9 @@ class Join:
       can still join; then every model that predicted the instance is resolved. It arrives at
       ``max(ts, now)``: at ``now`` for a replayed file, whose clock is the largest ``ts`` seen,
       and at its own ``ts`` for the streaming join, whose clock is a watermark that trails the
-      labels. With grace 0 resolution is immediate once ``now`` has reached that arrival. Predictions for a resolved instance are
-      *late*: dropped and counted. A label nobody predicted is an *orphan*.
+      labels. With grace 0 resolution is immediate once ``now`` has reached that arrival.
+      Predictions for a resolved instance are *late*: dropped and counted. A label nobody
+      predicted is an *orphan*.
     * A second label equal to the first is a duplicate; a different one conflicts: both are
       ignored and counted (the latest conflicts are kept in :attr:`conflicts` for logging).
       A resolved instance is remembered — for late predictions and repeated labels — for
