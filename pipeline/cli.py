@@ -248,5 +248,66 @@ def topics_describe(bootstrap, settings, prefix) -> None:
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
+@main.command()
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    envvar="STREAMEVAL_CONFIG",
+    help="TOML file: the evaluation settings replay reads plus a [worker] table "
+    "($STREAMEVAL_CONFIG).",
+)  # fmt: skip
+@click.option("--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP).")
+@click.option(
+    "-X", "settings", multiple=True, metavar="KEY=VALUE",
+    help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
+)  # fmt: skip
+@click.option(
+    "--app-id", default=None, help="Consumer group of the worker group ($STREAMEVAL_APP_ID)."
+)
+@click.option(
+    "--prefix", "topic_prefix", default=None, help="Topic name prefix ($STREAMEVAL_TOPIC_PREFIX)."
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Port of /metrics, 0 for none ($STREAMEVAL_METRICS_PORT).",
+)
+@click.option(
+    "--metrics-host", default=None, help="Address of /metrics ($STREAMEVAL_METRICS_HOST)."
+)
+@click.option("--log-level", default=None, help="debug, info, warning or error.")
+def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port, metrics_host,
+           log_level) -> None:  # fmt: skip
+    """Run a streaming worker: join, evaluate, compare and publish, with /metrics.
+
+    Start as many as there are machines; workers with the same app id share the partitions.
+    Settings: command line, then STREAMEVAL_* variables, then the [worker] table of --config.
+    """
+    from pipeline.app.settings import SettingsError, load_settings
+    from pipeline.clients import ClientConfigError
+
+    kafka = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-X")
+        kafka[key.strip()] = value
+    try:
+        worker_settings, config = load_settings(
+            config_path, bootstrap=bootstrap, kafka=kafka or None, app_id=app_id,
+            topic_prefix=topic_prefix, metrics_port=metrics_port, metrics_host=metrics_host,
+            log_level=log_level,
+        )  # fmt: skip
+    except SettingsError as err:
+        raise click.UsageError(str(err)) from None
+    from pipeline.app.faust_app import create_app, run_worker
+
+    try:
+        app = create_app(worker_settings, config)
+    except ClientConfigError as err:
+        raise click.UsageError(str(err)) from None
+    sys.exit(run_worker(app, worker_settings.log_level))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -150,6 +150,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluationC
             raise ConfigError(
                 f"configuration file {str(path)!r} is not valid TOML: {err}"
             ) from None
+    data.pop("worker", None)  # the streaming worker's own table (pipeline/app/settings.py)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return EvaluationConfig(**data)

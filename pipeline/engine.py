@@ -111,6 +111,28 @@ class Engine:
                 records.append(self._comparison_record(key, pair, self._pair_last_ts[key]))
         return records
 
+    def latest_records(self) -> list[dict[str, Any]]:
+        """The current numbers of every model and pair as records, without publishing them
+        (for an exporter taking over restored state)."""
+        records = []
+        for model_id, model in self.models.items():
+            if model.n:
+                published = self._published.get(model_id)
+                records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
+                if published is None:
+                    self._published.pop(model_id, None)
+                else:
+                    self._published[model_id] = published
+        for key, pair in self.pairs.items():
+            if key in self._pair_last_ts:
+                published = self._published.get(key)
+                records.append(self._comparison_record(key, pair, self._pair_last_ts[key]))
+                if published is None:
+                    self._published.pop(key, None)
+                else:
+                    self._published[key] = published
+        return records
+
     # -- internals -----------------------------------------------------------------------
     def _model(self, model_id: str) -> ModelEvaluator:
         model = self.models.get(model_id)

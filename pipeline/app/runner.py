@@ -1,0 +1,563 @@
+"""The worker's data path: one confluent-kafka consumer and producer moving micro-batches
+between Kafka and the stages of :mod:`pipeline.app.stages`.
+
+One thread runs :meth:`Pipeline.run`. Its consumer is a member of the consumer group
+``app_id`` and subscribes to the three input topics and the two internal topics; Kafka's group
+protocol spreads their partitions over the workers and moves them when a worker comes or goes.
+
+* an **input** partition feeds the :class:`~pipeline.app.stages.Router` (ingest): decoded
+  events go, one message per join partition per poll, to ``streameval-events``; malformed
+  messages to ``dead-letters``;
+* an **events** partition is a join partition: its :class:`~pipeline.app.stages.JoinStage`
+  sends outcome batches to ``streameval-outcomes``, one message per evaluation partition;
+* an **outcomes** partition is an evaluation partition: its
+  :class:`~pipeline.app.stages.EvalStage` publishes to ``metrics``, ``drift-alarms`` and
+  ``comparisons``.
+
+Checkpoints (every ``snapshot_interval_s``, when partitions are revoked, at shutdown): wait for
+every produced message to be acknowledged, then write each owned stage's state — which names
+the input offset it covers — to its snapshot partition, then commit the input offsets. A
+partition assigned to a worker starts from its latest snapshot and re-reads from the offset
+after it; the events and outcome batches it re-sends carry the offsets they came from, and the
+next stage skips what it has already applied. Published records re-sent after a crash are
+identical to the first copies (same model, ``n`` and values).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from pipeline.config import EvaluationConfig
+from pipeline.core.join import Outcome
+from pipeline.exporter import Exporter
+from pipeline.schemas import encode_record
+from pipeline.topics import load_topics
+
+from .settings import WorkerSettings
+from .stages import EvalStage, JoinStage, Router, config_fingerprint, model_partitioner
+from .wire import WIRE_VERSION, EventBatch, WireError, decode_events, decode_outcomes, encode
+
+__all__ = ["Pipeline", "Topics"]
+
+log = logging.getLogger("streameval.worker")
+
+INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Every topic name the worker uses, with the configured prefix."""
+
+    inputs: dict[str, str]  # name -> kind
+    events: str
+    outcomes: str
+    join_snapshots: str
+    eval_snapshots: str
+    metrics: str
+    alarms: str
+    comparisons: str
+    dead_letters: str
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> Topics:
+        return cls(
+            inputs={prefix + base: kind for base, kind in INPUT_KINDS.items()},
+            events=prefix + "streameval-events",
+            outcomes=prefix + "streameval-outcomes",
+            join_snapshots=prefix + "streameval-join-snapshots",
+            eval_snapshots=prefix + "streameval-eval-snapshots",
+            metrics=prefix + "metrics",
+            alarms=prefix + "drift-alarms",
+            comparisons=prefix + "comparisons",
+            dead_letters=prefix + "dead-letters",
+        )
+
+
+@dataclass
+class Stats:
+    """What the worker did (for logs, tests and the benchmark)."""
+
+    input_messages: int = 0
+    event_batches: int = 0
+    outcome_batches: int = 0
+    outcomes: int = 0
+    records: Counter[str] = field(default_factory=Counter)
+    dead_letters: int = 0
+    checkpoints: int = 0
+    last_record_wall: float = 0.0
+
+
+class Pipeline:
+    """Run the worker's data path until :meth:`stop` (or the ``stop`` event) is set."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        config: EvaluationConfig,
+        client: dict[str, str],
+        exporter: Exporter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self.client = dict(client)
+        self.exporter = exporter
+        self.topics = Topics.with_prefix(settings.topic_prefix)
+        self.fingerprint = config_fingerprint(config)
+        self.stats = Stats()
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+        self.ready = threading.Event()  # set once the consumer has joined the group
+        self.router: Router | None = None
+        self.joins: dict[int, JoinStage] = {}
+        self.evals: dict[int, EvalStage] = {}
+        self._input_next: dict[tuple[str, int], int] = {}  # next offset to commit
+        self._join_counters: dict[int, Counter[tuple[str, str]]] = {}
+        self._errors: Counter[str] = Counter()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    # -- start-up ----------------------------------------------------------------------------
+    def _connect(self) -> dict[str, int]:
+        """Wait for the cluster; create missing topics; return partition counts."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({**self.client, "error_cb": self._on_error})
+        delay = 1.0
+        while not self.stopping.is_set():
+            try:
+                metadata = admin.list_topics(timeout=10)
+                break
+            except Exception as err:  # KafkaException: the broker is down or unreachable
+                log.warning(
+                    "Kafka at %s is not reachable (%s); retrying in %.0f s",
+                    self.client.get("bootstrap.servers"), err, delay,
+                )  # fmt: skip
+                self.stopping.wait(delay)
+                delay = min(delay * 2, 30.0)
+        else:
+            return {}
+        from pipeline.topics import create_topics
+
+        specs = load_topics(prefix=self.settings.topic_prefix)
+        missing = [s for s in specs if s.name not in metadata.topics]
+        if missing:
+            report = create_topics(admin, missing)
+            log.info("created topics: %s", ", ".join(report.created) or "none")
+            metadata = admin.list_topics(timeout=10)
+        counts = {name: len(t.partitions) for name, t in metadata.topics.items()}
+        t = self.topics
+        for snapshots, stage in ((t.join_snapshots, t.events), (t.eval_snapshots, t.outcomes)):
+            if counts[snapshots] < counts[stage]:
+                raise RuntimeError(
+                    f"topic {snapshots!r} has {counts[snapshots]} partitions but {stage!r} has "
+                    f"{counts[stage]}: it needs at least as many (one per stage partition)"
+                )
+        return counts
+
+    def _on_error(self, err: Any) -> None:
+        """librdkafka's errors: it retries by itself; say so once per kind and minute."""
+        key = str(err.code()) if hasattr(err, "code") else str(err)
+        now = time.monotonic()
+        if now - self._errors.get(key, -1e9) >= 60:
+            self._errors[key] = now
+            log.warning("Kafka: %s (librdkafka retries by itself)", err)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        counts = self._connect()
+        if not counts:
+            return
+        t, s = self.topics, self.settings
+        self.inputs = sorted((name, p) for name in t.inputs for p in range(counts[name]))
+        self.join_partitions = counts[t.events]
+        self.eval_partitions = counts[t.outcomes]
+        self.partition_of = model_partitioner(self.config, self.eval_partitions)
+        self.router = Router(t.inputs, self.join_partitions, idle_ms=s.idle_ms)
+        self.producer = Producer({
+            **self.client,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "message.max.bytes": 67_108_864,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "error_cb": self._on_error,
+        })  # fmt: skip
+        self.consumer = Consumer({
+            **self.client,
+            "group.id": s.app_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,  # the default (1 s) stalls a busy consumer
+            "session.timeout.ms": s.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
+            "statistics.interval.ms": 5_000,
+            "stats_cb": self._on_stats,
+            "error_cb": self._on_error,
+        })  # fmt: skip
+        self.consumer.subscribe(
+            [*t.inputs, t.events, t.outcomes],
+            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost,
+        )  # fmt: skip
+        log.info(
+            "worker %s: %d input partitions, %d join and %d evaluation partitions",
+            s.app_id, len(self.inputs), self.join_partitions, self.eval_partitions,
+        )  # fmt: skip
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        s = self.settings
+        consume, timeout = self.consumer.consume, 0.05
+        next_publish = time.monotonic() + s.publish_interval_s
+        next_checkpoint = time.monotonic() + s.snapshot_interval_s
+        next_heartbeat = 0.0
+        from confluent_kafka import KafkaError
+
+        eof = KafkaError._PARTITION_EOF
+        inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
+        while not self.stopping.is_set():
+            messages = consume(s.max_batch, timeout)
+            wall = time.monotonic()
+            wall_ms = wall * 1000.0
+            batch: list[Any] = []
+            ends: list[tuple[str, int]] = []
+            for message in messages:
+                error = message.error()
+                topic = message.topic()
+                if error is not None:
+                    if error.code() == eof:
+                        if topic in inputs:
+                            ends.append((topic, message.partition()))
+                    else:
+                        self._on_error(error)
+                    continue
+                if topic in inputs:
+                    batch.append(message)
+                elif topic == events:
+                    self._join(message)
+                elif topic == outcomes:
+                    self._evaluate(message)
+            if batch or ends or wall >= next_heartbeat:
+                heartbeat = wall >= next_heartbeat
+                self._ingest(batch, wall_ms, heartbeat, ends)
+                if heartbeat:
+                    next_heartbeat = wall + s.heartbeat_ms / 1000.0
+            self.producer.poll(0)
+            if wall >= next_publish:
+                next_publish = wall + s.publish_interval_s
+                for stage in list(self.evals.values()):
+                    self._publish(stage.tick())
+                self._gauges()
+            if wall >= next_checkpoint:
+                next_checkpoint = wall + s.snapshot_interval_s
+                self._checkpoint(list(self.joins), list(self.evals), commit_all=True)
+
+    # -- stages ---------------------------------------------------------------------------
+    def _produce(self, topic: str, value: bytes, key: bytes | None = None,
+                 partition: int = -1, headers: Any = None) -> None:  # fmt: skip
+        while True:
+            try:
+                self.producer.produce(topic, value, key, partition, headers=headers)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain
+                self.producer.poll(0.05)
+
+    def _ingest(self, messages: list[Any], wall_ms: float, heartbeat: bool,
+                ends: list[tuple[str, int]]) -> None:  # fmt: skip
+        router = self.router
+        per_partition, letters = router.route(messages)
+        for topic, partition in ends:  # after the messages that came before the end
+            router.at_end(topic, partition, wall_ms)
+        for message in messages:
+            self._input_next[message.topic(), message.partition()] = message.offset() + 1
+        self.stats.input_messages += len(messages)
+        for letter in letters:
+            self._produce(self.topics.dead_letters, letter.value or b"", letter.key,
+                          headers=letter.headers())  # fmt: skip
+            if self.exporter is not None:
+                self.exporter.count_dead_letters(letter.code)
+        self.stats.dead_letters += len(letters)
+        if not router.owned:
+            return
+        sources = router.sources(wall_ms)
+        events = self.topics.events
+        for q, rows in enumerate(per_partition):
+            if rows or heartbeat:
+                self._produce(events, encode(EventBatch(WIRE_VERSION, sources, rows)),
+                              partition=q)  # fmt: skip
+                self.stats.event_batches += 1
+
+    def _join(self, message: Any) -> None:
+        q = message.partition()
+        stage = self.joins.get(q)
+        if stage is None:
+            return  # fetched before a revocation
+        try:
+            batch = decode_events(message.value())
+        except WireError as err:
+            log.error("skipping %s[%d]@%d: %s", message.topic(), q, message.offset(), err)
+            stage.offset = max(stage.offset, message.offset())
+            return
+        before = stage.frontier
+        outcomes = stage.apply(message.offset(), batch)
+        per_eval: dict[int, list[Outcome]] = defaultdict(list)
+        partition_of = self.partition_of
+        for outcome in outcomes:
+            per_eval[partition_of(outcome.model_id)].append(outcome)
+        changed = stage.frontier != before
+        for r in range(self.eval_partitions):
+            own = per_eval.get(r)
+            if own or changed:
+                self._produce(self.topics.outcomes, encode(stage.batch(own or [])), partition=r)
+                self.stats.outcome_batches += 1
+        if self.exporter is not None:
+            self._count_join(q, stage)
+
+    def _evaluate(self, message: Any) -> None:
+        r = message.partition()
+        stage = self.evals.get(r)
+        if stage is None:
+            return
+        try:
+            batch = decode_outcomes(message.value())
+        except WireError as err:
+            log.error("skipping %s[%d]@%d: %s", message.topic(), r, message.offset(), err)
+            stage.offset = max(stage.offset, message.offset())
+            return
+        records, released = stage.apply(message.offset(), batch)
+        if released:
+            self.stats.outcomes += len(released)
+            if self.exporter is not None:
+                by_model: dict[str, list[int]] = defaultdict(list)
+                for o in released:
+                    by_model[o.model_id].append(o.t_label - o.t_instance)
+                for model_id, latencies in by_model.items():
+                    self.exporter.observe_outcomes(model_id, np.asarray(latencies))
+        if records:
+            self._publish(records)
+
+    def _publish(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        t = self.topics
+        for record in records:
+            kind = record["kind"]
+            if kind == "metrics":
+                topic, key = t.metrics, record["model_id"]
+            elif kind == "drift_alarm":
+                topic, key = t.alarms, record["model_id"]
+                log.warning(
+                    "drift alarm: model %s, detector %s, outcome %d (statistic %.1f > %.1f)",
+                    record["model_id"], record["detector"], record["n"],
+                    record["statistic"], record["threshold"],
+                )  # fmt: skip
+            else:
+                topic, key = t.comparisons, record["pair"]
+            self._produce(topic, encode_record(record), key.encode())
+            self.stats.records[kind] += 1
+        self.stats.last_record_wall = time.time()
+        if self.exporter is not None:
+            self.exporter.observe(records)
+
+    def _count_join(self, q: int, stage: JoinStage) -> None:
+        """Add what the join counted since the last look to the dropped-records counters."""
+        join = stage.join
+        seen = self._join_counters.setdefault(q, Counter())
+        by_model = join.model_counters
+        attributed: Counter[str] = Counter()
+        for (reason, model_id), value in by_model.items():
+            attributed[reason] += value
+            if value != seen[reason, model_id]:
+                self.exporter.count_dropped(reason, model_id, value - seen[reason, model_id])
+                seen[reason, model_id] = value
+        for reason, value in join.counters.items():
+            rest = value - attributed[reason]
+            if rest != seen[reason, ""]:
+                self.exporter.count_dropped(reason, "", rest - seen[reason, ""])
+                seen[reason, ""] = rest
+
+    def _gauges(self) -> None:
+        if self.exporter is None:
+            return
+        self.exporter.pending.set(sum(stage.join.pending for stage in self.joins.values()))
+
+    def _on_stats(self, raw: str) -> None:
+        if self.exporter is None:
+            return
+        try:
+            stats = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        for topic, info in stats.get("topics", {}).items():
+            if topic not in self.topics.inputs:
+                continue
+            for partition, p in info.get("partitions", {}).items():
+                lag = p.get("consumer_lag", -1)
+                if partition != "-1" and lag >= 0:
+                    self.exporter.lag.labels(topic, partition).set(lag)
+
+    # -- ownership and checkpoints ------------------------------------------------------------
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING
+
+        t = self.topics
+        inputs = []
+        for tp in partitions:
+            if tp.topic == t.events:
+                state = self._load(t.join_snapshots, tp.partition)
+                stage = (JoinStage.from_state(state, self.config, self.inputs) if state
+                         else JoinStage(tp.partition, self.config, self.inputs))  # fmt: skip
+                self.joins[tp.partition] = stage
+                tp.offset = stage.offset + 1 if stage.offset >= 0 else OFFSET_BEGINNING
+            elif tp.topic == t.outcomes:
+                state = self._load(t.eval_snapshots, tp.partition)
+                n = self.join_partitions
+                stage = (EvalStage.from_state(state, self.config, n) if state
+                         else EvalStage(tp.partition, self.config, n))  # fmt: skip
+                self.evals[tp.partition] = stage
+                tp.offset = stage.offset + 1 if stage.offset >= 0 else OFFSET_BEGINNING
+                if self.exporter is not None:  # show the restored numbers at once
+                    self.exporter.observe(stage.engine.latest_records())
+            else:
+                inputs.append((tp.topic, tp.partition))
+        self.router.assign(inputs)
+        consumer.assign(partitions)
+        log.info(
+            "assigned: %d input partitions, join %s, evaluation %s",
+            len(inputs), sorted(self.joins), sorted(self.evals),
+        )  # fmt: skip
+        self.ready.set()
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        t = self.topics
+        joins = [tp.partition for tp in partitions if tp.topic == t.events]
+        evals = [tp.partition for tp in partitions if tp.topic == t.outcomes]
+        inputs = [(tp.topic, tp.partition) for tp in partitions if tp.topic in t.inputs]
+        for r in evals:
+            stage = self.evals.get(r)
+            if stage is not None:
+                self._publish(stage.tick())
+        self._checkpoint(joins, evals, commit=inputs)
+        self._drop(joins, evals, inputs)
+        consumer.unassign()
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        t = self.topics
+        log.warning("partitions lost (this worker was too slow or cut off); dropping them")
+        self._drop(
+            [tp.partition for tp in partitions if tp.topic == t.events],
+            [tp.partition for tp in partitions if tp.topic == t.outcomes],
+            [(tp.topic, tp.partition) for tp in partitions if tp.topic in t.inputs],
+        )
+
+    def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
+        models: set[str] = set()
+        for q in joins:
+            self.joins.pop(q, None)
+            self._join_counters.pop(q, None)
+        for r in evals:
+            stage = self.evals.pop(r, None)
+            if stage is not None:
+                models |= set(stage.engine.models)
+        for tp in inputs:
+            self._input_next.pop(tp, None)
+        self.router.revoke(inputs)
+        if self.exporter is not None and models:
+            self.exporter.forget_models(models)
+
+    def _checkpoint(
+        self,
+        joins: list[int],
+        evals: list[int],
+        commit: list[tuple[str, int]] | None = None,
+        commit_all: bool = False,
+    ) -> None:
+        """Outputs acknowledged → snapshots written → input offsets committed, in that order."""
+        from confluent_kafka import TopicPartition
+
+        self._flush()
+        t = self.topics
+        for q in joins:
+            stage = self.joins.get(q)
+            if stage is not None:
+                self._save(t.join_snapshots, q, stage.state())
+        for r in evals:
+            stage = self.evals.get(r)
+            if stage is not None:
+                self._save(t.eval_snapshots, r, stage.state())
+        self._flush()
+        tps = list(self._input_next) if commit_all else (commit or [])
+        offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp])
+                   for tp in tps if tp in self._input_next]  # fmt: skip
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as err:  # the group is rebalancing: the next checkpoint commits
+                log.warning("offset commit failed (%s); input may be re-read, never lost", err)
+        self.stats.checkpoints += 1
+
+    def _flush(self) -> None:
+        while self.producer.flush(10) > 0:
+            log.warning("waiting for Kafka to acknowledge %d messages", len(self.producer))
+
+    def _save(self, topic: str, partition: int, state: dict[str, Any]) -> None:
+        value = orjson.dumps({"v": SNAPSHOT_VERSION, "config": self.fingerprint,
+                              "state": state})  # fmt: skip
+        self._produce(topic, value, str(partition).encode(), partition)
+
+    def _load(self, topic: str, partition: int) -> dict[str, Any] | None:
+        """The latest snapshot of a stage partition (the last message of its partition)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        reader = Consumer({**self.client, "group.id": f"{self.settings.app_id}-snapshot-reader",
+                           "enable.auto.commit": False})  # fmt: skip
+        try:
+            low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high <= low:
+                return None
+            reader.assign([TopicPartition(topic, partition, high - 1)])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                message = reader.poll(1.0)
+                if message is None or message.error():
+                    continue
+                data = orjson.loads(message.value())
+                break
+            else:
+                raise RuntimeError(f"could not read the snapshot at {topic}[{partition}]")
+        finally:
+            reader.close()
+        if data.get("v") != SNAPSHOT_VERSION:
+            raise RuntimeError(f"{topic}[{partition}]: snapshot version {data.get('v')} unknown")
+        if data.get("config") != self.fingerprint:
+            raise RuntimeError(
+                f"{topic}[{partition}] was written under another evaluation configuration: "
+                "continuing it would mix two sets of rules. Restore the configuration, or use "
+                "a new app_id (and topic prefix) to start over"
+            )
+        return data["state"]
+
+    def _shutdown(self) -> None:
+        log.info("shutting down: final records and a checkpoint")
+        try:
+            for stage in list(self.evals.values()):
+                self._publish(stage.tick())
+            self._checkpoint(list(self.joins), list(self.evals), commit_all=True)
+            self._drop(list(self.joins), list(self.evals), list(self._input_next))
+        finally:
+            self.consumer.close()  # leaves the group: the partitions move on at once

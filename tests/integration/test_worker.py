@@ -1,0 +1,244 @@
+"""The streaming worker on a real broker: it publishes replay's numbers, survives SIGKILL, and
+shares the work with a second worker — exactly.
+
+The test stream (tests/streaming.py) is produced to the three input topics before the worker
+starts, each record keyed by its instance id. Every input partition then carries records in
+delivery order; labels overtake predictions by at most 500 ms of event time, less than the
+1000 ms label grace, so the watermark join sees every prediction replay sees, and outcomes are
+released in (due, instance_id) order in both: the same outcome order per model, hence identical
+numbers (pipeline/app/stages.py explains the ordering).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from pipeline.topics import create_topics, load_topics, topics_dir
+from tests.streaming import finals, make_config, make_stream, replay_finals
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = """
+publish_every = 500
+[join]
+label_grace_ms = 1000
+[models.champion]
+positive_label = "yes"
+[models.challenger]
+positive_label = "yes"
+[models.baseline]
+positive_label = "yes"
+[[comparisons]]
+a = "champion"
+b = "challenger"
+[worker]
+idle_ms = 300
+snapshot_interval_s = 0.5
+publish_interval_s = 0.3
+session_timeout_ms = 6000
+"""
+SCHEMAS = {
+    "metrics": "metrics.schema.json",
+    "drift-alarms": "drift-alarm.schema.json",
+    "comparisons": "comparison.schema.json",
+}
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return make_stream(instances=3000)
+
+
+@pytest.fixture(scope="module")
+def expected(stream):
+    return replay_finals(stream, make_config())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deployment:
+    """Topics with a fresh prefix, the stream produced to them, and workers to start."""
+
+    def __init__(self, bootstrap: str, tmp_path: Path, stream) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap = bootstrap
+        self.prefix = f"w{uuid.uuid4().hex[:8]}-"
+        self.tmp = tmp_path
+        self.config = tmp_path / "worker.toml"
+        self.config.write_text(CONFIG)
+        self.workers: list[tuple[subprocess.Popen, int, Path]] = []
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        create_topics(admin, load_topics(self.prefix, partitions=3))
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        for topic, key, value in stream.records():
+            producer.produce(self.prefix + topic, value, key)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+
+    def start_worker(self) -> tuple[subprocess.Popen, int]:
+        port = _free_port()
+        log = self.tmp / f"worker-{len(self.workers)}.log"
+        env = {**os.environ, "STREAMEVAL_BOOTSTRAP": self.bootstrap,
+               "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
+               "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1"}  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(self.config)],
+            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.workers.append((process, port, log))
+        return process, port
+
+    def records(self) -> list[dict]:
+        """Everything published so far on the output topics, validated against topics/."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "reader",
+                             "enable.auto.commit": False})  # fmt: skip
+        records = []
+        try:
+            for base, schema_file in SCHEMAS.items():
+                topic = self.prefix + base
+                schema = orjson.loads((topics_dir() / "schemas" / schema_file).read_bytes())
+                metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+                for p in metadata.partitions:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+                    if high <= low:
+                        continue
+                    consumer.assign([TopicPartition(topic, p, low)])
+                    got = 0
+                    while got < high - low:
+                        message = consumer.poll(5)
+                        assert message is not None, f"{topic}[{p}]: fewer messages than expected"
+                        if message.error():
+                            continue
+                        record = orjson.loads(message.value())
+                        jsonschema.validate(record, schema)
+                        records.append(record)
+                        got += 1
+        finally:
+            consumer.close()
+        return records
+
+    def wait_for(self, expected: dict, timeout: float = 180) -> dict:
+        """Wait until the published finals have replay's counts; return them."""
+        want = {k: orjson.loads(v)["n"] for k, v in expected["metrics"].items()}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for process, _, log in self.workers:
+                assert process.poll() is None or process.returncode in (0, -9), log.read_text()
+            got = finals(self.records())
+            have = {k: orjson.loads(v)["n"] for k, v in got["metrics"].items()}
+            if have == want:
+                return got
+            time.sleep(1)
+        raise AssertionError(f"the worker never got there: {have} != {want}")
+
+    def stop_all(self) -> None:
+        for process, _, log in self.workers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process, _, log in self.workers:
+            if process.returncode == -9:
+                continue
+            try:
+                code = process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise AssertionError("a worker ignored SIGTERM:\n" + log.read_text()) from None
+            assert code == 0, log.read_text()[-3000:]
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def _series(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name}{labels} in /metrics")
+
+
+@pytest.fixture
+def deployment(kafka_bootstrap, tmp_path, stream):
+    deployment = Deployment(kafka_bootstrap, tmp_path, stream)
+    yield deployment
+    for process, _, _ in deployment.workers:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_streaming_equals_replay(deployment, expected):
+    _, port = deployment.start_worker()
+    got = deployment.wait_for(expected)
+    assert got == expected
+    text = _scrape(port)
+    for (model, view), record in expected["metrics"].items():
+        record = orjson.loads(record)
+        assert _series(text, "streameval_measure", model=model, view=view,
+                       estimator="window_1000", measure="accuracy") == pytest.approx(
+            record["estimators"]["window:1000"]["accuracy"], rel=1e-12)  # fmt: skip
+        if view == "final":
+            assert _series(text, "streameval_model_outcomes", model=model) == record["n"]
+    assert _series(text, "streameval_dead_letters_total", reason="missing_field") >= 1
+    total_dead = sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("streameval_dead_letters_total{")
+    )  # fmt: skip
+    assert total_dead == 7
+    deployment.stop_all()
+
+
+def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected):
+    process, _ = deployment.start_worker()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it in the middle of the stream
+        metrics = finals(deployment.records())["metrics"]
+        done = [orjson.loads(v)["n"] for v in metrics.values()]
+        if done and max(done) >= 1000:
+            break
+        time.sleep(0.2)
+    assert max(done) < 3000, "the stream was over before the kill: use a longer one"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
+
+
+def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected):
+    deployment.start_worker()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        metrics = finals(deployment.records())["metrics"]
+        done = [orjson.loads(v)["n"] for v in metrics.values()]
+        if done and max(done) >= 500:
+            break
+        time.sleep(0.2)
+    deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
