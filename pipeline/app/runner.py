@@ -435,6 +435,10 @@ class Pipeline:
                     self.exporter.observe(stage.engine.latest_records())
             else:
                 inputs.append((tp.topic, tp.partition))
+        restored = [f"join {q}@{s.offset}" for q, s in self.joins.items() if s.offset >= 0]
+        restored += [f"evaluation {r}@{s.offset}" for r, s in self.evals.items() if s.offset >= 0]
+        if restored:
+            log.info("restored from snapshots: %s", ", ".join(restored))
         self.router.assign(inputs)
         consumer.assign(partitions)
         log.info(

@@ -88,18 +88,26 @@ class Deployment:
         self.workers: list[tuple[subprocess.Popen, int, Path]] = []
         admin = AdminClient({"bootstrap.servers": bootstrap})
         create_topics(admin, load_topics(self.prefix, partitions=3))
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-        for topic, key, value in stream.records():
-            producer.produce(self.prefix + topic, value, key)
-            producer.poll(0)
-        assert producer.flush(30) == 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.pending = list(stream.records())
+        self.env: dict[str, str] = {}
+
+    def produce(self, fraction: float = 1.0) -> None:
+        """Produce the next part of the stream (all that is left by default)."""
+        count = len(self.pending) if fraction >= 1 else int(len(self.pending) * fraction)
+        for topic, key, value in self.pending[:count]:
+            self.producer.produce(self.prefix + topic, value, key)
+            self.producer.poll(0)
+        del self.pending[:count]
+        assert self.producer.flush(30) == 0
 
     def start_worker(self) -> tuple[subprocess.Popen, int]:
         port = _free_port()
         log = self.tmp / f"worker-{len(self.workers)}.log"
         env = {**os.environ, "STREAMEVAL_BOOTSTRAP": self.bootstrap,
                "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
-               "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1"}  # fmt: skip
+               "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1",
+               **self.env}  # fmt: skip
         process = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(self.config)],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
@@ -193,6 +201,7 @@ def deployment(kafka_bootstrap, tmp_path, stream):
 
 
 def test_streaming_equals_replay(deployment, expected):
+    deployment.produce()
     _, port = deployment.start_worker()
     got = deployment.wait_for(expected)
     assert got == expected
@@ -213,32 +222,45 @@ def test_streaming_equals_replay(deployment, expected):
     deployment.stop_all()
 
 
-def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected):
-    process, _ = deployment.start_worker()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # kill it in the middle of the stream
-        metrics = finals(deployment.records())["metrics"]
-        done = [orjson.loads(v)["n"] for v in metrics.values()]
-        if done and max(done) >= 1000:
-            break
-        time.sleep(0.2)
-    assert max(done) < 3000, "the stream was over before the kill: use a longer one"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    deployment.start_worker()
-    assert deployment.wait_for(expected) == expected
-    deployment.stop_all()
-
-
-def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected):
-    deployment.start_worker()
+def _wait_for_progress(deployment, n: int) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         metrics = finals(deployment.records())["metrics"]
-        done = [orjson.loads(v)["n"] for v in metrics.values()]
-        if done and max(done) >= 500:
-            break
+        if any(orjson.loads(v)["n"] >= n for v in metrics.values()):
+            return
         time.sleep(0.2)
+    raise AssertionError(f"no model reached {n} outcomes")
+
+
+def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected):
+    # Half the stream, then SIGKILL once the worker is well into it; the rest is produced
+    # while no worker runs, so the kill is in the middle of the stream whatever the speed.
+    # idle_ms is long enough that the pause is not taken for the end of the stream (which
+    # would resolve labels before the predictions they overtook arrive: late, by design).
+    deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
+    deployment.produce(0.5)
+    process, _ = deployment.start_worker()
+    _wait_for_progress(deployment, 500)
+    time.sleep(0.7)  # past a checkpoint, so the restart starts from a snapshot
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    deployment.produce()
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
+    assert "restored from snapshots" in deployment.workers[1][2].read_text()
+
+
+def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected):
+    # Inputs pause while the second worker starts: idle_ms is long enough that the pause is
+    # not taken for the end of the stream.
+    deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
+    deployment.produce(0.5)
+    deployment.start_worker()
+    _wait_for_progress(deployment, 500)
+    deployment.start_worker()
+    deployment.produce()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
+    second = deployment.workers[1][2].read_text()
+    assert re.search(r"assigned: \d+ input partitions, join \[\d", second), second[-2000:]
