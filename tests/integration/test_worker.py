@@ -161,7 +161,7 @@ class Deployment:
         raise AssertionError(f"the worker never got there: {have} != {want}")
 
     def stop_all(self) -> None:
-        for process, _, log in self.workers:
+        for process, _, _ in self.workers:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         for process, _, log in self.workers:
