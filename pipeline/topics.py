@@ -35,11 +35,15 @@ class TopicSpec:
 
 
 def load_topics(
-    prefix: str = "", path: Path | None = None, partitions: int | None = None
+    prefix: str = "",
+    path: Path | None = None,
+    partitions: int | None = None,
+    app_id: str = "streameval",
 ) -> list[TopicSpec]:
     """The declared topics with ``prefix`` prepended to every name.
 
-    ``partitions`` overrides the declared partition count (e.g. 1 for a laptop).
+    ``partitions`` overrides the declared partition count (e.g. 1 for a laptop). Internal
+    topics belong to one worker group: their leading ``streameval`` becomes ``app_id``.
     """
     path = path or topics_dir() / "topics.toml"
     data = tomllib.loads(path.read_text())
@@ -52,7 +56,7 @@ def load_topics(
         specs.append(
             TopicSpec(
                 base=entry["name"],
-                name=prefix + entry["name"],
+                name=prefix + _name(entry["name"], role, app_id),
                 role=role,
                 key=entry["key"],
                 schema=entry.get("schema", ""),
@@ -62,6 +66,14 @@ def load_topics(
             )
         )
     return specs
+
+
+def _name(base: str, role: str, app_id: str) -> str:
+    return base.replace("streameval", app_id, 1) if role == "internal" else base
+
+
+def _name(base: str, role: str, app_id: str) -> str:
+    return base.replace("streameval", app_id, 1) if role == "internal" else base
 
 
 @dataclass

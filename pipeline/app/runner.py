@@ -68,13 +68,14 @@ class Topics:
     dead_letters: str
 
     @classmethod
-    def with_prefix(cls, prefix: str) -> Topics:
+    def with_prefix(cls, prefix: str, app_id: str = "streameval") -> Topics:
+        internal = prefix + app_id
         return cls(
             inputs={prefix + base: kind for base, kind in INPUT_KINDS.items()},
-            events=prefix + "streameval-events",
-            outcomes=prefix + "streameval-outcomes",
-            join_snapshots=prefix + "streameval-join-snapshots",
-            eval_snapshots=prefix + "streameval-eval-snapshots",
+            events=internal + "-events",
+            outcomes=internal + "-outcomes",
+            join_snapshots=internal + "-join-snapshots",
+            eval_snapshots=internal + "-eval-snapshots",
             metrics=prefix + "metrics",
             alarms=prefix + "drift-alarms",
             comparisons=prefix + "comparisons",
@@ -110,7 +111,7 @@ class Pipeline:
         self.config = config
         self.client = dict(client)
         self.exporter = exporter
-        self.topics = Topics.with_prefix(settings.topic_prefix)
+        self.topics = Topics.with_prefix(settings.topic_prefix, settings.app_id)
         self.fingerprint = config_fingerprint(config)
         self.stats = Stats()
         self.stopping = threading.Event()
@@ -148,7 +149,7 @@ class Pipeline:
             return {}
         from pipeline.topics import create_topics
 
-        specs = load_topics(prefix=self.settings.topic_prefix)
+        specs = load_topics(prefix=self.settings.topic_prefix, app_id=self.settings.app_id)
         missing = [s for s in specs if s.name not in metadata.topics]
         if missing:
             report = create_topics(admin, missing)
@@ -531,7 +532,17 @@ class Pipeline:
         reader = Consumer({**self.client, "group.id": f"{self.settings.app_id}-snapshot-reader",
                            "enable.auto.commit": False})  # fmt: skip
         try:
-            low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            deadline = time.monotonic() + 60
+            while True:  # a topic just created may not have a leader yet
+                try:
+                    low, high = reader.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=10
+                    )
+                    break
+                except Exception as err:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"cannot read {topic}[{partition}]: {err}") from err
+                    time.sleep(0.5)
             if high <= low:
                 return None
             reader.assign([TopicPartition(topic, partition, high - 1)])

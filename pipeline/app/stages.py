@@ -60,8 +60,6 @@ from .wire import (
     EventRow,
     OutcomeBatch,
     Source,
-    outcome_from_row,
-    outcome_row,
 )
 
 __all__ = [
@@ -74,13 +72,15 @@ __all__ = [
 ]
 
 TopicPartition = tuple[str, int]
+#: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
+EVALUATE_CHUNK = 4096
 
 
 def join_partition(instance_id: str, partitions: int) -> int:
     """The join partition of an instance (CRC-32 of its UTF-8 id; stable across processes).
 
     >>> join_partition("inst-00001", 6)
-    1
+    3
     """
     return zlib.crc32(instance_id.encode()) % partitions
 
@@ -302,8 +302,7 @@ class JoinStage:
     def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
         from .wire import WIRE_VERSION
 
-        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.frontier,
-                            [outcome_row(o) for o in outcomes])  # fmt: skip
+        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.frontier, outcomes)
 
     # -- state ------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -369,8 +368,7 @@ class EvalStage:
             return [], []  # re-sent by a join partition restored from an older snapshot
         self.applied[q] = batch.offset
         buffer = self._buffer
-        for row in batch.outcomes:
-            outcome = outcome_from_row(row)
+        for outcome in batch.outcomes:
             self._seq += 1
             heapq.heappush(buffer, (outcome.due, outcome.instance_id, outcome.model_id,
                                     self._seq, outcome))  # fmt: skip
@@ -384,7 +382,17 @@ class EvalStage:
             released.append(heapq.heappop(buffer)[4])
         if not released:
             return [], []
-        return self.engine.evaluate(released), released
+        records: list[dict[str, Any]] = []
+        start = 0
+        while start < len(released):  # bounded chunks: the delayed block is (n, bins + 2)
+            end = min(start + EVALUATE_CHUNK, len(released))
+            while (
+                end < len(released) and released[end].instance_id == released[end - 1].instance_id
+            ):
+                end += 1  # never split one instance's outcomes (comparisons pair them)
+            records += self.engine.evaluate(released[start:end])
+            start = end
+        return records, released
 
     def tick(self) -> list[dict[str, Any]]:
         """Latest records of every model and pair that changed since its last record (every
@@ -399,7 +407,7 @@ class EvalStage:
             "engine": self.engine.state(),
             "frontiers": [[q, f] for q, f in self.frontiers.items()],
             "applied": [[q, o] for q, o in self.applied.items()],
-            "buffer": [outcome_row(entry[4]) for entry in sorted(self._buffer)],
+            "buffer": [list(entry[4]) for entry in sorted(self._buffer)],
         }
 
     @classmethod
@@ -412,7 +420,9 @@ class EvalStage:
         stage.frontiers = {q: f for q, f in state["frontiers"]}
         stage.applied = {q: o for q, o in state["applied"]}
         for row in state["buffer"]:
-            outcome = outcome_from_row(row)
+            model_id, instance_id, y_true, times, labels, t_instance, t_label, due = row
+            outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
+                              t_instance, t_label, due)  # fmt: skip
             stage._seq += 1
             stage._buffer.append((outcome.due, outcome.instance_id, outcome.model_id,
                                   stage._seq, outcome))  # fmt: skip

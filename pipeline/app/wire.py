@@ -35,8 +35,6 @@ __all__ = [
     "decode_events",
     "decode_outcomes",
     "encode",
-    "outcome_from_row",
-    "outcome_row",
 ]
 
 WIRE_VERSION = 1
@@ -60,8 +58,6 @@ class Source(msgspec.Struct, array_like=True, frozen=True):
 
 #: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
 EventRow = tuple[int, str, str, int, str | int, int, int]
-#: (due, instance_id, model_id, y_true, times, labels, t_instance, t_label)
-OutcomeRow = tuple[int, str, str, str | int, list[int], list[str | int], int, int]
 
 
 class EventBatch(msgspec.Struct, array_like=True):
@@ -75,7 +71,7 @@ class OutcomeBatch(msgspec.Struct, array_like=True):
     partition: int  # the join partition that resolved them
     offset: int  # offset of the event batch that caused them, in that join partition
     frontier: int
-    outcomes: list[OutcomeRow]
+    outcomes: list[Outcome]  # a named tuple: a msgpack array each, decoded in C
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -114,14 +110,3 @@ def decode_outcomes(data: bytes) -> OutcomeBatch:
         return _check(_outcomes.decode(data), data)
     except msgspec.DecodeError as err:
         raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None
-
-
-def outcome_row(o: Outcome) -> OutcomeRow:
-    return (o.due, o.instance_id, o.model_id, o.y_true, list(o.times), list(o.labels),
-            o.t_instance, o.t_label)  # fmt: skip
-
-
-def outcome_from_row(row) -> Outcome:
-    due, instance_id, model_id, y_true, times, labels, t_instance, t_label = row
-    return Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels), t_instance,
-                   t_label, due)  # fmt: skip

@@ -1,0 +1,544 @@
+"""End-to-end throughput, memory and latency of the streaming worker on a real broker, side by
+side with the raw consume ceiling and a naive per-event Faust + River pipeline.
+
+    .venv/bin/python benchmarks/pipeline_throughput.py            # 1M events, every phase
+    .venv/bin/python benchmarks/pipeline_throughput.py --events 200000 --skip latency
+
+Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`):
+
+1. **worker**: N input events (instances, one prediction from each of 3 models, labels) are
+   produced to fresh topics, then one worker is started; sustained events/s = N / (broker
+   timestamp of the last metrics record − broker timestamp of the first event batch the worker
+   wrote), i.e. first input read to last metrics record.
+2. **raw**: a confluent-kafka consumer that only decodes the same topics (``BatchDecoder``,
+   ``fetch.queue.backoff.ms=10``): the ceiling for any consumer in Python.
+3. **faust**: a Faust app with one agent over the three topics, one event per message, doing
+   the same join with a dict and evaluating with River (cumulative and rolling accuracy, κ, F1
+   and Page-Hinkley per model) — the naive design. Run for ``--faust-seconds``.
+4. **memory**: a fresh worker reads K instances with 3 predictions each and no labels; resident
+   memory per pending instance = ΔRSS / K (RSS from the worker's own /metrics).
+5. **latency**: a producer at half the measured sustained rate with live timestamps, label
+   grace 0; for every metrics record, the delay from the label time of the previous record of
+   that model (an upper bound on any label's wait) to the record's broker timestamp; p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.schemas import BatchDecoder  # noqa: E402
+from pipeline.simulate.scripted import ScriptedStream  # noqa: E402
+
+MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
+CONFIG = """
+publish_every = 100000
+[join]
+label_grace_ms = {grace}
+[[comparisons]]
+a = "champion"
+b = "challenger"
+[worker]
+idle_ms = 200
+publish_interval_s = 1.0
+snapshot_interval_s = {snapshot}
+"""
+
+
+def bootstrap() -> str:
+    if os.environ.get("STREAMEVAL_BOOTSTRAP"):
+        return os.environ["STREAMEVAL_BOOTSTRAP"]
+    from pipeline.devkafka import KafkaInstance
+
+    instance = KafkaInstance.named("default")
+    running = KafkaInstance.load(instance)
+    if running is not None and running.running():
+        return running.bootstrap
+    return instance.start().bootstrap
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_topics(boot: str, partitions: int) -> str:
+    from confluent_kafka.admin import AdminClient
+
+    from pipeline.topics import create_topics, load_topics
+
+    prefix = f"bench{uuid.uuid4().hex[:6]}-"
+    admin = AdminClient({"bootstrap.servers": boot})
+    create_topics(admin, load_topics(prefix, partitions=partitions))
+    return prefix
+
+
+def produce(boot: str, prefix: str, records) -> int:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": boot,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "compression.type": "lz4",
+        }
+    )
+    count = 0
+    for topic, key, value in records:
+        while True:
+            try:
+                producer.produce(prefix + topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+    producer.flush(120)
+    return count
+
+
+def start_worker(boot: str, prefix: str, config: Path, port: int, log: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "STREAMEVAL_BOOTSTRAP": boot,
+        "STREAMEVAL_TOPIC_PREFIX": prefix,
+        "STREAMEVAL_APP_ID": prefix + "app",
+        "STREAMEVAL_METRICS_PORT": str(port),
+        "STREAMEVAL_METRICS_HOST": "127.0.0.1",
+    }
+    command = [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(config)]
+    return subprocess.Popen(
+        command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def series(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
+    """Every message of a topic now: (broker timestamp ms, value)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": boot, "group.id": "bench-reader", "enable.auto.commit": False}
+    )
+    out = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            got = 0
+            while got < high - low:
+                batch = consumer.consume(10_000, 2.0)
+                for m in batch:
+                    if not m.error():
+                        out.append((m.timestamp()[1], m.value()))
+                        got += 1
+    finally:
+        consumer.close()
+    return out
+
+
+def first_timestamp(boot: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": "bench-reader"})
+    first = None
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+            if high > low:
+                consumer.assign([TopicPartition(topic, p, low)])
+                while True:
+                    m = consumer.poll(5)
+                    if m is not None and not m.error():
+                        ts = m.timestamp()[1]
+                        first = ts if first is None else min(first, ts)
+                        break
+    finally:
+        consumer.close()
+    return first
+
+
+# -- phase 1 ----------------------------------------------------------------------------------
+def phase_worker(boot: str, events: int, partitions: int, tmp: Path) -> dict:
+    instances = events // 5
+    stream = ScriptedStream(
+        instances=instances,
+        models=MODELS,
+        max_repredictions=0,
+        drift_at=instances // 2,
+        interval_ms=2,
+        mean_delay_ms=2000,
+        seed=3,
+    )
+    prefix = make_topics(boot, partitions)
+    started = time.perf_counter()
+    n = produce(boot, prefix, stream.records())
+    print(f"  produced {n:,} events in {time.perf_counter() - started:.1f} s", flush=True)
+    config = tmp / "worker.toml"
+    config.write_text(CONFIG.format(grace=1000, snapshot=5.0))
+    port = free_port()
+    log = tmp / "worker-throughput.log"
+    process = start_worker(boot, prefix, config, port, log)
+    want = instances  # every instance is labelled: each model ends with n == instances
+    deadline = time.monotonic() + 900
+    done = False
+    peak_rss = 0.0
+    try:
+        while time.monotonic() < deadline and not done:
+            time.sleep(1.0)
+            try:
+                text = scrape(port)
+            except OSError:
+                continue
+            peak_rss = max(peak_rss, series(text, "process_resident_memory_bytes") or 0)
+            counts = [
+                float(v)
+                for v in re.findall(r"^streameval_model_outcomes\{[^}]*\} (\S+)$", text, re.M)
+            ]
+            done = len(counts) == 3 and all(c >= want for c in counts)
+    finally:
+        stop(process)
+    if not done:
+        raise SystemExit(f"the worker did not finish; see {log}")
+    first = first_timestamp(boot, prefix + prefix + "app-events")
+    records = read_topic(boot, prefix + "metrics")
+    last = max(ts for ts, value in records if orjson.loads(value)["n"] >= want)
+    seconds = (last - first) / 1000.0
+    return {
+        "events": n,
+        "seconds": seconds,
+        "rate": n / seconds,
+        "prefix": prefix,
+        "peak_rss": peak_rss,
+    }
+
+
+# -- phase 2 ----------------------------------------------------------------------------------
+def phase_raw(boot: str, prefix: str, events: int) -> dict:
+    from confluent_kafka import Consumer
+
+    topics = {
+        prefix + t: k
+        for t, k in (("instances", "instance"), ("predictions", "prediction"), ("labels", "label"))
+    }
+    consumer = Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": f"raw-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.subscribe(list(topics))
+    decoder = BatchDecoder(topics)
+    got, start = 0, None
+    deadline = time.monotonic() + 300
+    while got < events and time.monotonic() < deadline:
+        batch = consumer.consume(10_000, 1.0)
+        messages = [m for m in batch if not m.error()]
+        if messages and start is None:
+            start = time.perf_counter()
+        got += len(decoder.decode(messages)) + len(decoder.decode([]).dead_letters)
+    seconds = time.perf_counter() - start
+    consumer.close()
+    return {"events": got, "seconds": seconds, "rate": got / seconds}
+
+
+# -- phase 3 ----------------------------------------------------------------------------------
+FAUST_APP = """
+import os, time, orjson, faust
+from river import drift, metrics, utils
+
+PREFIX = os.environ["PREFIX"]
+app = faust.App("naive-" + PREFIX, broker="kafka://" + os.environ["BOOT"], value_serializer="raw",
+                web_enabled=False, consumer_auto_offset_reset="earliest", topic_disable_leader=True)
+topic = app.topic(PREFIX + "instances", PREFIX + "predictions", PREFIX + "labels")
+pending = {}
+models = {}
+state = {"n": 0, "start": None}
+
+def evaluator():
+    return {"acc": metrics.Accuracy(), "kappa": metrics.CohenKappa(),
+            "f1": metrics.F1(pos_val="yes"), "racc": utils.Rolling(metrics.Accuracy(), 1000),
+            "rkappa": utils.Rolling(metrics.CohenKappa(), 1000), "ph": drift.PageHinkley()}
+
+@app.agent(topic)
+async def naive(stream):
+    async for value in stream:
+        if state["start"] is None:
+            state["start"] = time.perf_counter()
+        event = orjson.loads(value)
+        kind = event.get("type")
+        iid = event.get("instance_id")
+        if kind == "prediction" and "ts" in event:
+            pending.setdefault(iid, {}).setdefault("p", {})[event["model_id"]] = event["label"]
+        elif kind == "label" and "ts" in event:
+            for model, y_pred in pending.pop(iid, {}).get("p", {}).items():
+                ev = models.get(model) or models.setdefault(model, evaluator())
+                y = event["label"]
+                for name in ("acc", "kappa", "f1", "racc", "rkappa"):
+                    ev[name].update(y, y_pred)
+                ev["ph"].update(float(y != y_pred))
+        state["n"] += 1
+        if state["n"] % 5000 == 0:
+            print("PROGRESS", state["n"], time.perf_counter() - state["start"], flush=True)
+"""
+
+
+def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
+    app = tmp / "naive_faust.py"
+    app.write_text(FAUST_APP)
+    env = {**os.environ, "PREFIX": prefix, "BOOT": boot, "PYTHONPATH": str(tmp)}
+    log = tmp / "faust.log"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "faust",
+            "-A",
+            "naive_faust",
+            "worker",
+            "-l",
+            "warning",
+            "--without-web",
+        ],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=tmp,
+    )
+    deadline = time.monotonic() + seconds + 60
+    best = None
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            lines = re.findall(r"PROGRESS (\d+) (\S+)", log.read_text(errors="replace"))
+            if lines:
+                best = (int(lines[-1][0]), float(lines[-1][1]))
+                if best[1] >= seconds:
+                    break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    if best is None:
+        raise SystemExit(f"the Faust pipeline processed nothing; see {log}")
+    return {"events": best[0], "seconds": best[1], "rate": best[0] / best[1]}
+
+
+# -- phase 4 ----------------------------------------------------------------------------------
+def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
+    stream = ScriptedStream(
+        instances=pending, models=MODELS, max_repredictions=0, unlabelled=1.0, interval_ms=1, seed=4
+    )
+    prefix = make_topics(boot, 6)
+    config = tmp / "worker-memory.toml"
+    config.write_text(CONFIG.format(grace=1000, snapshot=3600.0))
+    port = free_port()
+    process = start_worker(boot, prefix, config, port, tmp / "worker-memory.log")
+    try:
+        deadline = time.monotonic() + 60
+        base = None
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                text = scrape(port)
+            except OSError:
+                continue
+            if series(text, "streameval_pending_instances") is not None:
+                time.sleep(2)
+                base = series(scrape(port), "process_resident_memory_bytes")
+                break
+        produce(boot, prefix, stream.records())
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            time.sleep(1.5)
+            text = scrape(port)
+            if series(text, "streameval_pending_instances") >= pending:
+                time.sleep(1.5)
+                text = scrape(port)
+                break
+        rss = series(text, "process_resident_memory_bytes")
+        held = series(text, "streameval_pending_instances")
+    finally:
+        stop(process)
+    return {"pending": held, "base_rss": base, "rss": rss, "per_instance": (rss - base) / held}
+
+
+# -- phase 5 ----------------------------------------------------------------------------------
+def phase_latency(boot: str, rate: float, seconds: float, tmp: Path) -> dict:
+    from confluent_kafka import Producer
+
+    prefix = make_topics(boot, 6)
+    config = tmp / "worker-latency.toml"
+    config.write_text(CONFIG.format(grace=0, snapshot=5.0))
+    port = free_port()
+    process = start_worker(boot, prefix, config, port, tmp / "worker-latency.log")
+    producer = Producer({"bootstrap.servers": boot, "linger.ms": 5})
+    rng = np.random.default_rng(5)
+    per_instance = 5
+    instances_per_s = rate / per_instance
+    try:
+        time.sleep(6)  # the worker joins its group
+        start = time.monotonic()
+        sent = 0
+        waiting: list[tuple[float, str, str]] = []  # (label due wall time, id, label)
+        i = 0
+        while time.monotonic() - start < seconds:
+            now = time.monotonic() - start
+            target = int(now * instances_per_s)
+            ts = int(time.time() * 1000)
+            while i < target:
+                iid = f"L{i:09d}"
+                y = "yes" if rng.random() < 0.5 else "no"
+                producer.produce(
+                    prefix + "instances", orjson.dumps({"instance_id": iid, "ts": ts}), iid.encode()
+                )
+                for model in MODELS:
+                    guess = y if rng.random() < 0.8 else ("no" if y == "yes" else "yes")
+                    producer.produce(
+                        prefix + "predictions",
+                        orjson.dumps(
+                            {"instance_id": iid, "model_id": model, "ts": ts, "label": guess}
+                        ),
+                        iid.encode(),
+                    )
+                waiting.append((now + 0.5, iid, y))  # labels come 0.5 s later
+                i += 1
+                sent += 4
+            while waiting and waiting[0][0] <= now:
+                _, iid, y = waiting.pop(0)
+                producer.produce(
+                    prefix + "labels",
+                    orjson.dumps({"instance_id": iid, "ts": ts, "label": y}),
+                    iid.encode(),
+                )
+                sent += 1
+            producer.poll(0)
+            time.sleep(0.002)
+        producer.flush(30)
+        time.sleep(3)
+    finally:
+        stop(process)
+    records = [(ts, orjson.loads(v)) for ts, v in read_topic(boot, prefix + "metrics")]
+    delays = []
+    last: dict[str, int] = {}
+    for broker_ts, record in sorted(records, key=lambda r: (r[1]["model_id"], r[1]["n"], r[0])):
+        if record["view"] != "final":
+            continue
+        model = record["model_id"]
+        if model in last and broker_ts - last[model] > 0:
+            delays.append(broker_ts - last[model])
+        last[model] = record["ts"]
+    delays = np.asarray(delays[3:]) / 1000.0  # the first records include start-up
+    return {
+        "sent": sent,
+        "rate": sent / seconds,
+        "records": len(delays),
+        "p50": float(np.percentile(delays, 50)),
+        "p99": float(np.percentile(delays, 99)),
+        "max": float(delays.max()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--faust-seconds", type=float, default=30.0)
+    parser.add_argument("--pending", type=int, default=200_000)
+    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["raw", "faust", "memory", "latency"]
+    )
+    args = parser.parse_args()
+    boot = bootstrap()
+    tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
+    print(f"broker {boot}; logs in {tmp}", flush=True)
+    worker = phase_worker(boot, args.events, args.partitions, tmp)
+    print(
+        f"worker      {worker['rate']:>12,.0f} events/s  ({worker['events']:,} events, "
+        f"first input to last metrics record {worker['seconds']:.1f} s, "
+        f"peak RSS {worker['peak_rss'] / 2**20:.0f} MiB)",
+        flush=True,
+    )
+    if "raw" not in args.skip:
+        raw = phase_raw(boot, worker["prefix"], worker["events"])
+        print(
+            f"raw ceiling {raw['rate']:>12,.0f} events/s  (decode only)   "
+            f"worker / raw = {worker['rate'] / raw['rate']:.0%}",
+            flush=True,
+        )
+    if "faust" not in args.skip:
+        naive = phase_faust(boot, worker["prefix"], args.faust_seconds, tmp)
+        print(
+            f"naive Faust {naive['rate']:>12,.0f} events/s  ({naive['events']:,} events in "
+            f"{naive['seconds']:.0f} s)   worker / naive = "
+            f"{worker['rate'] / naive['rate']:.1f}x",
+            flush=True,
+        )
+    if "memory" not in args.skip:
+        memory = phase_memory(boot, args.pending, tmp)
+        print(
+            f"memory      {memory['per_instance']:>12,.0f} bytes per pending instance "
+            f"({memory['pending']:,.0f} pending, RSS {memory['base_rss'] / 2**20:.0f} -> "
+            f"{memory['rss'] / 2**20:.0f} MiB)",
+            flush=True,
+        )
+    if "latency" not in args.skip:
+        latency = phase_latency(boot, worker["rate"] / 2, args.latency_seconds, tmp)
+        print(
+            f"latency     p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
+            f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s "
+            f"({latency['records']} records; target p99 <= publish_interval + 1 s = 2 s)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
