@@ -201,7 +201,7 @@ def first_timestamp(boot: str, topic: str) -> int:
 
 
 # -- phase 1 ----------------------------------------------------------------------------------
-def phase_worker(boot: str, events: int, partitions: int, tmp: Path) -> dict:
+def phase_worker(boot: str, events: int, partitions: int, tmp: Path, workers: int = 1) -> dict:
     instances = events // 5
     stream = ScriptedStream(
         instances=instances,
@@ -218,9 +218,10 @@ def phase_worker(boot: str, events: int, partitions: int, tmp: Path) -> dict:
     print(f"  produced {n:,} events in {time.perf_counter() - started:.1f} s", flush=True)
     config = tmp / "worker.toml"
     config.write_text(CONFIG.format(grace=1000, snapshot=5.0))
-    port = free_port()
+    ports = [free_port() for _ in range(workers)]
     log = tmp / "worker-throughput.log"
-    process = start_worker(boot, prefix, config, port, log)
+    processes = [start_worker(boot, prefix, config, port, tmp / f"worker-throughput-{i}.log")
+                 for i, port in enumerate(ports)]
     want = instances  # every instance is labelled: each model ends with n == instances
     deadline = time.monotonic() + 900
     done = False
@@ -229,17 +230,20 @@ def phase_worker(boot: str, events: int, partitions: int, tmp: Path) -> dict:
         while time.monotonic() < deadline and not done:
             time.sleep(1.0)
             try:
-                text = scrape(port)
+                texts = [scrape(port) for port in ports]
             except OSError:
                 continue
-            peak_rss = max(peak_rss, series(text, "process_resident_memory_bytes") or 0)
+            text = "\n".join(texts)
+            peak_rss = max(peak_rss, *(series(t, "process_resident_memory_bytes") or 0
+                                       for t in texts))
             counts = [
                 float(v)
                 for v in re.findall(r"^streameval_model_outcomes\{[^}]*\} (\S+)$", text, re.M)
             ]
             done = len(counts) == 3 and all(c >= want for c in counts)
     finally:
-        stop(process)
+        for process in processes:
+            stop(process)
     if not done:
         raise SystemExit(f"the worker did not finish; see {log}")
     first = first_timestamp(boot, prefix + prefix + "app-events")
@@ -490,6 +494,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (phase 1)")
     parser.add_argument("--faust-seconds", type=float, default=30.0)
     parser.add_argument("--pending", type=int, default=200_000)
     parser.add_argument("--latency-seconds", type=float, default=30.0)
@@ -500,7 +505,7 @@ def main() -> None:
     boot = bootstrap()
     tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
     print(f"broker {boot}; logs in {tmp}", flush=True)
-    worker = phase_worker(boot, args.events, args.partitions, tmp)
+    worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers)
     print(
         f"worker      {worker['rate']:>12,.0f} events/s  ({worker['events']:,} events, "
         f"first input to last metrics record {worker['seconds']:.1f} s, "

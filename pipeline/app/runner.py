@@ -202,6 +202,7 @@ class Pipeline:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
             "fetch.queue.backoff.ms": 10,  # the default (1 s) stalls a busy consumer
+            "queued.max.messages.kbytes": 16_384,  # prefetch per partition: bounds memory
             "session.timeout.ms": s.session_timeout_ms,
             "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
             "statistics.interval.ms": 5_000,
