@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit bench clean
+.PHONY: demo test lint unit bench clean
 
 # A virtualenv with the project and its test extras; rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@
+
+demo: $(STAMP)  ## Kafka, topics, a worker and five River models, live; Ctrl-C stops it all
+	$(BIN)/streameval demo $(DEMO_ARGS)
 
 test: $(STAMP)  ## lint, then the whole test suite with doctests
 	$(BIN)/ruff check .
@@ -27,6 +30,7 @@ lint: $(STAMP)
 bench: $(STAMP)  ## every benchmark, each side by side with its peer
 	$(BIN)/python benchmarks/core_vs_river.py
 	$(BIN)/python benchmarks/decode.py
+	$(BIN)/python benchmarks/pipeline_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

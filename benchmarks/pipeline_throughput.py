@@ -99,7 +99,6 @@ def produce(boot: str, prefix: str, records) -> int:
             "linger.ms": 50,
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": 2_000_000,
-            "compression.type": "lz4",
         }
     )
     count = 0
@@ -220,8 +219,10 @@ def phase_worker(boot: str, events: int, partitions: int, tmp: Path, workers: in
     config.write_text(CONFIG.format(grace=1000, snapshot=5.0))
     ports = [free_port() for _ in range(workers)]
     log = tmp / "worker-throughput.log"
-    processes = [start_worker(boot, prefix, config, port, tmp / f"worker-throughput-{i}.log")
-                 for i, port in enumerate(ports)]
+    processes = [
+        start_worker(boot, prefix, config, port, tmp / f"worker-throughput-{i}.log")
+        for i, port in enumerate(ports)
+    ]
     want = instances  # every instance is labelled: each model ends with n == instances
     deadline = time.monotonic() + 900
     done = False
@@ -234,8 +235,9 @@ def phase_worker(boot: str, events: int, partitions: int, tmp: Path, workers: in
             except OSError:
                 continue
             text = "\n".join(texts)
-            peak_rss = max(peak_rss, *(series(t, "process_resident_memory_bytes") or 0
-                                       for t in texts))
+            peak_rss = max(
+                peak_rss, *(series(t, "process_resident_memory_bytes") or 0 for t in texts)
+            )
             counts = [
                 float(v)
                 for v in re.findall(r"^streameval_model_outcomes\{[^}]*\} (\S+)$", text, re.M)
@@ -328,7 +330,7 @@ async def naive(stream):
                 ev["ph"].update(float(y != y_pred))
         state["n"] += 1
         if state["n"] % 5000 == 0:
-            print("PROGRESS", state["n"], time.perf_counter() - state["start"], flush=True)
+            print(f"PROGRESS {state['n']} {time.perf_counter() - state['start']}", flush=True)
 """
 
 
@@ -346,7 +348,7 @@ def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
             "naive_faust",
             "worker",
             "-l",
-            "warning",
+            "warn",
             "--without-web",
         ],
         env=env,

@@ -309,5 +309,128 @@ def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port,
     sys.exit(run_worker(app, worker_settings.log_level))
 
 
+def _simulation_options(function):
+    from pipeline.simulate.system import DELAYS, GENERATORS, LEARNERS
+
+    options = [
+        click.option("--generator", type=click.Choice(GENERATORS), default="agrawal",
+                     show_default=True, help="River generator (or the Phishing data set)."),
+        click.option("--instances", type=click.IntRange(min=1), default=20_000,
+                     show_default=True),
+        click.option("--drift", "drifts", type=int, multiple=True,
+                     help="Instance position of a concept drift; repeatable (default: half way)."),
+        click.option("--drift-width", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="1 for an abrupt drift, more for a gradual one over that many."),
+        click.option("--positive-share", type=click.FloatRange(0, 1, min_open=True,
+                     max_open=True), default=None, help="Class imbalance: share of class 1."),
+        click.option("--model", "models", type=click.Choice(LEARNERS), multiple=True,
+                     help="A model to run; repeatable (default: all)."),
+        click.option("--delay", type=click.Choice(DELAYS), default="exponential",
+                     show_default=True, help="How labels are delayed."),
+        click.option("--delay-value", type=click.FloatRange(min=0), default=2000.0,
+                     show_default=True, help="Instances, or ms (fixed, or the exponential mean)."),
+        click.option("--unlabelled", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+                     show_default=True, help="Fraction of labels that never arrive."),
+        click.option("--repredict-every", type=click.IntRange(min=0), default=100,
+                     show_default=True, help="Re-predict a pending instance every K labels."),
+        click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=200.0,
+                     show_default=True, help="Instances per second (event time; and real time "
+                     "with --realtime)."),
+        click.option("--seed", type=int, default=42, show_default=True),
+    ]  # fmt: skip
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _simulation_config(
+    generator, instances, drifts, drift_width, positive_share, models, delay, delay_value,
+    unlabelled, repredict_every, rate, seed, start_ms=None,
+):  # fmt: skip
+    from pipeline.simulate.system import LEARNERS, SimulationConfig
+
+    config = SimulationConfig(
+        generator=generator, instances=instances,
+        drifts=list(drifts) if drifts else [instances // 2] if instances > 1 else [],
+        drift_width=drift_width, positive_share=positive_share,
+        models=list(models) or list(LEARNERS), delay=delay, delay_value=delay_value,
+        unlabelled=unlabelled, repredict_every=repredict_every, rate=rate, seed=seed,
+    )  # fmt: skip
+    if start_ms is not None:
+        config.start_ms = start_ms
+    try:
+        return config.check()
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+
+
+@main.command()
+@_simulation_options
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path),
+    help="Write JSON lines here (for streameval replay) instead of to Kafka.",
+)  # fmt: skip
+@click.option("--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP).")
+@click.option("-X", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka client setting passed through; repeatable.")  # fmt: skip
+@click.option("--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", help="Topic prefix.")
+@click.option("--realtime", is_flag=True,
+              help="Produce at --rate in real time, stamped with the wall clock.")  # fmt: skip
+def simulate(out, bootstrap, settings, prefix, realtime, **options) -> None:
+    """Simulate a streaming ML system: River models predicting, re-predicting and learning on
+    late labels, with concept drift. To a file (--out) or to the input topics."""
+    import time
+
+    from rich.progress import Progress
+
+    from pipeline.simulate.system import simulate as run
+
+    start_ms = int(time.time() * 1000) if realtime else None
+    config = _simulation_config(**options, start_ms=start_ms)
+    events = run(config)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("simulating", total=config.instances)
+        if out is not None:
+            import orjson
+
+            with out.open("wb") as handle:
+                for event in events:
+                    handle.write(orjson.dumps(event) + b"\n")
+                    if event["type"] == "instance":
+                        progress.advance(task)
+            click.echo(f"wrote {out}")
+            return
+        from pipeline.clients import ClientConfigError, client_config
+        from pipeline.simulate.produce import produce_events
+
+        try:
+            client = client_config(bootstrap, settings)
+        except ClientConfigError as err:
+            raise click.UsageError(str(err)) from None
+        sent = produce_events(events, client, prefix, realtime=realtime,
+                              on_instance=lambda: progress.advance(task))  # fmt: skip
+    click.echo(f"produced {sent} events to {prefix}instances, {prefix}predictions, "
+               f"{prefix}labels")  # fmt: skip
+
+
+@main.command()
+@click.option("--duration", type=click.FloatRange(min=1), default=None,
+              help="Seconds to run (default: until Ctrl-C).")  # fmt: skip
+@click.option("--bootstrap", default=None,
+              help="Use this Kafka ($STREAMEVAL_BOOTSTRAP) instead of a local one.")  # fmt: skip
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=9464, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1), default=200.0, show_default=True,
+              help="Simulated instances per second.")  # fmt: skip
+@click.option("--seed", type=int, default=42, show_default=True)
+def demo(duration, bootstrap, metrics_port, rate, seed) -> None:
+    """The whole service in one command: Kafka (a local one unless --bootstrap), the topics,
+    a worker, and five River models on a drifting stream, with a live view of their numbers."""
+    from rich.console import Console
+
+    from pipeline.demo import run_demo
+
+    sys.exit(run_demo(duration, bootstrap, metrics_port, rate, seed, Console()))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

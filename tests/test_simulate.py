@@ -1,0 +1,102 @@
+"""The simulator: deterministic, label delays and drifts as configured, replayable."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.replay import replay
+from pipeline.simulate.system import SimulationConfig, simulate
+
+
+def _events(**settings):
+    return list(simulate(SimulationConfig(**settings)))
+
+
+def test_the_same_seed_gives_the_same_events_and_another_seed_does_not():
+    settings = dict(instances=400, drifts=[200], models=["hoeffding_tree", "no_change"])
+    assert _events(**settings) == _events(**settings)
+    assert _events(**settings) != _events(**settings, seed=7)
+
+
+def test_events_are_in_time_order_and_predictions_never_follow_their_label():
+    events = _events(instances=600, drifts=[300], delay_value=500.0, rate=100.0)
+    ts = [e["ts"] for e in events]
+    assert ts == sorted(ts)
+    label_at = {e["instance_id"]: e["ts"] for e in events if e["type"] == "label"}
+    for e in events:
+        if e["type"] == "prediction":
+            assert e["ts"] <= label_at[e["instance_id"]]
+
+
+def test_fixed_delays_in_instances_and_in_time():
+    events = _events(instances=300, drifts=[150], delay="fixed_instances", delay_value=20,
+                     rate=50.0, models=["majority"])  # fmt: skip
+    born = {e["instance_id"]: e["ts"] for e in events if e["type"] == "instance"}
+    delays = {e["ts"] - born[e["instance_id"]] for e in events if e["type"] == "label"}
+    assert delays == {20 * 20}  # 20 instances at 50 instances/s
+    events = _events(instances=300, drifts=[150], delay="fixed_ms", delay_value=1234,
+                     models=["majority"])  # fmt: skip
+    born = {e["instance_id"]: e["ts"] for e in events if e["type"] == "instance"}
+    assert {e["ts"] - born[e["instance_id"]] for e in events if e["type"] == "label"} == {1234}
+
+
+def test_exponential_delays_have_the_configured_mean_and_some_labels_never_come():
+    events = _events(instances=3000, drifts=[1500], delay_value=800.0, unlabelled=0.2,
+                     models=["majority"], repredict_every=0)  # fmt: skip
+    born = {e["instance_id"]: e["ts"] for e in events if e["type"] == "instance"}
+    delays = np.array([e["ts"] - born[e["instance_id"]] for e in events if e["type"] == "label"])
+    assert delays.mean() == pytest.approx(800, rel=0.1)
+    assert len(delays) / 3000 == pytest.approx(0.8, abs=0.03)
+
+
+def test_re_predictions_come_every_k_labels():
+    events = _events(instances=500, drifts=[250], delay="fixed_instances", delay_value=50,
+                     repredict_every=10, models=["no_change"])  # fmt: skip
+    per_instance = {}
+    for e in events:
+        if e["type"] == "prediction":
+            per_instance[e["instance_id"]] = per_instance.get(e["instance_id"], 0) + 1
+    # waiting ~50 labels with a re-prediction every 10: initial + ~4 + final
+    assert 5 <= int(np.median(list(per_instance.values()))) <= 7
+
+
+def test_the_drift_is_where_it_was_put_and_a_learner_notices():
+    events = _events(instances=6000, drifts=[3000], delay_value=300.0, models=["hoeffding_tree"])
+    source = io.BytesIO(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    result = replay(source, load_config(), io.BytesIO())
+    assert result.alarms, "no alarm after the drift"
+    first = min(a["n"] for a in result.alarms)
+    assert 3000 < first < 4500
+
+
+def test_class_imbalance():
+    events = _events(instances=2000, drifts=[1000], positive_share=0.1, models=["majority"])
+    labels = [e["label"] for e in events if e["type"] == "label"]
+    assert np.mean(np.asarray(labels) == 1) == pytest.approx(0.1, abs=0.03)
+
+
+def test_bad_settings_are_refused_with_the_setting_named():
+    with pytest.raises(ValueError, match="generator='nope'"):
+        SimulationConfig(generator="nope").check()
+    with pytest.raises(ValueError, match=r"drifts=\[50\]"):
+        SimulationConfig(instances=10, drifts=[50]).check()
+
+
+def test_the_file_output_replays(tmp_path):
+    out = tmp_path / "sim.jsonl"
+    result = CliRunner().invoke(main, ["simulate", "--instances", "300", "--generator", "sea",
+                                       "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    replayed = CliRunner().invoke(main, ["replay", str(out), "--quiet"])
+    assert replayed.exit_code == 0, replayed.output
+    models = {orjson.loads(line)["model_id"] for line in replayed.output.splitlines()
+              if line.startswith("{") and '"metrics"' in line}  # fmt: skip
+    assert models == {"hoeffding_tree", "naive_bayes", "logistic_regression", "no_change",
+                      "majority"}  # fmt: skip
