@@ -137,6 +137,7 @@ def run_demo(
     from pipeline.devkafka import KafkaInstance
     from pipeline.topics import create_topics, load_topics
 
+    launched = time.monotonic()
     started_kafka: KafkaInstance | None = None
     bootstrap = bootstrap or os.environ.get("STREAMEVAL_BOOTSTRAP")
     if not bootstrap:
@@ -198,7 +199,12 @@ def run_demo(
                     console.print(f"[red]the worker exited ({worker.returncode}); see {log}")
                     status = 1
                     break
-                for alarm in view.poll():
+                had_metrics = bool(view.metrics)
+                new_alarms = view.poll()
+                if view.metrics and not had_metrics:
+                    console.print(f"first metrics {time.monotonic() - launched:.1f} s after the "
+                                  "demo started")  # fmt: skip
+                for alarm in new_alarms:
                     console.print(
                         f"[bold red]drift alarm[/]: {alarm['model_id']} "
                         f"({alarm['detector']}, outcome {alarm['n']}, statistic "

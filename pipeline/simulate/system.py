@@ -119,7 +119,6 @@ def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any]]:
                 yield x, int(y)
     concepts = [iter(c) for c in _concepts(config.generator, config.seed)]
     drifts = sorted(config.drifts)
-    kept = _ShareSampler()
     position = 0
     while True:
         concept = sum(1 for d in drifts if position >= d)
@@ -128,29 +127,18 @@ def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any]]:
         if concept and position - start < config.drift_width:
             if rng.random() >= (position - start + 1) / config.drift_width:
                 concept -= 1
-        x, y = next(concepts[concept % len(concepts)])
+        stream = concepts[concept % len(concepts)]
+        x, y = next(stream)
+        if config.positive_share is not None:
+            # choose the class first, then draw from the concept until it comes (imbalance)
+            want = 1 if rng.random() < config.positive_share else 0
+            for _ in range(1000):
+                if int(y) == want:
+                    break
+                x, y = next(stream)
         y = int(y) if isinstance(y, bool | np.bool_) else y
-        if config.positive_share is not None and y in (0, 1):
-            if not kept.accept(y, config.positive_share, rng):
-                continue
         position += 1
         yield x, y
-
-
-class _ShareSampler:
-    """Rejection sampling towards a share of class 1 among binary labels."""
-
-    def __init__(self) -> None:
-        self.n = [0, 0]
-
-    def accept(self, y: int, share: float, rng) -> bool:
-        total = self.n[0] + self.n[1] + 1
-        current = (self.n[1] + (y == 1)) / total
-        if (y == 1 and current > share + 0.01) or (y == 0 and current < share - 0.01):
-            if rng.random() < 0.9:
-                return False
-        self.n[y] += 1
-        return True
 
 
 # -- models ------------------------------------------------------------------------------
