@@ -28,7 +28,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.devkafka import free_port  # noqa: E402
 from pipeline.schemas import BatchDecoder  # noqa: E402
 from pipeline.simulate.scripted import ScriptedStream  # noqa: E402
 
@@ -71,12 +71,6 @@ def bootstrap() -> str:
     if running is not None and running.running():
         return running.bootstrap
     return instance.start().bootstrap
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_topics(boot: str, partitions: int) -> str:

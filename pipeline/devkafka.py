@@ -103,7 +103,8 @@ def ensure_artifacts(log=print) -> Path:
     return libs
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -163,7 +164,7 @@ class KafkaInstance:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for attempt in range(5):  # a free port can be taken between choosing and binding
-            instance = cls(str(directory), _free_port(), _free_port())
+            instance = cls(str(directory), free_port(), free_port())
             try:
                 instance._launch(libs, tie_to_parent, timeout)
                 return instance

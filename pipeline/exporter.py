@@ -20,9 +20,11 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 __all__ = ["LATENCY_BUCKETS", "Exporter", "estimator_label"]
 
@@ -115,7 +117,15 @@ class _SnapshotCollector(Collector):
                         [pair, record["model_a"], record["model_b"], estimator_label(estimator),
                          name], _value(values[name]),
                     )  # fmt: skip
-        yield from (measure, per_class, delayed, binned, outcomes, latency, comparison)
+        histogram = HistogramMetricFamily(
+            "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
+        )
+        for model, (counts, total) in self._exporter._latency_snapshot().items():
+            cumulative = np.cumsum(counts)
+            buckets = [(floatToGoString(b), float(c)) for b, c in zip(LATENCY_BUCKETS, cumulative,
+                                                                      strict=True)]  # fmt: skip
+            histogram.add_metric([model], buckets, total)
+        yield from (measure, per_class, delayed, binned, outcomes, latency, comparison, histogram)
 
 
 class Exporter:
@@ -155,10 +165,9 @@ class Exporter:
             "streameval_outcomes", "Outcomes evaluated (rate() gives outcomes per second).",
             ["model"], registry=registry,
         )  # fmt: skip
-        self.label_latency = Histogram(
-            "streameval_label_latency_seconds", "Time from instance to label.", ["model"],
-            buckets=LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
+        # label latency per model: counts per bucket and the sum of seconds, updated a batch at
+        # a time with numpy (a prometheus_client Histogram observes one value per call)
+        self._latency: dict[str, tuple[np.ndarray, float]] = {}
         self.pending = Gauge(
             "streameval_pending_instances", "Instances buffered by the join, waiting for a label.",
             registry=registry,
@@ -197,13 +206,14 @@ class Exporter:
                 self._comparisons = comparisons
 
     def observe_outcomes(self, model_id: str, latencies_ms: Iterable[float]) -> None:
-        """Count a model's new outcomes and record their label latencies."""
-        histogram = self._child(self.label_latency, model_id)
-        count = 0
-        for latency in latencies_ms:
-            histogram.observe(latency / 1000.0)
-            count += 1
-        self._child(self.outcomes, model_id).inc(count)
+        """Count a model's new outcomes and record their label latencies (one batch)."""
+        seconds = np.asarray(latencies_ms, dtype=np.float64) / 1000.0
+        index = np.searchsorted(np.asarray(LATENCY_BUCKETS), seconds, side="left")
+        counts = np.bincount(index, minlength=len(LATENCY_BUCKETS))
+        with self._lock:
+            before, total = self._latency.get(model_id, (0, 0.0))
+            self._latency[model_id] = (before + counts, total + float(seconds.sum()))
+        self._child(self.outcomes, model_id).inc(seconds.size)
 
     def count_dropped(self, reason: str, model_id: str = "", amount: int = 1) -> None:
         self._child(self.dropped, reason, model_id).inc(amount)
@@ -220,12 +230,16 @@ class Exporter:
                 k: v for k, v in self._comparisons.items()
                 if v["model_a"] not in gone and v["model_b"] not in gone
             }  # fmt: skip
-        for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.label_latency, 0),
-                                 (self.dropped, 1)):  # fmt: skip
+            self._latency = {k: v for k, v in self._latency.items() if k not in gone}
+        for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.dropped, 1)):
             children = self._children.get(metric._name, set())
             for labels in [c for c in children if c[position] in gone]:
                 metric.remove(*labels)
                 children.discard(labels)
+
+    def _latency_snapshot(self) -> dict[str, tuple[np.ndarray, float]]:
+        with self._lock:
+            return dict(self._latency)
 
     def _snapshots(self):
         with self._lock:

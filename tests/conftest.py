@@ -7,6 +7,8 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.streaming import make_config, make_stream, replay_finals
+
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
@@ -60,3 +62,15 @@ def kafka_bootstrap(tmp_path_factory):
         yield instance.bootstrap
     finally:
         instance.stop()
+
+
+@pytest.fixture(scope="session")
+def stream():
+    """The streaming tests' stream (tests/streaming.py)."""
+    return make_stream(instances=3000)
+
+
+@pytest.fixture(scope="session")
+def expected(stream):
+    """What `streameval replay` makes of it: the answer streaming must give."""
+    return replay_finals(stream, make_config())

@@ -20,7 +20,7 @@ from pipeline.app.wire import (
     encode,
 )
 from pipeline.simulate.scripted import TOPIC_OF
-from tests.streaming import finals, make_config, make_stream, replay_finals
+from tests.streaming import finals, make_config
 
 KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
 
@@ -196,16 +196,6 @@ class Harness:
         return finals(self.records)
 
 
-@pytest.fixture(scope="module")
-def stream():
-    return make_stream(instances=3000)
-
-
-@pytest.fixture(scope="module")
-def expected(stream):
-    return replay_finals(stream, make_config())
-
-
 def test_the_stream_exercises_every_rule(expected):
     assert {m for m, _ in expected["metrics"]} == {"champion", "challenger", "baseline"}
     assert expected["alarms"], "the injected drift raised no alarm"
@@ -223,7 +213,7 @@ def test_any_interleaving_gives_replays_numbers(stream, expected, seed):
 def test_crashes_restores_and_duplicates_give_replays_numbers(stream, expected, seed):
     harness = Harness(stream, make_config(), seed=100 + seed)
     assert harness.run(crashes=0.05) == expected
-    assert sum(j.duplicates for j in harness.joins) > 0 or seed  # resent events were skipped
+    assert sum(j.duplicates for j in harness.joins) > 0  # resent events were skipped
 
 
 def test_one_partition_each(stream, expected):

@@ -54,7 +54,6 @@ class PipelineService(Service):
     def __init__(self, pipeline: Pipeline, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
-        self.failure: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     async def on_start(self) -> None:
@@ -64,7 +63,7 @@ class PipelineService(Service):
             try:
                 self.pipeline.run()
             except BaseException as err:  # surfaced by the worker as its exit status
-                self.failure = self.pipeline.failure = err
+                self.pipeline.failure = err
                 log.error("the worker stopped: %s", err)
                 asyncio.run_coroutine_threadsafe(self.crash(err), loop)
 
@@ -97,7 +96,6 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
     app.pipeline = pipeline
     app.exporter = exporter
     app.registry = registry
-    app.failure = None
 
     @app.service
     class _Service(PipelineService):

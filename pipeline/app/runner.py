@@ -94,7 +94,6 @@ class Stats:
     records: Counter[str] = field(default_factory=Counter)
     dead_letters: int = 0
     checkpoints: int = 0
-    last_record_wall: float = 0.0
 
 
 class Pipeline:
@@ -345,11 +344,11 @@ class Pipeline:
         if released:
             self.stats.outcomes += len(released)
             if self.exporter is not None:
-                by_model: dict[str, list[int]] = defaultdict(list)
-                for o in released:
-                    by_model[o.model_id].append(o.t_label - o.t_instance)
-                for model_id, latencies in by_model.items():
-                    self.exporter.observe_outcomes(model_id, np.asarray(latencies))
+                n = len(released)
+                latency = np.fromiter((o.t_label - o.t_instance for o in released), np.int64, n)
+                models = np.array([o.model_id for o in released])
+                for model_id in np.unique(models):
+                    self.exporter.observe_outcomes(str(model_id), latency[models == model_id])
         if records:
             self._publish(records)
 
@@ -372,7 +371,6 @@ class Pipeline:
                 topic, key = t.comparisons, record["pair"]
             self._produce(topic, encode_record(record), key.encode())
             self.stats.records[kind] += 1
-        self.stats.last_record_wall = time.time()
         if self.exporter is not None:
             self.exporter.observe(records)
 

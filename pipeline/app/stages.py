@@ -56,6 +56,7 @@ from .wire import (
     LABEL,
     NO_TS,
     PREDICTION,
+    WIRE_VERSION,
     EventBatch,
     EventRow,
     OutcomeBatch,
@@ -300,8 +301,6 @@ class JoinStage:
         return low
 
     def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
-        from .wire import WIRE_VERSION
-
         return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.frontier, outcomes)
 
     # -- state ------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def encode(batch: EventBatch | OutcomeBatch) -> bytes:
     return _encoder.encode(batch)
 
 
-def _check(batch, data: bytes):
+def _check(batch):
     if batch.v != WIRE_VERSION:
         raise WireError(
             f"internal batch of wire version {batch.v}, this worker reads {WIRE_VERSION}: run "
@@ -100,13 +100,13 @@ def decode_events(data: bytes) -> EventBatch:
     True
     """
     try:
-        return _check(_events.decode(data), data)
+        return _check(_events.decode(data))
     except msgspec.DecodeError as err:
         raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
 
 
 def decode_outcomes(data: bytes) -> OutcomeBatch:
     try:
-        return _check(_outcomes.decode(data), data)
+        return _check(_outcomes.decode(data))
     except msgspec.DecodeError as err:
         raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None

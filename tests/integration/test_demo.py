@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from pipeline.devkafka import free_port
+
 pytestmark = pytest.mark.kafka
 
 MODELS = ("hoeffding_tree", "naive_bayes", "logistic_regression", "no_change", "majority")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:
@@ -34,7 +29,7 @@ def _alive(pid: int) -> bool:
 def test_demo_runs_catches_the_drift_and_cleans_up(kafka_bootstrap):
     result = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "demo", "--duration", "60", "--bootstrap",
-         kafka_bootstrap, "--metrics-port", str(_free_port())],
+         kafka_bootstrap, "--metrics-port", str(free_port())],
         capture_output=True, text=True, timeout=240, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     output = result.stdout + result.stderr

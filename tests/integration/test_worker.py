@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,8 +25,9 @@ import jsonschema
 import orjson
 import pytest
 
+from pipeline.devkafka import free_port
 from pipeline.topics import create_topics, load_topics, topics_dir
-from tests.streaming import finals, make_config, make_stream, replay_finals
+from tests.streaming import finals
 
 pytestmark = pytest.mark.kafka
 
@@ -55,22 +55,6 @@ SCHEMAS = {
     "drift-alarms": "drift-alarm.schema.json",
     "comparisons": "comparison.schema.json",
 }
-
-
-@pytest.fixture(scope="module")
-def stream():
-    return make_stream(instances=3000)
-
-
-@pytest.fixture(scope="module")
-def expected(stream):
-    return replay_finals(stream, make_config())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Deployment:
@@ -102,7 +86,7 @@ class Deployment:
         assert self.producer.flush(30) == 0
 
     def start_worker(self) -> tuple[subprocess.Popen, int]:
-        port = _free_port()
+        port = free_port()
         log = self.tmp / f"worker-{len(self.workers)}.log"
         env = {**os.environ, "STREAMEVAL_BOOTSTRAP": self.bootstrap,
                "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
