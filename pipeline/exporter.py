@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -142,8 +142,17 @@ class Exporter:
     True
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        detectors_of: Callable[[str], Iterable[str]] | None = None,
+    ) -> None:
         self.registry = registry
+        # the detector names of a model: its alarm counters start at 0 when the model is first
+        # seen, so that increase() and the drift alert see its first alarm (a counter that is
+        # born at 1 shows no increase to Prometheus)
+        self._detectors_of = detectors_of
+        self._models: set[str] = set()
         self._lock = threading.Lock()
         self._metrics: dict[tuple[str, str], dict[str, Any]] = {}
         self._comparisons: dict[str, dict[str, Any]] = {}
@@ -161,6 +170,11 @@ class Exporter:
             "streameval_dead_letters", "Malformed input messages sent to dead letters.",
             ["reason"], registry=registry,
         )  # fmt: skip
+        self.input_messages = Counter(
+            "streameval_input_messages",
+            "Messages consumed from the input topics (rate() gives the input throughput).",
+            registry=registry,
+        )
         self.outcomes = Counter(
             "streameval_outcomes", "Outcomes evaluated (rate() gives outcomes per second).",
             ["model"], registry=registry,
@@ -193,6 +207,8 @@ class Exporter:
                 if metrics is None:
                     metrics = dict(self._metrics)
                 metrics[record["model_id"], record["view"]] = record
+                if record["model_id"] not in self._models:
+                    self._first_seen(record["model_id"])
             elif kind == "comparison":
                 if comparisons is None:
                     comparisons = dict(self._comparisons)
@@ -204,6 +220,11 @@ class Exporter:
                 self._metrics = metrics
             if comparisons is not None:
                 self._comparisons = comparisons
+
+    def _first_seen(self, model_id: str) -> None:
+        self._models.add(model_id)
+        for detector in self._detectors_of(model_id) if self._detectors_of else ():
+            self._child(self.alarms, model_id, detector)
 
     def observe_outcomes(self, model_id: str, latencies_ms: Iterable[float]) -> None:
         """Count a model's new outcomes and record their label latencies (one batch)."""
@@ -224,6 +245,7 @@ class Exporter:
     def forget_models(self, model_ids: Iterable[str]) -> None:
         """Remove every series of models this worker no longer owns."""
         gone = set(model_ids)
+        self._models -= gone
         with self._lock:
             self._metrics = {k: v for k, v in self._metrics.items() if k[0] not in gone}
             self._comparisons = {

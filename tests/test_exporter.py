@@ -85,6 +85,24 @@ def test_forgotten_models_lose_their_series():
     assert 'streameval_dropped_records_total{model="",reason="orphan_label"} 1.0' in text
 
 
+def test_alarm_counters_start_at_zero_when_a_model_is_first_seen():
+    """A counter born at 1 shows Prometheus no increase; the drift alert needs the 0 first."""
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda model: ["page_hinkley", f"{model}_own"])
+    metrics = [r for r in _replayed() if r["kind"] == "metrics"]
+    exporter.observe(metrics[:1])
+    model = metrics[0]["model_id"]
+    series = _series(registry)
+    for detector in ("page_hinkley", f"{model}_own"):
+        key = (("detector", detector), ("model", model))
+        assert series["streameval_drift_alarms_total", key] == 0.0
+    exporter.observe([{"kind": "drift_alarm", "model_id": model, "detector": "page_hinkley"}])
+    key = (("detector", "page_hinkley"), ("model", model))
+    assert _series(registry)["streameval_drift_alarms_total", key] == 1.0
+    exporter.forget_models([model])
+    assert "streameval_drift_alarms_total{" not in generate_latest(registry).decode()
+
+
 def test_latency_histogram_and_outcome_counter():
     registry = CollectorRegistry()
     exporter = Exporter(registry)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -29,6 +31,7 @@ from prometheus_client import (
 
 from pipeline.clients import client_config
 from pipeline.config import EvaluationConfig
+from pipeline.core.drift import make_detector
 from pipeline.exporter import Exporter
 
 from .runner import Pipeline
@@ -76,13 +79,21 @@ class PipelineService(Service):
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
 
+def _faust_datadir(app_id: str) -> Path:
+    """Faust wants a directory for table files; the worker has no tables, so not the cwd."""
+    path = Path(tempfile.gettempdir()) / "streameval-faust" / app_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
     """The worker as a Faust application (start it with :func:`run_worker`)."""
     client = client_config(settings.bootstrap, [f"{k}={v}" for k, v in settings.kafka.items()])
     client.setdefault("client.id", f"{settings.app_id}-worker")
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
-    exporter = Exporter(registry)
+    exporter = Exporter(registry, detectors_of=lambda model_id: [
+        make_detector(spec).name for spec in config.detectors_of(model_id)])  # fmt: skip
     pipeline = Pipeline(settings, config, client, exporter)
     app = StreamevalApp(
         f"{settings.app_id}-host",
@@ -92,6 +103,7 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         web_bind=settings.metrics_host,
         web_port=settings.metrics_port or 6066,
         web_in_thread=False,
+        datadir=_faust_datadir(settings.app_id),
     )
     app.pipeline = pipeline
     app.exporter = exporter

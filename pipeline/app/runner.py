@@ -287,6 +287,8 @@ class Pipeline:
         for message in messages:
             self._input_next[message.topic(), message.partition()] = message.offset() + 1
         self.stats.input_messages += len(messages)
+        if self.exporter is not None:
+            self.exporter.input_messages.inc(len(messages))
         for letter in letters:
             self._produce(self.topics.dead_letters, letter.value or b"", letter.key,
                           headers=letter.headers())  # fmt: skip
