@@ -21,6 +21,7 @@ demo: $(STAMP)  ## Kafka, topics, a worker and five River models, live; Ctrl-C s
 test: $(STAMP)  ## lint, then the whole test suite with doctests
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	deploy/prometheus/install-tools
 	$(BIN)/pytest
 
 lint: $(STAMP)

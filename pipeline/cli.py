@@ -248,6 +248,30 @@ def topics_describe(bootstrap, settings, prefix) -> None:
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
+@main.command("alert-log")
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=9095, show_default=True)
+def alert_log(host: str, port: int) -> None:
+    """Receive Alertmanager's webhook notifications and print one line per alert."""
+    import signal
+    import threading
+
+    from pipeline.alertlog import AlertLog
+
+    try:
+        log = AlertLog(host, port, echo=lambda text: click.echo(text, nl=True)).start()
+    except OSError as err:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from err
+    click.echo(f"alert-log: listening on http://{host}:{log.port}/ for Alertmanager webhooks")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    log.stop()
+
+
 @main.command()
 @click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),

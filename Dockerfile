@@ -1,0 +1,25 @@
+# streameval: the worker, the simulator and the alert-log receiver in one image.
+#   docker build -t streameval:0.1.0 .        (docker compose up builds it too)
+#   docker run --rm streameval:0.1.0 worker --help
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    STREAMEVAL_TOPICS_DIR=/opt/streameval/topics
+
+WORKDIR /opt/streameval
+# the dependencies first, so that a code change does not reinstall them
+COPY pyproject.toml README.md ./
+COPY pipeline/__init__.py pipeline/__init__.py
+RUN pip install . && pip uninstall --yes streameval
+COPY pipeline pipeline
+COPY topics topics
+RUN pip install --no-deps . \
+    && useradd --system --uid 10001 --home-dir /opt/streameval streameval
+
+USER 10001:10001
+EXPOSE 9464
+ENTRYPOINT ["streameval"]
+CMD ["worker"]

@@ -1,0 +1,632 @@
+"""Build the Grafana dashboards of streameval as JSON (deploy/grafana/dashboards/*.json).
+
+The JSON files are generated, not edited: change this file and run
+
+    .venv/bin/python deploy/grafana/dashboards.py
+
+``tests/test_deploy.py`` fails when the committed JSON differs from what this file builds, and
+``tests/integration/test_observability.py`` runs every query below against a real Prometheus
+scraping a real worker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "dashboards"
+DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioned with this uid
+MCNEMAR_99 = 6.635  # χ² (1 d.f.) at 0.99, as pipeline.core.compare.MCNEMAR_THRESHOLD
+WIDTH = 24
+
+
+def query_var(
+    name: str, query: str, label: str | None = None, multi: bool = True, hide: bool = False
+) -> dict[str, Any]:
+    """A template variable filled from Prometheus label values, "All" selected."""
+    return {
+        "name": name,
+        "label": label or name,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": f"{name}-values"},
+        "refresh": 2,  # on time range change
+        "sort": 1,
+        "multi": multi,
+        "includeAll": True,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "hide": 2 if hide else 0,
+    }
+
+
+def target(
+    expr: str, legend: str = "", instant: bool = False, table: bool = False
+) -> dict[str, Any]:
+    """A Prometheus query of a panel (its refId is set by :func:`panel`)."""
+    out = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend}
+    if instant or table:
+        out.update(instant=True, range=False, format="table" if table else "time_series")
+    return out
+
+
+class Layout:
+    """Place panels left to right, top to bottom, on Grafana's 24-column grid."""
+
+    def __init__(self) -> None:
+        self.panels: list[dict[str, Any]] = []
+        self.x = self.y = self.row_height = 0
+
+    def add(self, panel: dict[str, Any], width: int = 12, height: int = 8) -> None:
+        if self.x + width > WIDTH:
+            self.x, self.y = 0, self.y + self.row_height
+            self.row_height = 0
+        panel["id"] = len(self.panels) + 1
+        panel["gridPos"] = {"x": self.x, "y": self.y, "w": width, "h": height}
+        self.panels.append(panel)
+        self.x += width
+        self.row_height = max(self.row_height, height)
+
+    def row(self, title: str) -> None:
+        if self.x:
+            self.x, self.y = 0, self.y + self.row_height
+        self.row_height = 0
+        self.add({"type": "row", "title": title, "collapsed": False, "panels": []}, WIDTH, 1)
+
+
+def panel(
+    kind: str,
+    title: str,
+    targets: list[dict[str, Any]],
+    unit: str = "short",
+    description: str = "",
+    minimum: float | None = None,
+    maximum: float | None = None,
+    thresholds: list[dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"unit": unit}
+    if minimum is not None:
+        defaults["min"] = minimum
+    if maximum is not None:
+        defaults["max"] = maximum
+    if thresholds:
+        defaults["thresholds"] = {"mode": "absolute", "steps": thresholds}
+        defaults["custom"] = {"thresholdsStyle": {"mode": "line"}}
+    for i, t in enumerate(targets):
+        t["refId"] = chr(ord("A") + i)
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": targets,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options
+        or {
+            "legend": {"displayMode": "list", "placement": "bottom"},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+
+
+def dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    variables: list[dict[str, Any]],
+    layout: Layout,
+    annotations: list[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    builtin = {
+        "builtIn": 1,
+        "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+        "enable": True,
+        "hide": True,
+        "iconColor": "rgba(0, 211, 255, 1)",
+        "name": "Annotations & Alerts",
+        "type": "dashboard",
+    }
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["streameval"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": variables},
+        "annotations": {"list": [builtin, *annotations]},
+        "links": [
+            {
+                "type": "dashboards",
+                "tags": ["streameval"],
+                "asDropdown": True,
+                "title": "streameval",
+                "includeVars": True,
+                "keepTime": True,
+            }
+        ],
+        "panels": layout.panels,
+    }
+
+
+MODEL = query_var("model", "label_values(streameval_model_outcomes, model)")
+ESTIMATOR = query_var("estimator", "label_values(streameval_measure, estimator)")
+SEL = 'model=~"$model", estimator=~"$estimator"'
+DRIFT_ANNOTATION = {
+    "name": "Drift alarms",
+    "datasource": DATASOURCE,
+    "enable": True,
+    "iconColor": "red",
+    "expr": 'changes(streameval_drift_alarms_total{model=~"$model"}[1m]) > 0',
+    "step": "30s",
+    "titleFormat": "drift alarm",
+    "textFormat": "{{model}}: {{detector}}",
+    "tagKeys": "model,detector",
+}
+
+
+def overview() -> dict[str, Any]:
+    lay = Layout()
+
+    def measure(names: str) -> str:
+        return f'streameval_measure{{{SEL}, view="final", measure=~"{names}"}}'
+
+    legend = "{{model}} {{measure}} ({{estimator}})"
+    lay.row("Accuracy and its baselines")
+    lay.add(
+        panel(
+            "stat",
+            "Accuracy now",
+            [target(measure("accuracy"), "{{model}} ({{estimator}})", instant=True)],
+            unit="percentunit",
+            options={
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+                "textMode": "value_and_name",
+                "colorMode": "value",
+            },
+        ),
+        WIDTH,
+        5,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Accuracy next to the baselines",
+            [target(measure("accuracy|p_maj|p_per|p_ran"), legend)],
+            unit="percentunit",
+            description="p_maj: majority class; p_per: persistent (no-change) classifier; p_ran: "
+            "chance agreement.",
+            minimum=0,
+            maximum=1,
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Accuracy above the baselines",
+            [
+                target(
+                    f"streameval:accuracy_over_{base}{{{SEL}}}",
+                    f"{{{{model}}}} − {base} ({{{{estimator}}}})",
+                )
+                for base in ("persistent", "majority")
+            ],
+            unit="percentunit",
+            description="Below 0 the model is worse than the baseline.",
+        )
+    )
+    lay.row("Kappa statistics")
+    lay.add(
+        panel(
+            "timeseries",
+            "κ, κ_M, κ_per and κ⁺",
+            [target(measure("kappa|kappa_m|kappa_temporal|kappa_plus"), legend)],
+            description="kappa: against chance; kappa_m: against the majority class; "
+            "kappa_temporal (κ_per): against the persistent classifier; kappa_plus (κ⁺): "
+            "the geometric combination of κ and κ_per.",
+            maximum=1,
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Normalized measures",
+            [target(measure("normalized_accuracy|normalized_kappa|normalized_f1"), legend)],
+            description="Rescaled between the chance and perfect levels of each measure.",
+        )
+    )
+    lay.row("Class-balanced and per-class measures")
+    lay.add(
+        panel(
+            "timeseries",
+            "Balanced accuracy, macro F1, MCC, G-mean",
+            [target(measure("balanced_accuracy|f1_macro|mcc|g_mean"), legend)],
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Positive class: precision, recall, F1",
+            [target(measure("precision_positive|recall_positive|f1_positive"), legend)],
+            unit="percentunit",
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Recall per class",
+            [
+                target(
+                    f'streameval_class_measure{{{SEL}, view="final", measure="recall"}}',
+                    "{{model}} class {{class}} ({{estimator}})",
+                )
+            ],
+            unit="percentunit",
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "First prediction vs last prediction (accuracy)",
+            [
+                target(
+                    f'streameval_measure{{{SEL}, measure="accuracy"}}',
+                    "{{model}} {{view}} ({{estimator}})",
+                )
+            ],
+            unit="percentunit",
+            description="initial: the first prediction made for each instance; final: the last one "
+            "before its label arrived.",
+        )
+    )
+    lay.row("Activity")
+    lay.add(
+        panel(
+            "timeseries",
+            "Outcomes per second",
+            [target('streameval:outcomes:rate1m{model=~"$model"}', "{{model}}")],
+            unit="ops",
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Drift alarms in the last 10 minutes",
+            [
+                target(
+                    'streameval:drift_alarms:increase10m{model=~"$model"}', "{{model}} {{detector}}"
+                )
+            ],
+        )
+    )
+    return dashboard(
+        "streameval-overview",
+        "streameval · models",
+        "Every measure of every model, by estimator, with its baselines; drift "
+        "alarms as annotations.",
+        [MODEL, ESTIMATOR],
+        lay,
+        [DRIFT_ANNOTATION],
+    )
+
+
+def delayed() -> dict[str, Any]:
+    lay = Layout()
+    stages = "{{model}} {{stage}} ({{estimator}})"
+    lay.row("Initial, intermediate and final performance (Grzenda et al.)")
+    for name, title in (("accuracy", "Accuracy"), ("kappa", "κ"), ("kappa_plus", "κ⁺")):
+        lay.add(
+            panel(
+                "timeseries",
+                f"{title}: initial, Ψ, final",
+                [target(f'streameval_delayed_measure{{{SEL}, measure="{name}"}}', stages)],
+                description="initial: the prediction made on arrival; psi: the weighted mean over "
+                "the latency period (intermediate predictions); final: the last "
+                "prediction before the label.",
+                maximum=1,
+            ),
+            8,
+        )
+    lay.add(
+        panel(
+            "bargauge",
+            "Accuracy across the latency period (bins, now)",
+            [target(f"streameval_binned_accuracy{{{SEL}}}", "{{model}} bin {{bin}}", instant=True)],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            description="Bin 1 is the prediction at arrival, the last bin the one just before the "
+            "label.",
+            options={
+                "orientation": "vertical",
+                "displayMode": "basic",
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+            },
+        ),
+        WIDTH,
+    )
+    lay.row("Labels")
+    lay.add(
+        panel(
+            "timeseries",
+            "Label latency quantiles",
+            [
+                target(
+                    f'streameval:label_latency_seconds:{q}{{model=~"$model"}}', f"{{{{model}}}} {q}"
+                )
+                for q in ("p50", "p90", "p99")
+            ],
+            unit="s",
+        ),
+        8,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Mean label latency",
+            [target('streameval_label_latency_mean_seconds{model=~"$model"}', "{{model}}")],
+            unit="s",
+        ),
+        8,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Label coverage (15 min)",
+            [target('streameval:label_coverage:ratio15m{model=~"$model"}', "{{model}}")],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            description="Outcomes over outcomes plus predictions that expired or were evicted "
+            "without a label.",
+        ),
+        8,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Instances waiting for a label",
+            [target("streameval:pending_instances:sum", "pending")],
+        ),
+        WIDTH,
+    )
+    return dashboard(
+        "streameval-delayed",
+        "streameval · delayed labels",
+        "How good the predictions were while the label was pending.",
+        [MODEL, ESTIMATOR],
+        lay,
+        [DRIFT_ANNOTATION],
+    )
+
+
+def comparison() -> dict[str, Any]:
+    lay = Layout()
+    pair = query_var("pair", "label_values(streameval_comparison, pair)")
+    estimator = query_var("estimator", "label_values(streameval_comparison, estimator)")
+    model_a = query_var(
+        "model_a", 'label_values(streameval_comparison{pair=~"$pair"}, model_a)', hide=True
+    )
+    model_b = query_var(
+        "model_b", 'label_values(streameval_comparison{pair=~"$pair"}, model_b)', hide=True
+    )
+    sel = 'pair=~"$pair", estimator=~"$estimator"'
+    legend = "{{model_a}} vs {{model_b}} ({{estimator}})"
+    lay.row("Champion (model_a) and challenger (model_b)")
+    lay.add(
+        panel(
+            "timeseries",
+            "Signed McNemar statistic",
+            [target(f'streameval_comparison{{{sel}, statistic="mcnemar"}}', legend)],
+            description=f"Above +{MCNEMAR_99} model_b is significantly better, below −{MCNEMAR_99} "
+            "model_a (99 %); the lines mark the significance level.",
+            thresholds=[
+                {"color": "green", "value": None},
+                {"color": "red", "value": -MCNEMAR_99},
+                {"color": "green", "value": MCNEMAR_99},
+            ],
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Q statistic",
+            [target(f'streameval_comparison{{{sel}, statistic="q_statistic"}}', legend)],
+            description="+1: the two models err on the same instances; −1: never on the same.",
+            minimum=-1,
+            maximum=1,
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Errors only one model makes",
+            [
+                target(
+                    f'streameval_comparison{{{sel}, statistic=~"n01|n10"}}',
+                    "{{statistic}} ({{estimator}})",
+                )
+            ],
+            description="n01: model_a right, model_b wrong; n10: model_a wrong, model_b right.",
+        )
+    )
+    lay.add(
+        panel(
+            "state-timeline",
+            "Significant difference",
+            [target(f'streameval_comparison{{{sel}, statistic="significant"}}', legend)],
+            options={"showValue": "auto", "mergeValues": True},
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Accuracy of both models",
+            [
+                target(
+                    'streameval_measure{model=~"$model_a|$model_b", estimator=~"$estimator", '
+                    'view="final", measure="accuracy"}',
+                    "{{model}} ({{estimator}})",
+                )
+            ],
+            unit="percentunit",
+        ),
+        WIDTH,
+    )
+    return dashboard(
+        "streameval-comparison",
+        "streameval · champion/challenger",
+        "McNemar and Q statistics of the configured model pairs over time.",
+        [pair, estimator, model_a, model_b],
+        lay,
+    )
+
+
+def health() -> dict[str, Any]:
+    lay = Layout()
+    instance = query_var("instance", 'label_values(up{job="streameval"}, instance)', label="worker")
+    worker = 'job="streameval", instance=~"$instance"'
+    lay.row("Throughput")
+    lay.add(panel("stat", "Workers up", [target("streameval:workers_up:sum", "workers")]), 4)
+    lay.add(
+        panel(
+            "timeseries",
+            "Input messages per second",
+            [
+                target("streameval:input_messages:rate1m", "all workers"),
+                target(
+                    f"rate(streameval_input_messages_total{{{worker}}}[$__rate_interval])",
+                    "{{instance}}",
+                ),
+            ],
+            unit="ops",
+        ),
+        10,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Outcomes per second",
+            [target("streameval:outcomes:rate1m", "{{model}}")],
+            unit="ops",
+        ),
+        10,
+    )
+    lay.row("Backlog")
+    lay.add(
+        panel(
+            "timeseries",
+            "Consumer lag by topic",
+            [target("streameval:consumer_lag:sum", "{{topic}}")],
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Consumer lag by partition",
+            [
+                target(
+                    f"streameval_consumer_lag{{{worker}}}", "{{topic}}[{{partition}}] {{instance}}"
+                )
+            ],
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Instances waiting for a label",
+            [target(f"streameval_pending_instances{{{worker}}}", "{{instance}}")],
+        ),
+        WIDTH,
+    )
+    lay.row("Bad and odd input")
+    lay.add(
+        panel(
+            "timeseries",
+            "Dead letters per second",
+            [target("streameval:dead_letters:rate5m", "{{reason}}")],
+            unit="ops",
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Dropped or odd records per second",
+            [target("streameval:dropped_records:rate5m", "{{reason}}")],
+            unit="ops",
+        )
+    )
+    lay.row("Workers")
+    lay.add(
+        panel(
+            "timeseries",
+            "CPU per worker",
+            [
+                target(
+                    f"rate(process_cpu_seconds_total{{{worker}}}[$__rate_interval])", "{{instance}}"
+                )
+            ],
+            unit="percentunit",
+        ),
+        8,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Resident memory per worker",
+            [target(f"process_resident_memory_bytes{{{worker}}}", "{{instance}}")],
+            unit="bytes",
+        ),
+        8,
+    )
+    lay.add(
+        panel(
+            "table",
+            "Firing alerts",
+            [target('ALERTS{alertname=~"Streameval.*", alertstate="firing"}', table=True)],
+            options={"showHeader": True},
+        ),
+        8,
+    )
+    return dashboard(
+        "streameval-health",
+        "streameval · health",
+        "Throughput, lag, pending labels and bad input of the worker group.",
+        [instance],
+        lay,
+    )
+
+
+DASHBOARDS = {
+    "overview": overview,
+    "delayed-labels": delayed,
+    "comparison": comparison,
+    "health": health,
+}
+
+
+def render() -> dict[str, str]:
+    """File name → JSON text of every dashboard."""
+    return {
+        f"{name}.json": json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+        for name, build in DASHBOARDS.items()
+    }
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    for name, text in render().items():
+        (OUT / name).write_text(text)
+        print(f"wrote {OUT / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
