@@ -17,7 +17,8 @@ RUN pip install . && pip uninstall --yes streameval
 COPY pipeline pipeline
 COPY topics topics
 RUN pip install --no-deps . \
-    && useradd --system --uid 10001 --home-dir /opt/streameval streameval
+    && groupadd --system --gid 10001 streameval \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /opt/streameval streameval
 
 USER 10001:10001
 EXPOSE 9464

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,18 +30,19 @@ def line(alert: dict[str, Any]) -> str:
     name = labels.pop("alertname", "?")
     shown = " ".join(f"{key}={value}" for key, value in sorted(labels.items()))
     summary = alert.get("annotations", {}).get("summary", "")
-    return f"{alert.get('status', '?')} {name} {shown}: {summary}"
+    text = " ".join(part for part in (alert.get("status", "?"), name, shown) if part)
+    return f"{text}: {summary}" if summary else text
 
 
 class AlertLog:
-    """Serve the webhook on ``host:port`` in a thread; keep every alert received in ``alerts``.
+    """Serve the webhook on ``host:port`` in a thread; keep the last ``keep`` alerts received.
 
     ``port=0`` takes a free port (read it back from ``port``).
     """
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9095,
-                 echo: Callable[[str], None] | None = print) -> None:  # fmt: skip
-        self.alerts: list[dict[str, Any]] = []
+                 echo: Callable[[str], None] | None = print, keep: int = 1000) -> None:  # fmt: skip
+        self.alerts: deque[dict[str, Any]] = deque(maxlen=keep)  # the latest, for tests
         self._lock = threading.Lock()
         log = self
 
@@ -50,6 +52,9 @@ class AlertLog:
                 try:
                     body = json.loads(self.rfile.read(size) or b"{}")
                     alerts = list(body["alerts"])
+                    if not all(isinstance(a, dict) and isinstance(a.get("labels"), dict)
+                               for a in alerts):  # fmt: skip
+                        raise ValueError("every alert must be an object with labels")
                 except (ValueError, KeyError, TypeError) as err:
                     self.send_error(400, f"not an Alertmanager webhook notification: {err}")
                     return

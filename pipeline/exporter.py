@@ -70,7 +70,8 @@ class _SnapshotCollector(Collector):
         )
         binned = GaugeMetricFamily(
             "streameval_binned_accuracy",
-            "Accuracy of the predictions in force in each bin of the latency period.",
+            "Accuracy of the predictions in force in each bin of the latency period (bins are "
+            "zero-padded, 001 first, so that they sort in order).",
             labels=["model", "estimator", "bin"],
         )
         outcomes = GaugeMetricFamily(
@@ -109,7 +110,7 @@ class _SnapshotCollector(Collector):
                                            _value(block[f"{name}_{stage}"]))  # fmt: skip
                     delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
                 for b, value in enumerate(block["binned_accuracy"], start=1):
-                    binned.add_metric([model, est, str(b)], _value(value))
+                    binned.add_metric([model, est, f"{b:03d}"], _value(value))
         for pair, record in comparisons.items():
             for estimator, values in record["estimators"].items():
                 for name in ("q_statistic", "mcnemar", "n01", "n10", "significant"):
@@ -214,6 +215,8 @@ class Exporter:
                     comparisons = dict(self._comparisons)
                 comparisons[record["pair"]] = record
             elif kind == "drift_alarm":
+                if record["model_id"] not in self._models:  # an alarm before its first metrics
+                    self._first_seen(record["model_id"])
                 self._child(self.alarms, record["model_id"], record["detector"]).inc()
         with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
             if metrics is not None:

@@ -124,3 +124,45 @@ def test_metrics_are_served_over_http():
     finally:
         server.shutdown()
     assert b'streameval_measure{estimator="window_1000",measure="kappa_plus"' in body
+
+
+def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda model: ["page_hinkley", "ratio_page_hinkley"])
+    exporter.observe([{"kind": "drift_alarm", "model_id": "m", "detector": "page_hinkley"}])
+    series = _series(registry)
+    assert (
+        series["streameval_drift_alarms_total", (("detector", "page_hinkley"), ("model", "m"))] == 1
+    )
+    key = (("detector", "ratio_page_hinkley"), ("model", "m"))
+    assert series["streameval_drift_alarms_total", key] == 0
+
+
+def test_consumer_lag_shows_only_the_partitions_being_fetched():
+    """librdkafka keeps the last lag of partitions a rebalance moved away; those must go."""
+    import orjson
+
+    from pipeline.app.runner import Pipeline
+    from pipeline.app.settings import WorkerSettings
+    from pipeline.config import EvaluationConfig
+
+    registry = CollectorRegistry()
+    exporter = Exporter(registry)
+    pipeline = Pipeline(WorkerSettings(bootstrap="127.0.0.1:1"), EvaluationConfig(),
+                        {"bootstrap.servers": "127.0.0.1:1"}, exporter)  # fmt: skip
+    topic = next(iter(pipeline.topics.inputs))
+
+    def stats(states):
+        partitions = {str(p): {"consumer_lag": 100 * (p + 1), "fetch_state": state}
+                      for p, state in enumerate(states)}  # fmt: skip
+        partitions["-1"] = {"consumer_lag": -1, "fetch_state": "none"}
+        return orjson.dumps({"topics": {topic: {"partitions": partitions}}}).decode()
+
+    pipeline._on_stats(stats(["active", "active", "offset-query"]))
+    lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
+    assert lag == {(("partition", "0"), ("topic", topic)): 100.0,
+                   (("partition", "1"), ("topic", topic)): 200.0}  # fmt: skip
+    pipeline._on_stats(stats(["none", "active", "active"]))  # partition 0 moved away
+    lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
+    assert lag == {(("partition", "1"), ("topic", topic)): 200.0,
+                   (("partition", "2"), ("topic", topic)): 300.0}  # fmt: skip

@@ -164,7 +164,7 @@ DRIFT_ANNOTATION = {
     "datasource": DATASOURCE,
     "enable": True,
     "iconColor": "red",
-    "expr": 'changes(streameval_drift_alarms_total{model=~"$model"}[1m]) > 0',
+    "expr": 'increase(streameval_drift_alarms_total{model=~"$model"}[1m]) > 0',
     "step": "30s",
     "titleFormat": "drift alarm",
     "textFormat": "{{model}}: {{detector}}",
@@ -334,24 +334,23 @@ def delayed() -> dict[str, Any]:
             ),
             8,
         )
-    lay.add(
-        panel(
-            "bargauge",
-            "Accuracy across the latency period (bins, now)",
-            [target(f"streameval_binned_accuracy{{{SEL}}}", "{{model}} bin {{bin}}", instant=True)],
-            unit="percentunit",
-            minimum=0,
-            maximum=1,
-            description="Bin 1 is the prediction at arrival, the last bin the one just before the "
-            "label.",
-            options={
-                "orientation": "vertical",
-                "displayMode": "basic",
-                "reduceOptions": {"calcs": ["lastNotNull"]},
-            },
-        ),
-        WIDTH,
+    binned = panel(
+        "bargauge",
+        "Accuracy across the latency period now: $model",
+        [target(f"streameval_binned_accuracy{{{SEL}}}", "{{estimator}} {{bin}}", instant=True)],
+        unit="percentunit",
+        minimum=0,
+        maximum=1,
+        description="Bin 001 is the prediction at arrival, the last bin the one just before the "
+        "label; one panel per model.",
+        options={
+            "orientation": "vertical",
+            "displayMode": "basic",
+            "reduceOptions": {"calcs": ["lastNotNull"]},
+        },
     )
+    binned.update(repeat="model", repeatDirection="v")
+    lay.add(binned, WIDTH)
     lay.row("Labels")
     lay.add(
         panel(
@@ -439,9 +438,9 @@ def comparison() -> dict[str, Any]:
             "timeseries",
             "Q statistic",
             [target(f'streameval_comparison{{{sel}, statistic="q_statistic"}}', legend)],
-            description="+1: the two models err on the same instances; −1: never on the same.",
-            minimum=-1,
-            maximum=1,
+            description="Q = ln(S_a/S_b), the log ratio of the two models' loss sums (Gama et "
+            "al. 2013): below 0 model_a has the smaller loss, above 0 model_b; the line marks 0.",
+            thresholds=[{"color": "green", "value": None}, {"color": "text", "value": 0}],
         )
     )
     lay.add(
@@ -454,7 +453,7 @@ def comparison() -> dict[str, Any]:
                     "{{statistic}} ({{estimator}})",
                 )
             ],
-            description="n01: model_a right, model_b wrong; n10: model_a wrong, model_b right.",
+            description="n01: model_a wrong, model_b right; n10: model_b wrong, model_a right.",
         )
     )
     lay.add(
@@ -523,9 +522,22 @@ def health() -> dict[str, Any]:
     lay.add(
         panel(
             "timeseries",
+            "Backlog in time",
+            [target("streameval:consumer_lag_seconds:estimate", "all input")],
+            unit="s",
+            description="Consumer lag over the input rate: how long the group would take to "
+            "catch up. Offsets are committed at each checkpoint, so a busy group shows about "
+            "snapshot_interval_s.",
+        ),
+        8,
+    )
+    lay.add(
+        panel(
+            "timeseries",
             "Consumer lag by topic",
             [target("streameval:consumer_lag:sum", "{{topic}}")],
-        )
+        ),
+        8,
     )
     lay.add(
         panel(
@@ -536,7 +548,8 @@ def health() -> dict[str, Any]:
                     f"streameval_consumer_lag{{{worker}}}", "{{topic}}[{{partition}}] {{instance}}"
                 )
             ],
-        )
+        ),
+        8,
     )
     lay.add(
         panel(

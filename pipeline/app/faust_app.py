@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import tempfile
 import threading
 from pathlib import Path
@@ -81,7 +82,8 @@ class PipelineService(Service):
 
 def _faust_datadir(app_id: str) -> Path:
     """Faust wants a directory for table files; the worker has no tables, so not the cwd."""
-    path = Path(tempfile.gettempdir()) / "streameval-faust" / app_id
+    user = os.getuid() if hasattr(os, "getuid") else "user"  # one tree per user: /tmp is shared
+    path = Path(tempfile.gettempdir()) / f"streameval-faust-{user}" / app_id
     path.mkdir(parents=True, exist_ok=True)
     return path
 

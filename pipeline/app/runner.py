@@ -110,6 +110,7 @@ class Pipeline:
         self.config = config
         self.client = dict(client)
         self.exporter = exporter
+        self._lag_shown: set[tuple[str, str]] = set()  # consumer-lag series exported
         self.topics = Topics.with_prefix(settings.topic_prefix, settings.app_id)
         self.fingerprint = config_fingerprint(config)
         self.stats = Stats()
@@ -405,13 +406,21 @@ class Pipeline:
             stats = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return
+        # librdkafka keeps reporting the last lag of partitions it no longer fetches (after a
+        # rebalance moved them away): only partitions in fetch_state "active" are ours; the
+        # others' series go, or the lag of a moved partition would be counted twice
+        shown = set()
         for topic, info in stats.get("topics", {}).items():
             if topic not in self.topics.inputs:
                 continue
             for partition, p in info.get("partitions", {}).items():
                 lag = p.get("consumer_lag", -1)
-                if partition != "-1" and lag >= 0:
+                if partition != "-1" and lag >= 0 and p.get("fetch_state") == "active":
                     self.exporter.lag.labels(topic, partition).set(lag)
+                    shown.add((topic, partition))
+        for labels in self._lag_shown - shown:
+            self.exporter.lag.remove(*labels)
+        self._lag_shown = shown
 
     # -- ownership and checkpoints ------------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:

@@ -216,9 +216,14 @@ def compute_measures(
             out["kappa_plus"] = math.sqrt(_positive_part(kappa) * _positive_part(kappa_temporal))
         out["balanced_accuracy"] = recall_sum / n_true
         out["g_mean"] = 0.0 if zero_recall else math.exp(log_recall_sum / n_true)
-        if not (single_true or single_pred):
-            # Gorodkin's R_K: (c·s − Σ p_j t_j) / sqrt((s² − Σ p_j²)(s² − Σ t_j²))
-            out["mcc"] = (correct * total - agreement) / math.sqrt((s2 - pred_sq) * (s2 - true_sq))
+        # Gorodkin's R_K: (c·s − Σ p_j t_j) / sqrt((s² − Σ p_j²)(s² − Σ t_j²)); undefined (NaN)
+        # when all predictions or all true labels are one class. Faded counts never reach 0, so
+        # a class that faded to 1e-14 leaves a denominator of rounding noise, or exactly 0:
+        # that is one class too, not a correlation of ±1 (or a division by zero).
+        pred_spread, true_spread = s2 - pred_sq, s2 - true_sq  # ≥ 2·s for integer counts
+        noise = ROUNDING_NOISE * s2
+        if not (single_true or single_pred) and pred_spread > noise and true_spread > noise:
+            out["mcc"] = (correct * total - agreement) / math.sqrt(pred_spread * true_spread)
         # macro averages as scikit-learn's zero_division=0 over the classes seen
         out["precision_macro"] = precision_sum / n_seen
         out["recall_macro"] = recall_sum / n_seen

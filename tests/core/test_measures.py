@@ -197,3 +197,17 @@ def test_majority_model_has_kappa_plus_zero_despite_fading_rounding():
     m = est.measures()
     assert abs(m["kappa"]) < 1e-12
     assert m["kappa_plus"] == 0.0
+
+
+def test_mcc_of_a_class_faded_to_rounding_noise_is_undefined_not_a_crash():
+    """A majority model's faded confusion: the minority prediction column has decayed to 1e-14,
+    so (s² − Σp²) is rounding noise or exactly 0 (found by replaying the compose simulator:
+    a ZeroDivisionError stopped the worker). MCC is then undefined, as for one class."""
+    snap = ConfusionSnapshot(np.array([[681.1, 3.8e-14], [318.9, 2.3e-14]]), 0, 0, 32500, 1000.0)
+    m = compute_measures(snap, positive=1)
+    assert math.isnan(m["mcc"])
+    assert m["accuracy"] == pytest.approx(681.1 / 1000.0)
+    # a real model's MCC through the same fading estimator is still there
+    est = parse_estimator("fading:0.999")
+    est.update(np.array([0, 1, 1, 0] * 50), np.array([0, 1, 0, 0] * 50))
+    assert 0 < est.measures()["mcc"] < 1
