@@ -50,7 +50,8 @@ __all__ = ["Pipeline", "Topics"]
 log = logging.getLogger("streameval.worker")
 
 INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
-SNAPSHOT_VERSION = 1
+#: 2: the delayed-label block keeps uniform outcomes in a column of their own
+SNAPSHOT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -557,7 +558,10 @@ class Pipeline:
         finally:
             reader.close()
         if data.get("v") != SNAPSHOT_VERSION:
-            raise RuntimeError(f"{topic}[{partition}]: snapshot version {data.get('v')} unknown")
+            raise RuntimeError(
+                f"{topic}[{partition}]: snapshot version {data.get('v')}, this worker reads "
+                f"{SNAPSHOT_VERSION}: use a new app_id (and topic prefix) to start over"
+            )
         if data.get("config") != self.fingerprint:
             raise RuntimeError(
                 f"{topic}[{partition}] was written under another evaluation configuration: "
