@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import hashlib
 import pstats
 import sys
@@ -156,6 +157,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
     args = parser.parse_args()
     msgs = messages(args.events, args.partitions)
+    gc.freeze()  # the input, held here, is not the worker's: keep it out of its collections
     profiler = cProfile.Profile() if args.profile else None
     started = time.perf_counter()
     if profiler:
