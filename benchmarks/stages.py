@@ -30,6 +30,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.app.runner import GC_THRESHOLDS  # noqa: E402
 from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner  # noqa: E402
 from pipeline.app.wire import (  # noqa: E402
     WIRE_VERSION,
@@ -158,6 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     msgs = messages(args.events, args.partitions)
     gc.freeze()  # the input, held here, is not the worker's: keep it out of its collections
+    gc.set_threshold(*GC_THRESHOLDS)  # as the worker does
     profiler = cProfile.Profile() if args.profile else None
     started = time.perf_counter()
     if profiler:
