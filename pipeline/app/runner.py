@@ -51,7 +51,8 @@ __all__ = ["Pipeline", "Topics"]
 log = logging.getLogger("streameval.worker")
 
 INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
-#: 2: the delayed-label block keeps uniform outcomes in a column of their own
+#: 2: the delayed-label block keeps uniform outcomes in a column of their own; the join one
+#: flat list per pending instance
 SNAPSHOT_VERSION = 2
 #: Allocations between young collections of the garbage collector (Python's default: 700).
 #: The data path allocates and frees a micro-batch's objects by the ten thousand; with the
