@@ -70,7 +70,7 @@ def bootstrap() -> str:
     running = KafkaInstance.load(instance)
     if running is not None and running.running():
         return running.bootstrap
-    return instance.start().bootstrap
+    return KafkaInstance.start(instance).bootstrap  # lives as long as the benchmark
 
 
 def make_topics(boot: str, partitions: int) -> str:

@@ -263,7 +263,9 @@ class BatchDecoder:
         self.topics = dict(topics)
         self.max_bytes = max_bytes
         self.counters: Counter[str] = Counter()
-        self._decoders = {kind: msgspec.json.Decoder(record) for kind, record in _RECORDS.items()}
+        #: one msgspec decoder per kind (:class:`~pipeline.app.stages.Router` inlines the
+        #: common case of :meth:`decode_message` with them)
+        self.decoders = {kind: msgspec.json.Decoder(record) for kind, record in _RECORDS.items()}
 
     def decode(self, messages: Iterable[Message]) -> DecodedBatch:
         batch = DecodedBatch()
@@ -296,7 +298,7 @@ class BatchDecoder:
             )
         else:
             try:
-                record = self._decoders[kind].decode(value)
+                record = self.decoders[kind].decode(value)
             except msgspec.DecodeError as err:
                 error = _explain(err)
             else:

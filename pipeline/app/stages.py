@@ -38,12 +38,13 @@ which the next stage skips. Nothing is lost or counted twice.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-import heapq
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
 import orjson
 
 from pipeline.config import EvaluationConfig
@@ -181,19 +182,31 @@ class Router:
         """Events per join partition (in input order) and the dead letters."""
         out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
         letters: list[DeadLetter] = []
-        decode, index, progress, eof = (self.decoder.decode_message, self._index,
-                                        self._progress, self._eof_since)  # fmt: skip
+        decoder = self.decoder
+        explain, kinds, decoders = decoder.decode_message, decoder.topics, decoder.decoders
+        max_bytes, decode_error = decoder.max_bytes, msgspec.DecodeError
+        index, progress, eof = self._index, self._progress, self._eof_since
         partitions = self.partitions
         crc32 = zlib.crc32
         for message in messages:
-            tp = (message.topic(), message.partition())
+            topic = message.topic()
+            tp = (topic, message.partition())
             src = index.get(tp)
             if src is None:  # not (or no longer) ours: a message fetched before a revocation
                 continue
             eof[tp] = None
-            kind, record = decode(message)
-            if kind is None:
-                letters.append(record)
+            # the common case inline; anything odd goes to the decoder, which says why
+            kind, value, record = kinds.get(topic), message.value(), None
+            if kind is not None and value is not None and len(value) <= max_bytes:
+                try:
+                    record = decoders[kind].decode(value)
+                except decode_error:
+                    pass
+                else:
+                    if record.type is not None and record.type != kind:
+                        record = None
+            if record is None:
+                letters.append(explain(message)[1])
                 continue
             ts = record.ts
             if ts > progress[tp]:
@@ -366,21 +379,21 @@ class EvalStage:
         if batch.offset <= self.applied.get(q, -1):
             return [], []  # re-sent by a join partition restored from an older snapshot
         self.applied[q] = batch.offset
-        buffer = self._buffer
-        for outcome in batch.outcomes:
-            self._seq += 1
-            heapq.heappush(buffer, (outcome.due, outcome.instance_id, outcome.model_id,
-                                    self._seq, outcome))  # fmt: skip
+        buffer, seq = self._buffer, self._seq
+        buffer += [(o.due, o.instance_id, o.model_id, seq + i, o)
+                   for i, o in enumerate(batch.outcomes, 1)]  # fmt: skip
+        self._seq = seq + len(batch.outcomes)
         if batch.frontier > self.frontiers.get(q, NO_TS):
             self.frontiers[q] = batch.frontier
-        if len(self.frontiers) < self.join_partitions:
+        if len(self.frontiers) < self.join_partitions or not buffer:
             return [], []
-        limit = min(self.frontiers.values())
-        released = []
-        while buffer and buffer[0][0] < limit:
-            released.append(heapq.heappop(buffer)[4])
-        if not released:
+        # sorted runs (what waited, then each join partition's batches): timsort merges them
+        buffer.sort()
+        cut = bisect.bisect_left(buffer, (min(self.frontiers.values()),))  # due < the limit
+        if not cut:
             return [], []
+        released = [entry[4] for entry in buffer[:cut]]
+        del buffer[:cut]
         records: list[dict[str, Any]] = []
         start = 0
         while start < len(released):  # bounded chunks: the delayed block is (n, bins + 2)
@@ -425,5 +438,4 @@ class EvalStage:
             stage._seq += 1
             stage._buffer.append((outcome.due, outcome.instance_id, outcome.model_id,
                                   stage._seq, outcome))  # fmt: skip
-        heapq.heapify(stage._buffer)
         return stage

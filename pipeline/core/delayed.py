@@ -96,13 +96,7 @@ def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") ->
     """
     if rule not in BIN_RULES:
         raise ValueError(f"bin_rule={rule!r} is not allowed; use one of {BIN_RULES}")
-    negative = np.flatnonzero(batch.t_label < batch.t_instance)
-    if negative.size:
-        i = int(negative[0])
-        raise ValueError(
-            f"outcome {i} has t_label={int(batch.t_label[i])} before "
-            f"t_instance={int(batch.t_instance[i])}; a latency period cannot be negative"
-        )
+    _check_latency(batch)
     n = batch.initial.size
     grid = np.full((n, bins + 1), -1, dtype=np.int64)
     grid[:, 0] = batch.initial
@@ -147,6 +141,16 @@ def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") ->
     return result
 
 
+def _check_latency(batch: DelayedBatch) -> None:
+    negative = np.flatnonzero(batch.t_label < batch.t_instance)
+    if negative.size:
+        i = int(negative[0])
+        raise ValueError(
+            f"outcome {i} has t_label={int(batch.t_label[i])} before "
+            f"t_instance={int(batch.t_instance[i])}; a latency period cannot be negative"
+        )
+
+
 def _vote(carried, times, labels, t0, span, bin_, bins) -> int:
     """Time-weighted vote inside one bin, in units of 1/B ms so that ties are exact."""
     start = t0 * bins + span * (bin_ - 1)
@@ -169,90 +173,139 @@ def psi_weights(bins: int, alpha: float) -> np.ndarray:
     return raw / raw.sum()
 
 
+class _Rows:
+    """A batch as :class:`_BinnedState` takes it: outcomes whose B+2 bins all hold the same
+    prediction (*uniform*: every outcome with a single prediction) as that one prediction, and
+    the bins of the others as rows of a grid."""
+
+    __slots__ = ("grid", "per", "pred", "uniform", "varied", "y_true")
+
+    def __init__(self, y_true, pred, uniform, grid, per) -> None:
+        self.y_true = y_true  # (n,) true class
+        self.pred = pred  # (n,) bin-0 prediction: every bin's for a uniform outcome
+        self.uniform = uniform  # (n,) bool
+        self.varied = np.flatnonzero(~uniform)  # positions of the grid's rows
+        self.grid = grid  # (len(varied), V) bins of the other outcomes, in order
+        self.per = per  # (n, 2) persistent baseline: correct, scored
+
+    def __len__(self) -> int:
+        return self.y_true.size
+
+    def tail(self, start: int) -> _Rows:
+        """Outcomes ``start:``."""
+        cut = int(np.searchsorted(self.varied, start))
+        return _Rows(self.y_true[start:], self.pred[start:], self.uniform[start:],
+                     self.grid[cut:], self.per[start:])  # fmt: skip
+
+
 class _BinnedState:
     """Sufficient statistics of accuracy and κ for V prediction views sharing true labels,
-    under one estimator (cumulative, window of W outcomes, or fading factor a)."""
+    under one estimator (cumulative, window of W outcomes, or fading factor a).
+
+    The per-view statistics (hits, predicted-class counts) are kept in V + 1 columns: column 0
+    holds the uniform outcomes (:class:`_Rows`), which count the same in every view, and
+    column 1 + v the other outcomes' contributions to view v; view v is column 0 plus column
+    1 + v. A uniform outcome thus costs O(1), not O(V). Cumulative and window counts are
+    integers, exact in any order; the fading sums of a stream whose outcomes are all uniform
+    are bit-identical to keeping every view apart.
+    """
 
     def __init__(self, spec: str, views: int) -> None:
         kind, _, arg = spec.partition(":")
         self.spec, self.kind, self.views = spec, kind, views
         self.window = int(arg) if kind == "window" else 0
         self.fading = float(arg) if kind == "fading" else 1.0
+        columns = views + 1
         self.k = 0
         self.total = 0.0
-        self.correct = np.zeros(views)
-        self.pred = np.zeros((views, 0))
+        self.correct = np.zeros(columns)
+        self.pred = np.zeros((columns, 0))
         self.true = np.zeros(0)
         self.per = np.zeros(2)  # persistent baseline: correct, scored
         self.seen = 0
         if kind == "fading":
-            # bins: total | correct per view | predicted class per view (V·k) | true class (k)
-            # | persistent predictor correct, scored
-            self._fading = BlockFading(self.fading, 1 + views + 2)
+            # bins: total | correct per column | predicted class per column (C·k) | true class
+            # (k) | persistent predictor correct, scored
+            self._fading = BlockFading(self.fading, 1 + columns + 2)
         if self.window:
             self.ring_true = np.zeros(self.window, dtype=np.int64)
-            self.ring_pred = np.zeros((self.window, views), dtype=np.int64)
+            self.ring_pred = np.zeros((self.window, views), dtype=np.int64)  # [:, 0] if uniform
+            self.ring_uniform = np.zeros(self.window, dtype=bool)
             self.ring_per = np.zeros((self.window, 2), dtype=np.int64)
 
     def grow(self, k: int) -> None:
         if k > self.k:
-            extra, old, v = k - self.k, self.k, self.views
+            extra, old, c = k - self.k, self.k, self.views + 1
             self.pred = np.pad(self.pred, ((0, 0), (0, extra)))
             self.true = np.pad(self.true, (0, extra))
             if self.kind == "fading":
 
                 def relayout(flat: np.ndarray) -> np.ndarray:
-                    head, pred = flat[: 1 + v], flat[1 + v : 1 + v + v * old].reshape(v, old)
-                    true, per = flat[1 + v + v * old : 1 + v + v * old + old], flat[-2:]
+                    head, pred = flat[: 1 + c], flat[1 + c : 1 + c + c * old].reshape(c, old)
+                    true, per = flat[1 + c + c * old : 1 + c + c * old + old], flat[-2:]
                     padded = np.pad(pred, ((0, 0), (0, extra))).ravel()
                     return np.concatenate([head, padded, np.pad(true, (0, extra)), per])
 
                 self._fading.relayout(relayout)
             self.k = k
 
-    def _fading_update(self, y_true, preds, per) -> None:
-        v, k = self.views, self.k
-        pred_at, true_at, per_at = 1 + v, 1 + v + v * k, 1 + v + v * k + k
-        if y_true.size:
-            hits = preds == y_true[:, None]
-            pred_bins = pred_at + np.arange(v) * k + preds
+    def _fading_update(self, rows: _Rows | None) -> None:
+        c, k = self.views + 1, self.k
+        pred_at, true_at, per_at = 1 + c, 1 + c + c * k, 1 + c + c * k + k
+        if rows is not None and len(rows):
+            y_true, pred, uniform, varied, per = (rows.y_true, rows.pred, rows.uniform,
+                                                  rows.varied, rows.per)  # fmt: skip
+            hits = pred == y_true
+            shared_hit = uniform & hits
+            grid_hits = rows.grid == y_true[varied][:, None]
+            grid_bins = pred_at + (1 + np.arange(c - 1)) * k + rows.grid
+            shared_bins = pred_at + pred
             true_bins = true_at + y_true
             correct, scored = per[:, 0] > 0, per[:, 1] > 0
 
-            def contribute(rows: slice, weights: np.ndarray):
-                # each bin receives its values in row order (nonzero of the transposed hits
-                # walks views, then rows; ravel of the row-major bins walks rows)
-                hit_views, hit_rows = np.nonzero(hits[rows].T)
+            def contribute(part: slice, weights: np.ndarray):
+                # each bin receives its values in outcome order (nonzero of the transposed
+                # hits walks views, then rows; ravel of the row-major bins walks rows)
+                lo = int(np.searchsorted(varied, part.start))
+                hi = int(np.searchsorted(varied, part.stop))
+                varied_weights = weights[varied[lo:hi] - part.start]
+                hit_views, hit_rows = np.nonzero(grid_hits[lo:hi].T)
+                same = uniform[part]
                 index = np.concatenate([
-                    np.zeros(weights.size, dtype=np.intp), 1 + hit_views,
-                    pred_bins[rows].ravel(), true_bins[rows],
-                    np.full(int(correct[rows].sum()), per_at),
-                    np.full(int(scored[rows].sum()), per_at + 1),
+                    np.zeros(weights.size, dtype=np.intp),
+                    np.ones(int(shared_hit[part].sum()), dtype=np.intp), 2 + hit_views,
+                    shared_bins[part][same], grid_bins[lo:hi].ravel(), true_bins[part],
+                    np.full(int(correct[part].sum()), per_at),
+                    np.full(int(scored[part].sum()), per_at + 1),
                 ])  # fmt: skip
                 values = np.concatenate([
-                    weights, weights[hit_rows], np.repeat(weights, v), weights,
-                    weights[correct[rows]], weights[scored[rows]],
+                    weights, weights[shared_hit[part]], varied_weights[hit_rows],
+                    weights[same], np.repeat(varied_weights, c - 1), weights,
+                    weights[correct[part]], weights[scored[part]],
                 ])  # fmt: skip
                 return index, values
 
-            self._fading.update(y_true.size, contribute)
+            self._fading.update(len(rows), contribute)
         flat = self._fading.value()
         self.total = float(flat[0])
         self.correct = flat[1:pred_at]
-        self.pred = flat[pred_at:true_at].reshape(v, k)
+        self.pred = flat[pred_at:true_at].reshape(c, k)
         self.true = flat[true_at:per_at]
         self.per = flat[per_at:]
 
-    def _stats(self, y_true, preds, per, weights=None):
-        # every sum runs in row order (axis-0 reductions, bincount): the same bits for any
-        # split of the rows into batches, which the fading estimate relies on
-        k, v = self.k, self.views
-        w = np.ones(y_true.size) if weights is None else weights
-        correct = ((preds == y_true[:, None]) * w[:, None]).sum(axis=0)
-        cells = (np.arange(v) * k)[None, :] + preds
-        pred = np.bincount(cells.ravel(), np.repeat(w, v), minlength=v * k).reshape(v, k)
-        true = np.bincount(y_true, w, minlength=k)
-        return float(w.sum()), correct, pred, true, (per * w[:, None]).sum(axis=0)
+    def _stats(self, rows: _Rows):
+        """Counts of a batch (cumulative and window estimates: integers, exact in any order)."""
+        k, c = self.k, self.views + 1
+        y_true, pred, uniform, varied = rows.y_true, rows.pred, rows.uniform, rows.varied
+        correct = np.empty(c)
+        correct[0] = np.count_nonzero(uniform & (pred == y_true))
+        correct[1:] = (rows.grid == y_true[varied][:, None]).sum(axis=0)
+        cells = (np.arange(1, c) * k)[None, :] + rows.grid
+        pred_counts = np.bincount(
+            np.concatenate([pred[uniform], cells.ravel()]), minlength=c * k
+        ).reshape(c, k)
+        true = np.bincount(y_true, minlength=k)
+        return float(y_true.size), correct, pred_counts, true, rows.per.sum(axis=0)
 
     def _add(self, stats, sign=1.0) -> None:
         total, correct, pred, true, per = stats
@@ -262,16 +315,16 @@ class _BinnedState:
         self.true += sign * true
         self.per += sign * per
 
-    def update(self, y_true, preds, per) -> None:
-        m = y_true.size
+    def update(self, rows: _Rows) -> None:
+        m = len(rows)
         if self.kind == "fading":
-            self._fading_update(y_true, preds, per)
+            self._fading_update(rows)
         elif self.kind == "window":
             size = self.window
             if m >= size:
-                y_true, preds, per = y_true[-size:], preds[-size:], per[-size:]
+                rows = rows.tail(m - size)
                 slots = (self.seen + m - size + np.arange(size)) % size
-                self.total, self.correct = 0.0, np.zeros(self.views)
+                self.total, self.correct = 0.0, np.zeros_like(self.correct)
                 self.pred, self.true = np.zeros_like(self.pred), np.zeros_like(self.true)
                 self.per = np.zeros(2)
             else:
@@ -279,13 +332,24 @@ class _BinnedState:
                 slots = positions % size
                 old = slots[positions >= size]
                 if old.size:
-                    evicted = (self.ring_true[old], self.ring_pred[old], self.ring_per[old])
-                    self._add(self._stats(*evicted), sign=-1.0)
-            self.ring_true[slots], self.ring_pred[slots], self.ring_per[slots] = y_true, preds, per
-            self._add(self._stats(y_true, preds, per))
+                    self._add(self._stats(self._ring_rows(old)), sign=-1.0)
+            self.ring_true[slots], self.ring_per[slots] = rows.y_true, rows.per
+            self.ring_uniform[slots] = rows.uniform
+            self.ring_pred[slots[rows.uniform], 0] = rows.pred[rows.uniform]
+            self.ring_pred[slots[rows.varied]] = rows.grid
+            self._add(self._stats(rows))
         else:
-            self._add(self._stats(y_true, preds, per))
+            self._add(self._stats(rows))
         self.seen += m
+
+    def _ring_rows(self, slots: np.ndarray) -> _Rows:
+        uniform = self.ring_uniform[slots]
+        return _Rows(self.ring_true[slots], self.ring_pred[slots, 0], uniform,
+                     self.ring_pred[slots[~uniform]], self.ring_per[slots])  # fmt: skip
+
+    def view_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Hits (V,) and predicted-class counts (V, k) of every view."""
+        return self.correct[1:] + self.correct[0], self.pred[1:] + self.pred[0]
 
     def measures(self) -> dict[str, np.ndarray]:
         """Accuracy, κ and κ⁺ of every view (NaN where undefined)."""
@@ -294,13 +358,14 @@ class _BinnedState:
         if self.total <= 0:
             return {"accuracy": nan, "kappa": nan, "kappa_plus": nan}
         total = self.total
-        p = self.correct / total
-        p_ran = (self.pred @ self.true) / (total * total)
+        correct, pred = self.view_counts()
+        p = correct / total
+        p_ran = (pred @ self.true) / (total * total)
         # p_ran is exactly 1 only when true and predicted labels are all one and the same class
         true_classes = np.flatnonzero(self.true > 0)
-        single = (self.pred > 0).sum(axis=1) == 1
+        single = (pred > 0).sum(axis=1) == 1
         if true_classes.size == 1:
-            undefined = single & (self.pred[:, true_classes[0]] > 0)
+            undefined = single & (pred[:, true_classes[0]] > 0)
         else:
             undefined = np.zeros(views, dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -330,9 +395,12 @@ class _BinnedState:
         if self.window:
             n = min(self.seen, self.window)
             slots = np.arange(self.seen - n, self.seen) % self.window
+            pred = self.ring_pred[slots]
+            uniform = self.ring_uniform[slots]
+            pred[uniform] = pred[uniform, :1]  # every bin of a uniform outcome
             out["ring"] = [
                 self.ring_true[slots].tolist(),
-                self.ring_pred[slots].tolist(),
+                pred.tolist(),
                 self.ring_per[slots].tolist(),
             ]
         return out
@@ -341,19 +409,21 @@ class _BinnedState:
         if self.kind == "fading":
             self.k, self.seen = state["k"], state["seen"]
             self._fading.load(state["fading"])
-            self._fading_update(np.zeros(0, dtype=np.int64), None, None)
+            self._fading_update(None)
             return
         self.k, self.total, self.seen = state["k"], state["total"], state["seen"]
         self.correct = np.array(state["correct"], dtype=np.float64)
-        self.pred = np.array(state["pred"], dtype=np.float64).reshape(self.views, self.k)
+        self.pred = np.array(state["pred"], dtype=np.float64).reshape(self.views + 1, self.k)
         self.true = np.array(state["true"], dtype=np.float64)
         self.per = np.array(state["per"], dtype=np.float64)
         if self.window:
             n = min(self.seen, self.window)
             slots = np.arange(self.seen - n, self.seen) % self.window
             true, pred, per = state["ring"]
+            pred = np.array(pred, dtype=np.int64).reshape(n, self.views)
             self.ring_true[slots] = true
-            self.ring_pred[slots] = np.array(pred, dtype=np.int64).reshape(n, self.views)
+            self.ring_pred[slots] = pred
+            self.ring_uniform[slots] = (pred == pred[:, :1]).all(axis=1)
             self.ring_per[slots] = np.array(per, dtype=np.int64).reshape(n, 2)
 
 
@@ -426,25 +496,56 @@ class DelayedEvaluator:
         self._last = -1
         self._n = 0
 
+    #: Outcomes whose bins all hold one prediction (every outcome with a single prediction)
+    #: skip the (n, B+2) grid and update every view at once; False sends every outcome
+    #: through the grid, the general path the tests compare the fast one with.
+    _uniform_fast_path = True
+
     def update(self, batch: DelayedBatch) -> None:
         """Add a batch of outcomes (oldest first)."""
         y_true = batch.y_true
-        if y_true.size == 0:
+        n = y_true.size
+        if n == 0:
             return
-        grid = bin_predictions(batch, self.bins, self.bin_rule)
-        k = int(max(y_true.max(), grid.max())) + 1
-        if k > self.max_classes or min(int(y_true.min()), int(grid.min())) < 0:
+        _check_latency(batch)
+        initial, bins = batch.initial, self.bins
+        if self._uniform_fast_path:
+            # an outcome without re-predictions holds its only prediction in every bin
+            binned = batch.final != initial
+            binned[batch.owner] = True
+        else:
+            binned = np.ones(n, dtype=bool)
+        at = np.flatnonzero(binned)
+        if at.size == n:
+            grid = bin_predictions(batch, bins, self.bin_rule)
+        elif at.size:
+            position = np.cumsum(binned) - 1
+            only = DelayedBatch(y_true[at], initial[at], batch.final[at], batch.t_instance[at],
+                                batch.t_label[at], position[batch.owner], batch.times,
+                                batch.labels)  # fmt: skip
+            grid = bin_predictions(only, bins, self.bin_rule)
+        else:
+            grid = np.empty((0, bins + 2), dtype=np.int64)
+        uniform = ~binned
+        if self._uniform_fast_path and at.size:
+            same = (grid == grid[:, :1]).all(axis=1)  # re-predictions that changed no bin
+            uniform[at[same]] = True
+            grid = grid[~same]
+        classes = (y_true, initial[uniform], grid)
+        low = min(int(c.min()) for c in classes if c.size)
+        k = max(int(c.max()) for c in classes if c.size) + 1
+        if k > self.max_classes or low < 0:
             raise ValueError(
-                f"class indices must lie in [0, max_classes={self.max_classes}); got "
-                f"{min(int(y_true.min()), int(grid.min()))}..{k - 1}"
+                f"class indices must lie in [0, max_classes={self.max_classes}); got {low}..{k - 1}"
             )
         scored, correct = persistence(y_true, self._last)
         per = np.stack([correct, scored], axis=1).astype(np.float64)
+        rows = _Rows(y_true, initial, uniform, grid, per)
         for state in self._states.values():
             state.grow(k)
-            state.update(y_true, grid, per)
+            state.update(rows)
         self._last = int(y_true[-1])
-        self._n += y_true.size
+        self._n += n
 
     def measures(self) -> dict[str, dict[str, Any]]:
         """Per estimator: ``{measure}_initial``, ``binned_{measure}`` (B values),

@@ -8,6 +8,7 @@ replay and tests are deterministic. The rules are those of DESIGN.md "Join seman
 from __future__ import annotations
 
 import heapq
+import sys
 from collections import Counter, OrderedDict, deque
 from typing import Any, NamedTuple
 
@@ -61,30 +62,41 @@ class Outcome(NamedTuple):
         return self.labels[-1]
 
 
-class _Pending:
-    """What the join holds for one instance until it is resolved."""
+# What the join holds for one pending instance: one flat list, the fewest objects per instance
+# (DESIGN.md asks for memory that stays small per pending instance):
+#   [t_instance, has_record, label, label_ts, label_arrival, model, ts, label, model, ts, ...]
+# t_instance is None until the instance record or a prediction gives it; the predictions
+# follow as (model_id, ts, label) triples in arrival order. Model ids and string labels are
+# interned, so a pending instance shares them with every other one.
+T_INSTANCE, HAS_RECORD, LABEL, LABEL_TS, LABEL_ARRIVAL, PREDICTIONS = range(6)
+_intern = sys.intern
 
-    __slots__ = ("has_record", "label", "label_arrival", "label_ts", "predictions", "t_instance")
 
-    def __init__(self, t_instance: int | None, has_record: bool) -> None:
-        self.t_instance = t_instance
-        self.has_record = has_record
-        self.label: Label | None = None
-        self.label_ts: int | None = None
-        self.label_arrival: int | None = None
-        self.predictions: dict[str, list[tuple[int, Label]]] = {}
+def _new_record(t_instance: int | None, has_record: bool) -> list:
+    return [t_instance, has_record, None, None, None]
 
-    def to_list(self) -> list:
-        preds = {m: [[t, y] for t, y in p] for m, p in self.predictions.items()}
-        return [self.t_instance, self.has_record, self.label, self.label_ts, self.label_arrival,
-                preds]  # fmt: skip
 
-    @classmethod
-    def from_list(cls, row: list) -> _Pending:
-        pending = cls(row[0], row[1])
-        pending.label, pending.label_ts, pending.label_arrival = row[2], row[3], row[4]
-        pending.predictions = {m: [(t, y) for t, y in p] for m, p in row[5].items()}
-        return pending
+def _timelines(record: list) -> dict[str, list[tuple[int, Label]]]:
+    """The predictions of a record per model (models in order of their first prediction),
+    each timeline sorted by ``ts``, ties in arrival order."""
+    timelines: dict[str, list[tuple[int, Label]]] = {}
+    for i in range(PREDICTIONS, len(record), 3):
+        entry = (record[i + 1], record[i + 2])
+        timeline = timelines.get(record[i])
+        if timeline is None:
+            timelines[record[i]] = [entry]
+        else:
+            if entry[0] < timeline[-1][0]:
+                timeline.append(entry)
+                timeline.sort(key=lambda e: e[0])
+            else:
+                timeline.append(entry)
+    return timelines
+
+
+def _models(record: list) -> list[str]:
+    """The models that predicted, in order of their first prediction."""
+    return list(dict.fromkeys(record[PREDICTIONS::3]))
 
 
 class Join:
@@ -166,9 +178,9 @@ class Join:
         self.label_ttl = label_ttl
         self.max_pending = max_pending
         self._now = -(2**62)
-        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._pending: OrderedDict[str, list] = OrderedDict()  # id -> record (see above)
         self._grace: list[tuple[int, str]] = []  # heap of (due, instance_id)
-        self._expiry: list[tuple[int, str]] = []  # heap of (t_instance + ttl, instance_id)
+        self._expiry: list[tuple[int, str]] = []  # heap of (t_instance, instance_id)
         self._resolved: OrderedDict[str, tuple[Label, int]] = OrderedDict()  # id -> (label, ts)
         #: the latest conflicting labels (instance_id, kept, ignored), for an adapter to log
         self.conflicts: deque[tuple[str, Label, Label]] = deque(maxlen=10)
@@ -187,14 +199,14 @@ class Join:
         if instance_id in self._resolved:
             self._count("late_instance")
             return out
-        pending = self._pending.get(instance_id)
-        if pending is None:
-            self._insert(instance_id, _Pending(ts, True), out)
-        elif pending.has_record:
+        record = self._pending.get(instance_id)
+        if record is None:
+            self._insert(instance_id, _new_record(ts, True), out)
+        elif record[HAS_RECORD]:
             self._count("duplicate_instance")
         else:
-            pending.has_record = True
-            pending.t_instance = ts
+            record[HAS_RECORD] = True
+            record[T_INSTANCE] = ts
             self._schedule_expiry(instance_id, ts)
         return out
 
@@ -205,34 +217,37 @@ class Join:
         if instance_id in self._resolved:
             self._count("late_prediction", model_id)
             return out
-        pending = self._pending.get(instance_id)
-        if pending is None:
-            pending = _Pending(None, False)
-            self._insert(instance_id, pending, out)
-        if pending.label_ts is not None and ts > pending.label_ts:
+        record = self._pending.get(instance_id)
+        if record is None:
+            record = _new_record(None, False)
+            self._insert(instance_id, record, out)
+        label_ts = record[LABEL_TS]
+        if label_ts is not None and ts > label_ts:
             self._count("leaky_prediction", model_id)
             return out
-        if pending.t_instance is None or (not pending.has_record and ts < pending.t_instance):
-            pending.t_instance = ts  # the first prediction's time, until an instance record
+        t_instance = record[T_INSTANCE]
+        if t_instance is None or (not record[HAS_RECORD] and ts < t_instance):
+            record[T_INSTANCE] = ts  # the first prediction's time, until an instance record
             self._schedule_expiry(instance_id, ts)
-        timeline = pending.predictions.setdefault(model_id, [])
-        entry = (ts, label)
-        if entry in timeline:
-            self._count("duplicate_prediction", model_id)
-            return out
-        if timeline and ts < timeline[-1][0]:
-            timeline.append(entry)
-            timeline.sort(key=lambda e: e[0])
-        else:
-            timeline.append(entry)
+        elif ts == t_instance:
+            ts = t_instance  # one int object for both
+        if type(model_id) is str:
+            model_id = _intern(model_id)
+        if type(label) is str:
+            label = _intern(label)
+        for i in range(PREDICTIONS, len(record), 3):
+            if record[i] == model_id and record[i + 1] == ts and record[i + 2] == label:
+                self._count("duplicate_prediction", model_id)
+                return out
+        record += (model_id, ts, label)
         return out
 
     def add_label(self, instance_id: str, ts: int, label: Label, now: int) -> list[Outcome]:
         out = self.advance(now)
         known = self._resolved.get(instance_id)
-        pending = self._pending.get(instance_id)
-        if known is None and pending is not None and pending.label is not None:
-            known = (pending.label, pending.label_ts)
+        record = self._pending.get(instance_id)
+        if known is None and record is not None and record[LABEL] is not None:
+            known = (record[LABEL], record[LABEL_TS])
         if known is not None:
             if known[0] == label:
                 self._count("duplicate_label")
@@ -240,11 +255,13 @@ class Join:
                 self._count("conflicting_label")
                 self.conflicts.append((instance_id, known[0], label))
             return out
-        if pending is None:
-            pending = _Pending(None, False)
-            self._insert(instance_id, pending, out)
+        if record is None:
+            record = _new_record(None, False)
+            self._insert(instance_id, record, out)
         arrival = ts if ts > self._now else self._now
-        pending.label, pending.label_ts, pending.label_arrival = label, ts, arrival
+        if type(label) is str:
+            label = _intern(label)
+        record[LABEL], record[LABEL_TS], record[LABEL_ARRIVAL] = label, ts, arrival
         due = arrival + self.label_grace
         if due <= self._now:
             self._resolve(instance_id, out)
@@ -265,17 +282,15 @@ class Join:
         grace = self._grace
         while grace and grace[0][0] <= now:
             self._resolve_due(*heapq.heappop(grace), out)
-        expiry = self._expiry
-        while expiry and expiry[0][0] < now:
-            due, instance_id = heapq.heappop(expiry)
-            pending = self._pending.get(instance_id)
-            if pending is None or pending.t_instance is None:
-                continue
-            if pending.t_instance + self.label_ttl != due:
-                continue  # a stale heap entry: t_instance moved since it was pushed
-            if pending.label is None:
+        expiry, ttl = self._expiry, self.label_ttl
+        while expiry and expiry[0][0] + ttl < now:
+            t_instance, instance_id = heapq.heappop(expiry)
+            record = self._pending.get(instance_id)
+            if record is None or record[T_INSTANCE] != t_instance:
+                continue  # a stale heap entry: resolved, or t_instance moved since
+            if record[LABEL] is None:
                 del self._pending[instance_id]
-                self._drop_pending(pending, "expired_unlabelled")
+                self._drop_pending(record, "expired_unlabelled")
         resolved = self._resolved
         while resolved:
             first = next(iter(resolved.values()))
@@ -291,7 +306,7 @@ class Join:
         if self._grace:
             due.append(self._grace[0][0])
         if self._expiry:
-            due.append(self._expiry[0][0] + 1)
+            due.append(self._expiry[0][0] + self.label_ttl + 1)
         if self._resolved:
             due.append(next(iter(self._resolved.values()))[1] + self.label_ttl + 1)
         self._next_due = min(due, default=2**62)
@@ -310,9 +325,9 @@ class Join:
     def _resolve_due(self, due: int, instance_id: str, out: list[Outcome]) -> None:
         """Resolve the instance whose label this grace entry was scheduled for — not a later
         incarnation of the same id (resolved, forgotten, then seen again)."""
-        pending = self._pending.get(instance_id)
-        if pending is not None and pending.label_arrival is not None:
-            if pending.label_arrival + self.label_grace == due:
+        record = self._pending.get(instance_id)
+        if record is not None and record[LABEL_ARRIVAL] is not None:
+            if record[LABEL_ARRIVAL] + self.label_grace == due:
                 self._resolve(instance_id, out)
 
     # -- internals --------------------------------------------------------------------------
@@ -321,49 +336,51 @@ class Join:
         if model_id is not None:
             self.model_counters[reason, model_id] += 1
 
-    def _insert(self, instance_id: str, pending: _Pending, out: list[Outcome]) -> None:
+    def _insert(self, instance_id: str, record: list, out: list[Outcome]) -> None:
         while len(self._pending) >= self.max_pending:
             oldest_id, oldest = self._pending.popitem(last=False)
-            if oldest.label is not None:  # was waiting for its grace: resolve it now instead
+            if oldest[LABEL] is not None:  # was waiting for its grace: resolve it now instead
                 self._pending[oldest_id] = oldest
                 self._resolve(oldest_id, out)
             else:
                 self._drop_pending(oldest, "evicted_max_pending")
-        self._pending[instance_id] = pending
-        if pending.t_instance is not None:
-            self._schedule_expiry(instance_id, pending.t_instance)
+        self._pending[instance_id] = record
+        if record[T_INSTANCE] is not None:
+            self._schedule_expiry(instance_id, record[T_INSTANCE])
 
     def _schedule_expiry(self, instance_id: str, t_instance: int) -> None:
         expiry = self._expiry
         if len(expiry) > 2 * len(self._pending) + 1024:
             # entries of resolved instances are only dropped when due: compact now and then
-            expiry[:] = [
-                (p.t_instance + self.label_ttl, i)
-                for i, p in self._pending.items()
-                if p.t_instance is not None
-            ]
+            expiry[:] = [(r[T_INSTANCE], i) for i, r in self._pending.items()
+                         if r[T_INSTANCE] is not None]  # fmt: skip
             heapq.heapify(expiry)
-        heapq.heappush(expiry, (t_instance + self.label_ttl, instance_id))
+        heapq.heappush(expiry, (t_instance, instance_id))
         self._next_due = min(self._next_due, t_instance + self.label_ttl + 1)
 
-    def _drop_pending(self, pending: _Pending, reason: str) -> None:
-        if pending.predictions:
-            for model_id in pending.predictions:
+    def _drop_pending(self, record: list, reason: str) -> None:
+        if len(record) > PREDICTIONS:
+            for model_id in _models(record):
                 self._count(reason, model_id)
         else:
             self._count(reason)
 
     def _resolve(self, instance_id: str, out: list[Outcome]) -> None:
-        pending = self._pending.pop(instance_id)
-        label, label_ts = pending.label, pending.label_ts
-        due = pending.label_arrival + self.label_grace
+        record = self._pending.pop(instance_id)
+        label, label_ts = record[LABEL], record[LABEL_TS]
+        due = record[LABEL_ARRIVAL] + self.label_grace
         resolved = self._resolved
         resolved[instance_id] = (label, self._now)
         self._next_due = min(self._next_due, self._now + self.label_ttl + 1)
         if len(resolved) > self.max_pending:  # remembered for label_ttl, but never unbounded
             resolved.popitem(last=False)
         kept_by_model: dict[str, list[tuple[int, Label]]] = {}
-        for model_id, timeline in pending.predictions.items():
+        if len(record) == PREDICTIONS + 3:  # the common case: one prediction, one model
+            model_id, t, y = record[PREDICTIONS:]
+            timelines = {model_id: [(t, y)]}
+        else:
+            timelines = _timelines(record)
+        for model_id, timeline in timelines.items():
             if timeline[-1][0] <= label_ts:  # the common case: nothing stamped after the label
                 kept_by_model[model_id] = timeline
                 continue
@@ -375,8 +392,8 @@ class Join:
         if not kept_by_model:  # nobody predicted it (in time): the same whatever arrived first
             self._count("orphan_label")
             return
-        if pending.has_record:
-            t_instance = pending.t_instance
+        if record[HAS_RECORD]:
+            t_instance = record[T_INSTANCE]
             if label_ts < t_instance:
                 for model_id in kept_by_model:
                     self._count("label_before_instance", model_id)
@@ -400,7 +417,7 @@ class Join:
             "label_ttl": self.label_ttl,
             "max_pending": self.max_pending,
             "now": self._now,
-            "pending": [[k, *p.to_list()] for k, p in self._pending.items()],
+            "pending": [[k, *r] for k, r in self._pending.items()],
             "grace": [list(g) for g in self._grace],
             "resolved": [[k, y, t] for k, (y, t) in self._resolved.items()],
             "counters": dict(self.counters),
@@ -412,10 +429,15 @@ class Join:
         join = cls(state["label_grace"], state["label_ttl"], state["max_pending"])
         join._now = state["now"]
         for row in state["pending"]:
-            pending = _Pending.from_list(row[1:])
-            join._pending[row[0]] = pending
-            if pending.t_instance is not None:
-                join._expiry.append((pending.t_instance + join.label_ttl, row[0]))
+            record = row[1:]
+            for i in range(PREDICTIONS, len(record), 3):
+                if type(record[i]) is str:
+                    record[i] = _intern(record[i])
+                if type(record[i + 2]) is str:
+                    record[i + 2] = _intern(record[i + 2])
+            join._pending[row[0]] = record
+            if record[T_INSTANCE] is not None:
+                join._expiry.append((record[T_INSTANCE], row[0]))
         heapq.heapify(join._expiry)
         join._grace = [(due, i) for due, i in state["grace"]]
         heapq.heapify(join._grace)

@@ -195,3 +195,57 @@ def test_a_negative_latency_is_refused():
     batch = DelayedBatch.from_timelines([0], [([10], [0])], t_instance=[10], t_label=[0])
     with pytest.raises(ValueError, match="t_label=0 before t_instance=10"):
         bin_predictions(batch, bins=4)
+
+
+@st.composite
+def mixed_batches(draw):
+    """Batches of outcomes, most with a single prediction (the uniform fast path), some with
+    re-predictions that change bins, some whose re-predictions repeat the first one."""
+    k = draw(st.integers(1, 4))
+    outcomes = []
+    for _ in range(draw(st.integers(1, 40))):
+        t0 = draw(st.integers(0, 100))
+        span = draw(st.integers(0, 80))
+        kind = draw(st.sampled_from(["single", "single", "varied", "repeated"]))
+        first = draw(st.integers(0, k - 1))
+        m = 0 if kind == "single" else draw(st.integers(1, 4))
+        times = sorted(draw(st.lists(st.integers(t0, t0 + span), min_size=m, max_size=m)))
+        if kind == "varied":
+            rest = draw(st.lists(st.integers(0, k - 1), min_size=m, max_size=m))
+        else:
+            rest = [first] * m
+        outcomes.append((draw(st.integers(0, k - 1)), [t0, *times], [first, *rest], t0, span))
+    cuts = sorted(draw(st.lists(st.integers(0, len(outcomes)), max_size=4)))
+    return outcomes, cuts
+
+
+def _feed(outcomes, cuts, fast, specs=("cumulative", "window:5", "fading:0.9")):
+    ev = DelayedEvaluator(estimators=specs, bins=4)
+    ev._uniform_fast_path = fast
+    for lo, hi in zip([0, *cuts], [*cuts, len(outcomes)], strict=True):
+        part = outcomes[lo:hi]
+        if part:
+            ev.update(DelayedBatch.from_timelines(
+                [y for y, *_ in part], [(t, p) for _, t, p, _, _ in part],
+                [t0 for *_, t0, _ in part], [t0 + span for *_, t0, span in part],
+            ))  # fmt: skip
+        ev = DelayedEvaluator.from_state(json.loads(json.dumps(ev.state())))
+        ev._uniform_fast_path = fast
+    return ev.measures()
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=mixed_batches())
+def test_the_uniform_fast_path_equals_the_general_path(data):
+    """Outcomes whose bins all hold one prediction update every view at once; the counts of
+    the cumulative and window estimates are the general path's exactly, the fading sums up to
+    the order of float additions — exactly when every outcome is uniform."""
+    outcomes, cuts = data
+    fast, general = _feed(outcomes, cuts, True), _feed(outcomes, cuts, False)
+    for spec in ("cumulative", "window:5"):
+        assert json.dumps(fast[spec]) == json.dumps(general[spec])
+    uniform = all(len(set(p)) == 1 for _, _, p, _, _ in outcomes)
+    if uniform:
+        assert json.dumps(fast["fading:0.9"]) == json.dumps(general["fading:0.9"])
+    for key, value in general["fading:0.9"].items():
+        assert np.allclose(fast["fading:0.9"][key], value, rtol=1e-12, atol=1e-14, equal_nan=True)

@@ -1,0 +1,181 @@
+"""The worker's data path in one process, without a broker: where the CPU time goes.
+
+The same stream as phase 1 of ``pipeline_throughput.py`` (instances, one prediction from each
+of three models, labels; 5 events per instance) is cut into input partitions as the producer
+would, then driven through the worker's stages exactly as :mod:`pipeline.app.runner` drives
+them — ``Router.route``, the msgpack event batches, ``JoinStage.apply``, the outcome batches,
+``EvalStage.apply`` — with Kafka replaced by lists. It prints the time spent in each step, the
+events/s of the whole path, and a digest of every published record (the same digest before
+and after a change proves the change left every number alone).
+
+    .venv/bin/python benchmarks/stages.py                     # 1M events
+    .venv/bin/python benchmarks/stages.py --events 300000 --profile 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import hashlib
+import pstats
+import sys
+import time
+import zlib
+from collections import defaultdict
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.app.runner import GC_THRESHOLDS  # noqa: E402
+from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner  # noqa: E402
+from pipeline.app.wire import (  # noqa: E402
+    WIRE_VERSION,
+    EventBatch,
+    decode_events,
+    decode_outcomes,
+    encode,
+)
+from pipeline.config import load_config  # noqa: E402
+from pipeline.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
+
+MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
+KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
+
+
+class Msg:
+    """What the stages read of a confluent_kafka.Message."""
+
+    __slots__ = ("_k", "_o", "_p", "_t", "_v")
+
+    def __init__(self, topic, partition, offset, key, value):
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def key(self):
+        return self._k
+
+    def value(self):
+        return self._v
+
+
+def messages(events: int, partitions: int) -> list[Msg]:
+    """The benchmark's stream as input messages, in delivery order."""
+    instances = events // 5
+    stream = ScriptedStream(instances=instances, models=MODELS, max_repredictions=0,
+                            drift_at=instances // 2, interval_ms=2, mean_delay_ms=2000,
+                            seed=3)  # fmt: skip
+    offsets: dict[tuple[str, int], int] = defaultdict(int)
+    out = []
+    for _, _, event in stream.events():
+        topic = TOPIC_OF[event["type"]]
+        key = event["instance_id"].encode()
+        p = zlib.crc32(key) % partitions
+        out.append(Msg(topic, p, offsets[topic, p], key, orjson.dumps(event)))
+        offsets[topic, p] += 1
+    return out
+
+
+def run(msgs: list[Msg], partitions: int, chunk: int) -> tuple[dict[str, float], str]:
+    config = load_config(publish_every=100_000, join={"label_grace_ms": 1000},
+                         comparisons=[{"a": "champion", "b": "challenger"}])  # fmt: skip
+    inputs = sorted((t, p) for t in KINDS for p in range(partitions))
+    router = Router(KINDS, partitions, idle_ms=200)
+    router.assign(inputs)
+    joins = [JoinStage(q, config, inputs) for q in range(partitions)]
+    evals = [EvalStage(r, config, partitions) for r in range(partitions)]
+    partition_of = model_partitioner(config, partitions)
+    join_logs: list[list[bytes]] = [[] for _ in range(partitions)]
+    eval_logs: list[list[bytes]] = [[] for _ in range(partitions)]
+    seconds = defaultdict(float)
+    digest = hashlib.sha256()
+    clock = time.perf_counter
+
+    def step(batch: list[Msg], wall: float) -> None:
+        t0 = clock()
+        per_partition, _ = router.route(batch)
+        if not batch:
+            for tp in inputs:
+                router.at_end(*tp, wall)
+        sources = router.sources(wall)
+        t1 = clock()
+        for q, rows in enumerate(per_partition):
+            join_logs[q].append(encode(EventBatch(WIRE_VERSION, sources, rows)))
+        t2 = clock()
+        for q, stage in enumerate(joins):
+            for data in join_logs[q]:
+                before = stage.frontier
+                outcomes = stage.apply(stage.offset + 1, decode_events(data))
+                per_eval = defaultdict(list)
+                for outcome in outcomes:
+                    per_eval[partition_of(outcome.model_id)].append(outcome)
+                for r in range(partitions):
+                    own = per_eval.get(r)
+                    if own or stage.frontier != before:
+                        eval_logs[r].append(encode(stage.batch(own or [])))
+            join_logs[q].clear()
+        t3 = clock()
+        for r, stage in enumerate(evals):
+            for data in eval_logs[r]:
+                records, _ = stage.apply(stage.offset + 1, decode_outcomes(data))
+                for record in records:
+                    digest.update(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
+            eval_logs[r].clear()
+        t4 = clock()
+        seconds["ingest (route)"] += t1 - t0
+        seconds["event batches (encode)"] += t2 - t1
+        seconds["join (decode, apply, encode)"] += t3 - t2
+        seconds["evaluate (decode, apply)"] += t4 - t3
+
+    for start in range(0, len(msgs), chunk):
+        step(msgs[start : start + chunk], 0.0)
+    step([], 0.0)  # every input read to its end...
+    step([], 1000.0)  # ...and idle: the last labels resolve
+    for stage in evals:
+        for record in stage.tick():
+            digest.update(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
+    outcomes = sum(stage.engine.models[m].n for stage in evals for m in stage.engine.models)
+    seconds["outcomes"] = outcomes
+    return seconds, digest.hexdigest()[:16]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--chunk", type=int, default=20_000, help="messages per consume call")
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
+    args = parser.parse_args()
+    msgs = messages(args.events, args.partitions)
+    gc.freeze()  # the input, held here, is not the worker's: keep it out of its collections
+    gc.set_threshold(*GC_THRESHOLDS)  # as the worker does
+    profiler = cProfile.Profile() if args.profile else None
+    started = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    seconds, digest = run(msgs, args.partitions, args.chunk)
+    if profiler:
+        profiler.disable()
+    total = time.perf_counter() - started
+    outcomes = int(seconds.pop("outcomes"))
+    for name, value in seconds.items():
+        print(f"{name:<30} {value:6.2f} s  {value / total:4.0%}")
+    print(f"{'total':<30} {total:6.2f} s  {len(msgs) / total:,.0f} events/s "
+          f"({len(msgs):,} events, {outcomes:,} outcomes); records digest {digest}")  # fmt: skip
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
