@@ -30,7 +30,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.app.runner import GC_THRESHOLDS  # noqa: E402
+from pipeline.app.runner import GC_THRESHOLDS, INPUT_KINDS  # noqa: E402
 from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner  # noqa: E402
 from pipeline.app.wire import (  # noqa: E402
     WIRE_VERSION,
@@ -40,37 +40,13 @@ from pipeline.app.wire import (  # noqa: E402
     encode,
 )
 from pipeline.config import load_config  # noqa: E402
+from pipeline.schemas import StoredMessage  # noqa: E402
 from pipeline.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
 
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
-KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
 
 
-class Msg:
-    """What the stages read of a confluent_kafka.Message."""
-
-    __slots__ = ("_k", "_o", "_p", "_t", "_v")
-
-    def __init__(self, topic, partition, offset, key, value):
-        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def key(self):
-        return self._k
-
-    def value(self):
-        return self._v
-
-
-def messages(events: int, partitions: int) -> list[Msg]:
+def messages(events: int, partitions: int) -> list[StoredMessage]:
     """The benchmark's stream as input messages, in delivery order."""
     instances = events // 5
     stream = ScriptedStream(instances=instances, models=MODELS, max_repredictions=0,
@@ -82,16 +58,16 @@ def messages(events: int, partitions: int) -> list[Msg]:
         topic = TOPIC_OF[event["type"]]
         key = event["instance_id"].encode()
         p = zlib.crc32(key) % partitions
-        out.append(Msg(topic, p, offsets[topic, p], key, orjson.dumps(event)))
+        out.append(StoredMessage(topic, p, offsets[topic, p], key, orjson.dumps(event)))
         offsets[topic, p] += 1
     return out
 
 
-def run(msgs: list[Msg], partitions: int, chunk: int) -> tuple[dict[str, float], str]:
+def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[str, float], str]:
     config = load_config(publish_every=100_000, join={"label_grace_ms": 1000},
                          comparisons=[{"a": "champion", "b": "challenger"}])  # fmt: skip
-    inputs = sorted((t, p) for t in KINDS for p in range(partitions))
-    router = Router(KINDS, partitions, idle_ms=200)
+    inputs = sorted((t, p) for t in INPUT_KINDS for p in range(partitions))
+    router = Router(INPUT_KINDS, partitions, idle_ms=200)
     router.assign(inputs)
     joins = [JoinStage(q, config, inputs) for q in range(partitions)]
     evals = [EvalStage(r, config, partitions) for r in range(partitions)]
@@ -102,7 +78,7 @@ def run(msgs: list[Msg], partitions: int, chunk: int) -> tuple[dict[str, float],
     digest = hashlib.sha256()
     clock = time.perf_counter
 
-    def step(batch: list[Msg], wall: float) -> None:
+    def step(batch: list[StoredMessage], wall: float) -> None:
         t0 = clock()
         per_partition, _ = router.route(batch)
         if not batch:

@@ -33,6 +33,7 @@ __all__ = [
     "LabelRecord",
     "PredictionEvent",
     "PredictionRecord",
+    "StoredMessage",
     "decode_event",
     "encode_record",
 ]
@@ -161,6 +162,31 @@ class Message(Protocol):
     def offset(self) -> int: ...
     def key(self) -> bytes | None: ...
     def value(self) -> bytes | None: ...
+
+
+class StoredMessage:
+    """A :class:`Message` held in memory: input for tests and benchmarks without a broker."""
+
+    __slots__ = ("_k", "_o", "_p", "_t", "_v")
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
+                 value: bytes | None) -> None:  # fmt: skip
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def test_compose_has_the_whole_stack():
     assert services["kafka"]["image"].startswith("apache/kafka:")  # the official image
     assert "broker,controller" in services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft
     assert services["worker"]["deploy"]["replicas"] == 2  # two workers in one group
-    assert "app_id" not in services["worker"].get("environment", {})  # one group for both
+    assert "STREAMEVAL_APP_ID" not in services["worker"]["environment"]  # one group for both
 
 
 def test_compose_references_exist():

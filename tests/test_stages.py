@@ -9,6 +9,7 @@ import zlib
 import orjson
 import pytest
 
+from pipeline.app.runner import INPUT_KINDS
 from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner
 from pipeline.app.wire import (
     WIRE_VERSION,
@@ -19,32 +20,9 @@ from pipeline.app.wire import (
     decode_outcomes,
     encode,
 )
+from pipeline.schemas import StoredMessage
 from pipeline.simulate.scripted import TOPIC_OF
 from tests.streaming import finals, make_config
-
-KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
-
-
-class Msg:
-    __slots__ = ("_k", "_o", "_p", "_t", "_v")
-
-    def __init__(self, topic, partition, offset, key, value):
-        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def key(self):
-        return self._k
-
-    def value(self):
-        return self._v
 
 
 class Harness:
@@ -60,12 +38,12 @@ class Harness:
             key = (event.get("instance_id") or "?").encode()
             p = zlib.crc32(key) % inputs
             log = self.inputs.setdefault((topic, p), [])
-            log.append(Msg(topic, p, len(log), key, orjson.dumps(event)))
-        for topic in KINDS:
+            log.append(StoredMessage(topic, p, len(log), key, orjson.dumps(event)))
+        for topic in INPUT_KINDS:
             for p in range(inputs):
                 self.inputs.setdefault((topic, p), [])
         tps = sorted(self.inputs)
-        self.routers = [Router(KINDS, joins, idle_ms=100) for _ in range(routers)]
+        self.routers = [Router(INPUT_KINDS, joins, idle_ms=100) for _ in range(routers)]
         self.owner = {tp: i % routers for i, tp in enumerate(tps)}
         for tp, i in self.owner.items():
             self.routers[i].assign([tp])
