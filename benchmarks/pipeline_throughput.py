@@ -58,6 +58,7 @@ b = "challenger"
 idle_ms = 200
 publish_interval_s = 1.0
 snapshot_interval_s = {snapshot}
+processes = {processes}
 """
 
 
@@ -194,7 +195,9 @@ def first_timestamp(boot: str, topic: str) -> int:
 
 
 # -- phase 1 ----------------------------------------------------------------------------------
-def phase_worker(boot: str, events: int, partitions: int, tmp: Path, workers: int = 1) -> dict:
+def phase_worker(
+    boot: str, events: int, partitions: int, tmp: Path, workers: int = 1, processes: int = 1
+) -> dict:
     instances = events // 5
     stream = ScriptedStream(
         instances=instances,
@@ -210,7 +213,7 @@ def phase_worker(boot: str, events: int, partitions: int, tmp: Path, workers: in
     n = produce(boot, prefix, stream.records())
     print(f"  produced {n:,} events in {time.perf_counter() - started:.1f} s", flush=True)
     config = tmp / "worker.toml"
-    config.write_text(CONFIG.format(grace=1000, snapshot=5.0))
+    config.write_text(CONFIG.format(grace=1000, snapshot=5.0, processes=processes))
     ports = [free_port() for _ in range(workers)]
     log = tmp / "worker-throughput.log"
     processes = [
@@ -378,7 +381,7 @@ def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
     )
     prefix = make_topics(boot, 6)
     config = tmp / "worker-memory.toml"
-    config.write_text(CONFIG.format(grace=1000, snapshot=3600.0))
+    config.write_text(CONFIG.format(grace=1000, snapshot=3600.0, processes=1))
     port = free_port()
     process = start_worker(boot, prefix, config, port, tmp / "worker-memory.log")
     try:
@@ -411,12 +414,12 @@ def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
 
 
 # -- phase 5 ----------------------------------------------------------------------------------
-def phase_latency(boot: str, rate: float, seconds: float, tmp: Path) -> dict:
+def phase_latency(boot: str, rate: float, seconds: float, tmp: Path, processes: int = 1) -> dict:
     from confluent_kafka import Producer
 
     prefix = make_topics(boot, 6)
     config = tmp / "worker-latency.toml"
-    config.write_text(CONFIG.format(grace=0, snapshot=5.0))
+    config.write_text(CONFIG.format(grace=0, snapshot=5.0, processes=processes))
     port = free_port()
     process = start_worker(boot, prefix, config, port, tmp / "worker-latency.log")
     producer = Producer({"bootstrap.servers": boot, "linger.ms": 5})
@@ -490,7 +493,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (phase 1)")
+    parser.add_argument("--workers", type=int, default=1, help="workers (phase 1)")
+    parser.add_argument(
+        "--processes", type=int, default=os.cpu_count() or 1,
+        help="data-path processes per worker (phases 1 and 5; default: one per core)",
+    )  # fmt: skip
     parser.add_argument("--faust-seconds", type=float, default=30.0)
     parser.add_argument("--pending", type=int, default=200_000)
     parser.add_argument("--latency-seconds", type=float, default=30.0)
@@ -500,8 +507,9 @@ def main() -> None:
     args = parser.parse_args()
     boot = bootstrap()
     tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
-    print(f"broker {boot}; logs in {tmp}", flush=True)
-    worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers)
+    print(f"broker {boot}; logs in {tmp}; {args.workers} worker(s) of {args.processes} "
+          f"data-path process(es)", flush=True)  # fmt: skip
+    worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers, args.processes)
     print(
         f"worker      {worker['rate']:>12,.0f} events/s  ({worker['events']:,} events, "
         f"first input to last metrics record {worker['seconds']:.1f} s, "
@@ -532,7 +540,7 @@ def main() -> None:
             flush=True,
         )
     if "latency" not in args.skip:
-        latency = phase_latency(boot, worker["rate"] / 2, args.latency_seconds, tmp)
+        latency = phase_latency(boot, worker["rate"] / 2, args.latency_seconds, tmp, args.processes)
         print(
             f"latency     p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
             f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s "

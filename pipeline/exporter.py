@@ -193,6 +193,7 @@ class Exporter:
         )  # fmt: skip
         registry.register(_SnapshotCollector(self))
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
+        self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
 
     def _child(self, metric, *values: str):
         self._children.setdefault(metric._name, set()).add(values)
@@ -238,6 +239,22 @@ class Exporter:
             before, total = self._latency.get(model_id, (0, 0.0))
             self._latency[model_id] = (before + counts, total + float(seconds.sum()))
         self._child(self.outcomes, model_id).inc(seconds.size)
+
+    def count_input(self, messages: int) -> None:
+        self.input_messages.inc(messages)
+
+    def set_pending(self, instances: int, source: int = 0) -> None:
+        """The join's pending instances in one data-path process; the gauge shows the sum."""
+        with self._lock:
+            self._pending[source] = instances
+            total = sum(self._pending.values())
+        self.pending.set(total)
+
+    def set_lag(self, topic: str, partition: str, lag: int) -> None:
+        self.lag.labels(topic, partition).set(lag)
+
+    def remove_lag(self, topic: str, partition: str) -> None:
+        self.lag.remove(topic, partition)
 
     def count_dropped(self, reason: str, model_id: str = "", amount: int = 1) -> None:
         self._child(self.dropped, reason, model_id).inc(amount)

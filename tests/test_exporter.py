@@ -166,3 +166,48 @@ def test_consumer_lag_shows_only_the_partitions_being_fetched():
     lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
     assert lag == {(("partition", "1"), ("topic", topic)): 200.0,
                    (("partition", "2"), ("topic", topic)): 300.0}  # fmt: skip
+
+
+def test_a_child_process_series_reach_the_parent_exporter_in_order():
+    """worker.processes > 1: a child's exporter calls travel over a pipe and give the series
+    the parent's own calls would; pending instances are summed over the processes."""
+    import multiprocessing
+    import threading
+
+    import numpy as np
+
+    from pipeline.app.processes import Children, ExporterProxy
+
+    records = _replayed()
+    direct, relayed = CollectorRegistry(), CollectorRegistry()
+    ours, theirs = multiprocessing.Pipe()
+    parent = Exporter(relayed)
+    proxy = ExporterProxy(theirs, source=1)
+    children = Children(1, None, None, {}, parent, on_failure=lambda err: None)
+    children._connections[ours] = 1
+    for exporter in (Exporter(direct), proxy):
+        exporter.observe(records)
+        exporter.observe_outcomes("champion", np.array([500.0, 2500.0]))
+        exporter.count_input(7)
+        exporter.count_dropped("late_prediction", "champion", 2)
+        exporter.count_dead_letters("not_json")
+        exporter.set_lag("in", "0", 12)
+        exporter.set_pending(30, source=1)
+    parent.set_pending(12, source=0)  # the parent's own pipeline
+    sender = threading.Thread(target=proxy.flush)  # a pipe holds less than the records
+    sender.start()
+    children._receive(timeout=5)
+    sender.join(5)
+    assert not sender.is_alive()
+    direct_series = _series(direct)
+    relayed_series = _series(relayed)
+    pending = ("streameval_pending_instances", ())
+    assert relayed_series.pop(pending) == 42.0  # 12 here + 30 in the child
+    direct_series.pop(pending)
+    assert direct_series.keys() == relayed_series.keys()
+    assert all(_same(direct_series[k], relayed_series[k]) for k in direct_series
+               if not k[0].endswith("_created"))  # fmt: skip
+    # a forgotten model's series go at once (not at the next flush): no rebalance race
+    proxy.forget_models(["champion"])
+    children._receive(timeout=5)
+    assert not any(dict(labels).get("model") == "champion" for _, labels in _series(relayed))

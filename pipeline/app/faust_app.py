@@ -3,7 +3,8 @@
 Faust provides the process — start-up and shutdown of its services, signal handling (SIGTERM and
 Ctrl-C stop the worker cleanly, with a final checkpoint), logging — and the web server that
 serves ``/metrics``. The data path itself is :class:`~pipeline.app.runner.Pipeline`, a
-confluent-kafka consumer and producer in one thread, because it must pay per-message costs once
+confluent-kafka consumer and producer in one thread (and, with ``processes`` > 1, more of them
+in child processes: :mod:`pipeline.app.processes`), because it must pay per-message costs once
 per micro-batch and must control its own offsets: a partition's state snapshot and the offset it
 covers are one unit, which Faust's agents (offsets acknowledged per message, committed on their
 own schedule) cannot give. Faust's own Kafka clients are therefore switched off
@@ -35,6 +36,7 @@ from pipeline.config import EvaluationConfig
 from pipeline.core.drift import make_detector
 from pipeline.exporter import Exporter
 
+from .processes import Children
 from .runner import Pipeline
 from .settings import WorkerSettings
 
@@ -53,31 +55,43 @@ class StreamevalApp(faust.App):
 
 
 class PipelineService(Service):
-    """Runs :class:`Pipeline` in a thread for as long as the Faust worker runs."""
+    """Runs :class:`Pipeline` in a thread for as long as the Faust worker runs, and the
+    worker's other data-path processes (``processes`` > 1, :mod:`pipeline.app.processes`)."""
 
-    def __init__(self, pipeline: Pipeline, **kwargs: Any) -> None:
+    def __init__(self, pipeline: Pipeline, children: Children | None = None,
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.children = children
         self._thread: threading.Thread | None = None
 
     async def on_start(self) -> None:
         loop = asyncio.get_running_loop()
 
+        def fail(err: BaseException) -> None:  # surfaced by the worker as its exit status
+            self.pipeline.failure = err
+            log.error("the worker stopped: %s", err)
+            asyncio.run_coroutine_threadsafe(self.crash(err), loop)
+
         def run() -> None:
             try:
                 self.pipeline.run()
-            except BaseException as err:  # surfaced by the worker as its exit status
-                self.pipeline.failure = err
-                log.error("the worker stopped: %s", err)
-                asyncio.run_coroutine_threadsafe(self.crash(err), loop)
+            except BaseException as err:
+                fail(err)
 
+        if self.children is not None:
+            self.children.on_failure = fail
+            await loop.run_in_executor(None, self.children.start)
         self._thread = threading.Thread(target=run, name="streameval-pipeline", daemon=True)
         self._thread.start()
 
     async def on_stop(self) -> None:
         self.pipeline.stop()
+        loop = asyncio.get_running_loop()
+        if self.children is not None:
+            await loop.run_in_executor(None, self.children.stop)
         if self._thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            await loop.run_in_executor(None, self._thread.join)
 
 
 def _faust_datadir(app_id: str) -> Path:
@@ -97,6 +111,10 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
     exporter = Exporter(registry, detectors_of=lambda model_id: [
         make_detector(spec).name for spec in config.detectors_of(model_id)])  # fmt: skip
     pipeline = Pipeline(settings, config, client, exporter)
+    children = None
+    if settings.processes > 1:
+        children = Children(settings.processes - 1, settings, config, client, exporter,
+                            on_failure=lambda err: None)  # set by the service  # fmt: skip
     app = StreamevalApp(
         f"{settings.app_id}-host",
         broker=f"kafka://{client['bootstrap.servers'].split(',')[0]}",
@@ -108,13 +126,14 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         datadir=_faust_datadir(settings.app_id),
     )
     app.pipeline = pipeline
+    app.children = children
     app.exporter = exporter
     app.registry = registry
 
     @app.service
     class _Service(PipelineService):
         def __init__(self, **kwargs: Any) -> None:
-            super().__init__(pipeline, **kwargs)
+            super().__init__(pipeline, children, **kwargs)
             app.pipeline_service = self
 
     @app.page("/metrics")
@@ -124,7 +143,8 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
 
     @app.page("/healthz")
     async def health(web: Any, request: Any) -> Any:
-        ok = pipeline.ready.is_set() and not pipeline.stopping.is_set()
+        ok = (pipeline.ready.is_set() and not pipeline.stopping.is_set()
+              and (children is None or children.ready()))  # fmt: skip
         return web.json({"ready": ok}, status=200 if ok else 503)
 
     return app

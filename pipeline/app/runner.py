@@ -216,7 +216,7 @@ class Pipeline:
             "fetch.queue.backoff.ms": 10,  # the default (1 s) stalls a busy consumer
             "queued.max.messages.kbytes": 16_384,  # prefetch per partition: bounds memory
             "session.timeout.ms": s.session_timeout_ms,
-            "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
+            "heartbeat.interval.ms": min(500, s.session_timeout_ms // 5),  # rebalances seen soon
             "statistics.interval.ms": 5_000,
             "stats_cb": self._on_stats,
             "error_cb": self._on_error,
@@ -301,7 +301,7 @@ class Pipeline:
             self._input_next[message.topic(), message.partition()] = message.offset() + 1
         self.stats.input_messages += len(messages)
         if self.exporter is not None:
-            self.exporter.input_messages.inc(len(messages))
+            self.exporter.count_input(len(messages))
         for letter in letters:
             self._produce(self.topics.dead_letters, letter.value or b"", letter.key,
                           headers=letter.headers())  # fmt: skip
@@ -409,7 +409,7 @@ class Pipeline:
     def _gauges(self) -> None:
         if self.exporter is None:
             return
-        self.exporter.pending.set(sum(stage.join.pending for stage in self.joins.values()))
+        self.exporter.set_pending(sum(stage.join.pending for stage in self.joins.values()))
 
     def _on_stats(self, raw: str) -> None:
         if self.exporter is None:
@@ -428,10 +428,10 @@ class Pipeline:
             for partition, p in info.get("partitions", {}).items():
                 lag = p.get("consumer_lag", -1)
                 if partition != "-1" and lag >= 0 and p.get("fetch_state") == "active":
-                    self.exporter.lag.labels(topic, partition).set(lag)
+                    self.exporter.set_lag(topic, partition, lag)
                     shown.add((topic, partition))
         for labels in self._lag_shown - shown:
-            self.exporter.lag.remove(*labels)
+            self.exporter.remove_lag(*labels)
         self._lag_shown = shown
 
     # -- ownership and checkpoints ------------------------------------------------------------

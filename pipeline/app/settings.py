@@ -78,6 +78,10 @@ class WorkerSettings(BaseSettings):
     )  # fmt: skip
     heartbeat_ms: int = Field(100, ge=1, description="progress to idle join partitions, at most")
     max_batch: int = Field(20_000, ge=1, le=1_000_000, description="messages per consume call")
+    processes: int = Field(
+        1, ge=1, le=64, description="data-path processes in this worker, each a member of the "
+        "consumer group (one per core the worker may use)",
+    )  # fmt: skip
     session_timeout_ms: int = Field(
         10_000, ge=1_000, description="how soon the group notices a dead worker"
     )

@@ -184,11 +184,16 @@ def deployment(kafka_bootstrap, tmp_path, stream):
             process.wait()
 
 
-def test_streaming_equals_replay(deployment, expected):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_streaming_equals_replay(deployment, expected, processes):
+    deployment.env["STREAMEVAL_PROCESSES"] = str(processes)
     deployment.produce()
     _, port = deployment.start_worker()
     got = deployment.wait_for(expected)
     assert got == expected
+    if processes > 1:  # the work was shared, and /metrics shows every process's series
+        log = deployment.workers[0][2].read_text()
+        assert re.search(r"process 1: assigned: \d+ input partitions, join \[\d", log), log
     text = _scrape(port)
     for (model, view), record in expected["metrics"].items():
         record = orjson.loads(record)
@@ -216,18 +221,35 @@ def _wait_for_progress(deployment, n: int) -> None:
     raise AssertionError(f"no model reached {n} outcomes")
 
 
-def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected):
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected, processes):
     # Half the stream, then SIGKILL once the worker is well into it; the rest is produced
     # while no worker runs, so the kill is in the middle of the stream whatever the speed.
     # idle_ms is long enough that the pause is not taken for the end of the stream (which
     # would resolve labels before the predictions they overtook arrive: late, by design).
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
+    deployment.env["STREAMEVAL_PROCESSES"] = str(processes)
     deployment.produce(0.5)
     process, _ = deployment.start_worker()
     _wait_for_progress(deployment, 500)
     time.sleep(0.7)  # past a checkpoint, so the restart starts from a snapshot
+    children = [int(pid) for pid in re.findall(r"\[(\d+)\] \[\w+\] process \d+:",
+                                               deployment.workers[0][2].read_text())]  # fmt: skip
+    assert len(set(children)) == processes - 1
     process.send_signal(signal.SIGKILL)
     process.wait()
+    deadline = time.monotonic() + 10  # a worker's processes die with it, as in a crash
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children)
     deployment.produce()
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected
