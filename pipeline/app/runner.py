@@ -33,7 +33,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import orjson
 
 from pipeline.config import EvaluationConfig
@@ -52,8 +51,8 @@ log = logging.getLogger("streameval.worker")
 
 INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
 #: 2: the delayed-label block keeps uniform outcomes in a column of their own; the join one
-#: flat list per pending instance
-SNAPSHOT_VERSION = 2
+#: flat list per pending instance. 3: the join's pending ids and records in two lists
+SNAPSHOT_VERSION = 3
 #: Allocations between young collections of the garbage collector (Python's default: 700).
 #: The data path allocates and frees a micro-batch's objects by the ten thousand; with the
 #: default, they survive young collections while being worked on, reach the old generation
@@ -297,8 +296,7 @@ class Pipeline:
         per_partition, letters = router.route(messages)
         for topic, partition in ends:  # after the messages that came before the end
             router.at_end(topic, partition, wall_ms)
-        for message in messages:
-            self._input_next[message.topic(), message.partition()] = message.offset() + 1
+        self._input_next.update(router.consumed)
         self.stats.input_messages += len(messages)
         if self.exporter is not None:
             self.exporter.count_input(len(messages))
@@ -359,11 +357,11 @@ class Pipeline:
         if released:
             self.stats.outcomes += len(released)
             if self.exporter is not None:
-                n = len(released)
-                latency = np.fromiter((o.t_label - o.t_instance for o in released), np.int64, n)
-                models = np.array([o.model_id for o in released])
-                for model_id in np.unique(models):
-                    self.exporter.observe_outcomes(str(model_id), latency[models == model_id])
+                latencies: dict[str, list[int]] = defaultdict(list)
+                for outcome in released:
+                    latencies[outcome.model_id].append(outcome.t_label - outcome.t_instance)
+                for model_id, values in latencies.items():
+                    self.exporter.observe_outcomes(model_id, values)
         if records:
             self._publish(records)
 

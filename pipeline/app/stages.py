@@ -149,6 +149,8 @@ class Router:
         self._eof_since: dict[TopicPartition, float | None] = {}
         self._index: dict[TopicPartition, int] = {}
         self._order: list[TopicPartition] = []
+        #: next offset to read of each input partition the last :meth:`route` read from
+        self.consumed: dict[TopicPartition, int] = {}
 
     # -- ownership --------------------------------------------------------------------------
     def assign(self, tps: Iterable[TopicPartition]) -> None:
@@ -179,7 +181,8 @@ class Router:
 
     # -- data -------------------------------------------------------------------------------
     def route(self, messages: Iterable[Message]) -> tuple[list[list[EventRow]], list[DeadLetter]]:
-        """Events per join partition (in input order) and the dead letters."""
+        """Events per join partition (in input order) and the dead letters; afterwards
+        :attr:`consumed` holds the next offset of every owned input partition read."""
         out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
         letters: list[DeadLetter] = []
         decoder = self.decoder
@@ -188,6 +191,7 @@ class Router:
         index, progress, eof = self._index, self._progress, self._eof_since
         partitions = self.partitions
         crc32 = zlib.crc32
+        last = [-1] * len(self._order)  # last offset read, per owned input partition
         for message in messages:
             topic = message.topic()
             tp = (topic, message.partition())
@@ -195,6 +199,7 @@ class Router:
             if src is None:  # not (or no longer) ours: a message fetched before a revocation
                 continue
             eof[tp] = None
+            offset = last[src] = message.offset()
             # the common case inline; anything odd goes to the decoder, which says why
             kind, value, record = kinds.get(topic), message.value(), None
             if kind is not None and value is not None and len(value) <= max_bytes:
@@ -213,12 +218,14 @@ class Router:
                 progress[tp] = ts
             iid = record.instance_id
             if kind == "prediction":
-                row = (PREDICTION, iid, record.model_id, ts, record.label, src, message.offset())
+                row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
             elif kind == "label":
-                row = (LABEL, iid, "", ts, record.label, src, message.offset())
+                row = (LABEL, iid, "", ts, record.label, src, offset)
             else:
-                row = (INSTANCE, iid, "", ts, "", src, message.offset())
+                row = (INSTANCE, iid, "", ts, "", src, offset)
             out[crc32(iid.encode()) % partitions].append(row)
+        order = self._order
+        self.consumed = {order[i]: o + 1 for i, o in enumerate(last) if o >= 0}
         return out, letters
 
     def sources(self, wall_ms: float) -> list[Source]:
@@ -266,24 +273,14 @@ class JoinStage:
         if offset <= self.offset:
             return []
         self.offset = offset
-        join, applied = self.join, self.applied
-        now = self.frontier
-        out: list[Outcome] = []
+        applied = self.applied
         sources = [(s.topic, s.partition) for s in batch.sources]
-        for kind, iid, model_id, ts, label, src, source_offset in batch.events:
-            tp = sources[src]
-            if source_offset <= applied.get(tp, -1):
-                self.duplicates += 1
-                continue
-            applied[tp] = source_offset
-            if kind == PREDICTION:
-                got = join.add_prediction(iid, model_id, ts, label, now)
-            elif kind == LABEL:
-                got = join.add_label(iid, ts, label, now)
-            else:
-                got = join.add_instance(iid, ts, now)
-            if got:
-                out.extend(got)
+        seen = [applied.get(tp, -1) for tp in sources]
+        out, repeats = self.join.add_events(batch.events, self.frontier, seen)
+        for tp, offset in zip(sources, seen, strict=True):
+            if offset >= 0:
+                applied[tp] = offset
+        self.duplicates += repeats
         progress = self.progress
         for source in batch.sources:
             tp = (source.topic, source.partition)
@@ -293,7 +290,7 @@ class JoinStage:
         frontier = self._watermark() - 1
         if frontier > self.frontier:
             self.frontier = frontier
-            out.extend(join.advance(frontier))
+            out.extend(self.join.advance(frontier))
         return out
 
     def _watermark(self) -> int:
@@ -364,13 +361,17 @@ class EvalStage:
         self.frontiers: dict[int, int] = {}
         self.applied: dict[int, int] = {}  # join partition -> last event-batch offset applied
         self.offset = -1  # last outcomes-topic offset read
-        self._buffer: list[tuple[int, str, str, int, Outcome]] = []
+        # what waits for the frontiers: sorted runs, one per outcome batch, of
+        # (due, instance_id, model_id, arrival, outcome)
+        self._runs: list[list[tuple[int, str, str, int, Outcome]]] = []
+        self._waiting = 0
         self._seq = 0
+        self._limit = NO_TS  # everything with due below it has been released
 
     @property
     def waiting(self) -> int:
         """Outcomes received but not yet released (their join partitions' frontiers lag)."""
-        return len(self._buffer)
+        return self._waiting
 
     def apply(self, offset: int, batch: OutcomeBatch) -> tuple[list[dict[str, Any]], list[Outcome]]:
         """Take the outcome batch at ``offset``; return (records, outcomes released)."""
@@ -379,21 +380,43 @@ class EvalStage:
         if batch.offset <= self.applied.get(q, -1):
             return [], []  # re-sent by a join partition restored from an older snapshot
         self.applied[q] = batch.offset
-        buffer, seq = self._buffer, self._seq
-        buffer += [(o.due, o.instance_id, o.model_id, seq + i, o)
-                   for i, o in enumerate(batch.outcomes, 1)]  # fmt: skip
-        self._seq = seq + len(batch.outcomes)
+        outcomes, seq = batch.outcomes, self._seq
+        if outcomes:
+            run = [(o.due, o.instance_id, o.model_id, seq + i, o)
+                   for i, o in enumerate(outcomes, 1)]  # fmt: skip
+            run.sort()  # in due order already but for ties: nearly free
+            self._runs.append(run)
+            self._waiting += len(run)
+            self._seq = seq + len(outcomes)
         if batch.frontier > self.frontiers.get(q, NO_TS):
             self.frontiers[q] = batch.frontier
-        if len(self.frontiers) < self.join_partitions or not buffer:
+        if len(self.frontiers) < self.join_partitions or not self._runs:
             return [], []
-        # sorted runs (what waited, then each join partition's batches): timsort merges them
-        buffer.sort()
-        cut = bisect.bisect_left(buffer, (min(self.frontiers.values()),))  # due < the limit
-        if not cut:
+        # Release what is due below the smallest frontier. Outcomes a join partition sends
+        # later have due >= its frontier, hence >= any limit already used: only a higher
+        # limit can release more, and only from the front of each run.
+        limit = min(self.frontiers.values())
+        if limit <= self._limit:
             return [], []
-        released = [entry[4] for entry in buffer[:cut]]
-        del buffer[:cut]
+        self._limit = limit
+        key = (limit,)
+        taken: list[tuple[int, str, str, int, Outcome]] = []
+        kept = []
+        for run in self._runs:
+            cut = bisect.bisect_left(run, key)
+            if cut == len(run):
+                taken += run
+            elif cut:
+                taken += run[:cut]
+                kept.append(run[cut:])
+            else:
+                kept.append(run)
+        self._runs = kept
+        if not taken:
+            return [], []
+        taken.sort()  # sorted runs: timsort merges them
+        self._waiting -= len(taken)
+        released = [entry[4] for entry in taken]
         records: list[dict[str, Any]] = []
         start = 0
         while start < len(released):  # bounded chunks: the delayed block is (n, bins + 2)
@@ -419,7 +442,7 @@ class EvalStage:
             "engine": self.engine.state(),
             "frontiers": [[q, f] for q, f in self.frontiers.items()],
             "applied": [[q, o] for q, o in self.applied.items()],
-            "buffer": [list(entry[4]) for entry in sorted(self._buffer)],
+            "buffer": [list(entry[4]) for entry in sorted(e for run in self._runs for e in run)],
         }
 
     @classmethod
@@ -431,11 +454,14 @@ class EvalStage:
         stage.engine = Engine.from_state(config, state["engine"])
         stage.frontiers = {q: f for q, f in state["frontiers"]}
         stage.applied = {q: o for q, o in state["applied"]}
-        for row in state["buffer"]:
+        run = []
+        for row in state["buffer"]:  # in order: one sorted run
             model_id, instance_id, y_true, times, labels, t_instance, t_label, due = row
             outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
                               t_instance, t_label, due)  # fmt: skip
             stage._seq += 1
-            stage._buffer.append((outcome.due, outcome.instance_id, outcome.model_id,
-                                  stage._seq, outcome))  # fmt: skip
+            run.append((outcome.due, outcome.instance_id, outcome.model_id, stage._seq, outcome))
+        if run:
+            stage._runs.append(run)
+            stage._waiting = len(run)
         return stage

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pipeline.core.join import Outcome
+from pipeline.core.join import INSTANCE, LABEL, PREDICTION, EventRow, Outcome
 
 __all__ = [
     "INSTANCE",
@@ -38,7 +38,6 @@ __all__ = [
 ]
 
 WIRE_VERSION = 1
-INSTANCE, PREDICTION, LABEL = 0, 1, 2
 #: "nothing seen yet" for a source's progress
 NO_TS = -(2**62)
 
@@ -54,10 +53,6 @@ class Source(msgspec.Struct, array_like=True, frozen=True):
     partition: int
     ts: int
     idle: bool
-
-
-#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
-EventRow = tuple[int, str, str, int, str | int, int, int]
 
 
 class EventBatch(msgspec.Struct, array_like=True):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import heapq
 import sys
 from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["DROP_REASONS", "Join", "Outcome"]
+__all__ = ["DROP_REASONS", "INSTANCE", "LABEL", "PREDICTION", "EventRow", "Join", "Outcome"]
 
 #: Every reason a record is dropped or counted as odd, in the order the docs list them.
 DROP_REASONS = (
@@ -30,6 +31,10 @@ DROP_REASONS = (
 )
 
 Label = str | int
+#: The kinds of event, as :class:`EventRow` and the worker's wire format carry them
+INSTANCE, PREDICTION, LABEL = 0, 1, 2
+#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
+EventRow = tuple[int, str, str, int, Label, int, int]
 
 
 class Outcome(NamedTuple):
@@ -196,9 +201,56 @@ class Join:
 
     def add_instance(self, instance_id: str, ts: int, now: int) -> list[Outcome]:
         out = self.advance(now)
+        self._instance(instance_id, ts, out)
+        return out
+
+    def add_prediction(
+        self, instance_id: str, model_id: str, ts: int, label: Label, now: int
+    ) -> list[Outcome]:
+        out = self.advance(now)
+        self._prediction(instance_id, model_id, ts, label, out)
+        return out
+
+    def add_label(self, instance_id: str, ts: int, label: Label, now: int) -> list[Outcome]:
+        out = self.advance(now)
+        self._label(instance_id, ts, label, out)
+        return out
+
+    def add_events(
+        self, events: Iterable[EventRow], now: int, seen: list[int] | None = None
+    ) -> tuple[list[Outcome], int]:
+        """Apply a batch of events in order at clock ``now``, exactly as the ``add_*`` calls
+        one by one would, in one loop (the streaming join's hot path).
+
+        ``seen`` (optional) holds, per source index, the last source offset applied: an event
+        whose offset is not above it is a repeat (a resent batch after a crash) and is skipped;
+        ``seen`` is updated. Returns the outcomes and the number of repeats skipped.
+        """
+        out = self.advance(now)
+        now = self._now
+        instance, prediction, label_ = self._instance, self._prediction, self._label
+        repeats = 0
+        for kind, instance_id, model_id, ts, label, source, offset in events:
+            if seen is not None:
+                if offset <= seen[source]:
+                    repeats += 1
+                    continue
+                seen[source] = offset
+            if self._next_due <= now:  # what advance(now) would do before this event
+                out += self.advance(now)
+            if kind == PREDICTION:
+                prediction(instance_id, model_id, ts, label, out)
+            elif kind == LABEL:
+                label_(instance_id, ts, label, out)
+            else:
+                instance(instance_id, ts, out)
+        return out, repeats
+
+    # -- one event (the clock already advanced) ----------------------------------------------
+    def _instance(self, instance_id: str, ts: int, out: list[Outcome]) -> None:
         if instance_id in self._resolved:
             self._count("late_instance")
-            return out
+            return
         record = self._pending.get(instance_id)
         if record is None:
             self._insert(instance_id, _new_record(ts, True), out)
@@ -208,15 +260,13 @@ class Join:
             record[HAS_RECORD] = True
             record[T_INSTANCE] = ts
             self._schedule_expiry(instance_id, ts)
-        return out
 
-    def add_prediction(
-        self, instance_id: str, model_id: str, ts: int, label: Label, now: int
-    ) -> list[Outcome]:
-        out = self.advance(now)
+    def _prediction(
+        self, instance_id: str, model_id: str, ts: int, label: Label, out: list[Outcome]
+    ) -> None:
         if instance_id in self._resolved:
             self._count("late_prediction", model_id)
-            return out
+            return
         record = self._pending.get(instance_id)
         if record is None:
             record = _new_record(None, False)
@@ -224,7 +274,7 @@ class Join:
         label_ts = record[LABEL_TS]
         if label_ts is not None and ts > label_ts:
             self._count("leaky_prediction", model_id)
-            return out
+            return
         t_instance = record[T_INSTANCE]
         if t_instance is None or (not record[HAS_RECORD] and ts < t_instance):
             record[T_INSTANCE] = ts  # the first prediction's time, until an instance record
@@ -238,12 +288,10 @@ class Join:
         for i in range(PREDICTIONS, len(record), 3):
             if record[i] == model_id and record[i + 1] == ts and record[i + 2] == label:
                 self._count("duplicate_prediction", model_id)
-                return out
+                return
         record += (model_id, ts, label)
-        return out
 
-    def add_label(self, instance_id: str, ts: int, label: Label, now: int) -> list[Outcome]:
-        out = self.advance(now)
+    def _label(self, instance_id: str, ts: int, label: Label, out: list[Outcome]) -> None:
         known = self._resolved.get(instance_id)
         record = self._pending.get(instance_id)
         if known is None and record is not None and record[LABEL] is not None:
@@ -254,7 +302,7 @@ class Join:
             else:
                 self._count("conflicting_label")
                 self.conflicts.append((instance_id, known[0], label))
-            return out
+            return
         if record is None:
             record = _new_record(None, False)
             self._insert(instance_id, record, out)
@@ -267,8 +315,8 @@ class Join:
             self._resolve(instance_id, out)
         else:
             heapq.heappush(self._grace, (due, instance_id))
-            self._next_due = min(self._next_due, due)
-        return out
+            if due < self._next_due:
+                self._next_due = due
 
     def advance(self, now: int) -> list[Outcome]:
         """Move the clock to ``now`` (never backwards): resolve labels whose grace has passed
@@ -411,13 +459,16 @@ class Join:
 
     # -- state ----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """A JSON-ready snapshot (instance ids must be strings, labels str or int)."""
+        """A JSON-ready snapshot (instance ids must be strings, labels str or int). It refers to
+        the join's own records: serialize it before the join changes again."""
         return {
             "label_grace": self.label_grace,
             "label_ttl": self.label_ttl,
             "max_pending": self.max_pending,
             "now": self._now,
-            "pending": [[k, *r] for k, r in self._pending.items()],
+            # ids and records side by side: the records go out as they are, no copy each
+            "pending_ids": list(self._pending),
+            "pending": list(self._pending.values()),
             "grace": [list(g) for g in self._grace],
             "resolved": [[k, y, t] for k, (y, t) in self._resolved.items()],
             "counters": dict(self.counters),
@@ -428,16 +479,16 @@ class Join:
     def from_state(cls, state: dict[str, Any]) -> Join:
         join = cls(state["label_grace"], state["label_ttl"], state["max_pending"])
         join._now = state["now"]
-        for row in state["pending"]:
-            record = row[1:]
+        for instance_id, record in zip(state["pending_ids"], state["pending"], strict=True):
+            record = list(record)  # never share a list with the state it came from
             for i in range(PREDICTIONS, len(record), 3):
                 if type(record[i]) is str:
                     record[i] = _intern(record[i])
                 if type(record[i + 2]) is str:
                     record[i + 2] = _intern(record[i + 2])
-            join._pending[row[0]] = record
+            join._pending[instance_id] = record
             if record[T_INSTANCE] is not None:
-                join._expiry.append((record[T_INSTANCE], row[0]))
+                join._expiry.append((record[T_INSTANCE], instance_id))
         heapq.heapify(join._expiry)
         join._grace = [(due, i) for due, i in state["grace"]]
         heapq.heapify(join._grace)

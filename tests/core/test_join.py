@@ -3,8 +3,10 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipeline.core.join import Join
+from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join
 
 # events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
 # ("a", now) advances the clock. Outcomes: (model, instance, y_true, labels, t_inst, t_label)
@@ -256,3 +258,53 @@ def test_clock_never_goes_backwards():
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Join(**kwargs)
+
+
+_rows = st.lists(
+    st.tuples(
+        st.sampled_from([INSTANCE, PREDICTION, LABEL]),
+        st.sampled_from(["i1", "i2", "i3", "i4", "i5"]),
+        st.sampled_from(["m", "n"]),
+        st.integers(0, 60),  # ts
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 1),  # source
+        st.integers(0, 3),  # offset step: 0 makes a repeat
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.tuples(_rows, st.integers(0, 80)), max_size=6),
+       grace=st.integers(0, 10), ttl=st.integers(1, 60), max_pending=st.integers(1, 4))  # fmt: skip
+def test_a_batch_of_events_is_the_events_one_by_one(batches, grace, ttl, max_pending):
+    """The streaming join's batch path (``add_events``) gives the outcomes, counters and
+    state of the ``add_*`` calls it stands for, with repeats by source offset skipped."""
+    one, batch = Join(grace, ttl, max_pending), Join(grace, ttl, max_pending)
+    seen, offsets = [-1, -1], [0, 0]
+    last = [-1, -1]
+    got, want, repeats = [], [], 0
+    for rows, now in batches:
+        events = []
+        for kind, iid, model, ts, label, source, step in rows:
+            offsets[source] += step
+            events.append((kind, iid, model if kind == PREDICTION else "", ts, label, source,
+                           offsets[source]))  # fmt: skip
+        out, skipped = batch.add_events(events, now, seen)
+        got += out
+        repeats += skipped
+        want += one.advance(now)
+        for kind, iid, model, ts, label, source, offset in events:
+            if offset <= last[source]:
+                repeats -= 1
+                continue
+            last[source] = offset
+            if kind == PREDICTION:
+                want += one.add_prediction(iid, model, ts, label, now)
+            elif kind == LABEL:
+                want += one.add_label(iid, ts, label, now)
+            else:
+                want += one.add_instance(iid, ts, now)
+    assert got == want
+    assert repeats == 0 and seen == last
+    assert batch.state() == one.state()
