@@ -183,7 +183,7 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
     ours, theirs = multiprocessing.Pipe()
     parent = Exporter(relayed)
     proxy = ExporterProxy(theirs, source=1)
-    children = Children(1, None, None, {}, parent, on_failure=lambda err: None)
+    children = Children(1, None, None, {}, parent)
     children._connections[ours] = 1
     for exporter in (Exporter(direct), proxy):
         exporter.observe(records)

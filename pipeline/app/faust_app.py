@@ -113,8 +113,8 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
     pipeline = Pipeline(settings, config, client, exporter)
     children = None
     if settings.processes > 1:
-        children = Children(settings.processes - 1, settings, config, client, exporter,
-                            on_failure=lambda err: None)  # set by the service  # fmt: skip
+        # the service sets on_failure: it is the one that can stop the worker
+        children = Children(settings.processes - 1, settings, config, client, exporter)
     app = StreamevalApp(
         f"{settings.app_id}-host",
         broker=f"kafka://{client['bootstrap.servers'].split(',')[0]}",

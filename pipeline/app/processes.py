@@ -12,7 +12,9 @@ What a child adds is plumbing to its parent:
 
 * **Series.** A child's pipeline talks to an :class:`ExporterProxy`, which batches the calls
   it receives and sends them over a pipe a few times a second (at once when models are
-  forgotten, so that a rebalance never removes series another process has just shown); the
+  forgotten, during the revocation: the partitions reach another process only a group round
+  trip later, so its series are not removed after it has shown them — an ordering that is
+  likely, not enforced); the
   parent's :class:`Children` applies them to the one :class:`~pipeline.exporter.Exporter`
   behind ``/metrics``, in order of arrival. Pending instances are summed over the processes.
 * **Life.** A child dies with its parent (``PR_SET_PDEATHSIG``: a SIGKILL of the worker is a
@@ -184,7 +186,7 @@ class Children:
         config: EvaluationConfig,
         client: dict[str, str],
         exporter: Exporter | None,
-        on_failure: Callable[[BaseException], None],
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.count = count
         self.settings = settings
@@ -242,9 +244,11 @@ class Children:
             if exited and not self._stopping.is_set():
                 index, reason = next(iter(exited.items()))
                 self._stopping.set()
-                self.on_failure(RuntimeError(
-                    f"data-path process {index} exited on its own ({reason or 'no reason given'})"
-                ))  # fmt: skip
+                if self.on_failure is not None:
+                    self.on_failure(RuntimeError(
+                        f"data-path process {index} exited on its own "
+                        f"({reason or 'no reason given'})"
+                    ))  # fmt: skip
 
     def _receive(self, timeout: float) -> None:
         for connection in wait(list(self._connections), timeout=timeout):
