@@ -12,6 +12,7 @@ import pytest
 from pipeline.app.runner import INPUT_KINDS
 from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner
 from pipeline.app.wire import (
+    LABEL,
     WIRE_VERSION,
     EventBatch,
     Source,
@@ -222,3 +223,25 @@ def test_an_unknown_wire_version_is_refused():
         decode_events(data)
     with pytest.raises(WireError, match="not an event batch"):
         decode_events(b"\x01\x02")
+
+
+def test_the_router_before_and_after_its_partitions():
+    """A worker routes (empty batches, heartbeats) before its first assignment; messages of
+    partitions it no longer owns are skipped; progress and ends follow what was read."""
+    router = Router(INPUT_KINDS, 2, idle_ms=100)
+    assert router.route([]) == ([[], []], [])
+    router.assign([("labels", 0)])
+    label = orjson.dumps({"instance_id": "i1", "ts": 7, "label": "a"})
+    per_partition, letters = router.route([StoredMessage("labels", 0, 3, None, label),
+                                           StoredMessage("labels", 1, 0, None, label),
+                                           StoredMessage("labels", 0, 4, None, b"{")])  # fmt: skip
+    assert [row for rows in per_partition for row in rows] == [(LABEL, "i1", "", 7, "a", 0, 3)]
+    assert [letter.offset for letter in letters] == [4]
+    assert router.consumed == {("labels", 0): 5}
+    router.at_end("labels", 0, 1_000.0)
+    assert router.sources(1_050.0) == [Source("labels", 0, 7, False)]
+    assert router.sources(1_100.0) == [Source("labels", 0, 7, True)]
+    router.route([StoredMessage("labels", 0, 5, None, label)])  # read again: not at its end
+    assert router.sources(5_000.0) == [Source("labels", 0, 7, False)]
+    router.revoke([("labels", 0)])
+    assert router.route([StoredMessage("labels", 0, 6, None, label)]) == ([[], []], [])

@@ -51,15 +51,19 @@ log = logging.getLogger("streameval.worker")
 
 INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
 #: 2: the delayed-label block keeps uniform outcomes in a column of their own; the join one
-#: flat list per pending instance. 3: the join's pending ids and records in two lists
-SNAPSHOT_VERSION = 3
+#: flat list per pending instance. 3: the join's pending ids and records in two lists. 4: its
+#: resolved ids and (label, ts) pairs in two lists; a version 3 snapshot is still read
+SNAPSHOT_VERSION = 4
+READABLE_SNAPSHOTS = (3, 4)
 #: Allocations between young collections of the garbage collector (Python's default: 700).
 #: The data path allocates and frees a micro-batch's objects by the ten thousand; with the
 #: default, they survive young collections while being worked on, reach the old generation
 #: and trigger full collections of the whole heap: 40–50 % of the worker's CPU time with one
-#: worker on 1M events (benchmarks/pipeline_throughput.py). The data path makes almost no
-#: reference cycles, so collecting less often costs little memory.
-GC_THRESHOLDS = (50_000, 20, 100)
+#: worker on 1M events (benchmarks/pipeline_throughput.py). A young collection scans what is
+#: alive and young at that moment: above what one micro-batch holds at once, collections
+#: become rare (48 → 1 in benchmarks/stages.py, 50 000 → 500 000: 8 % of its time). The data
+#: path makes almost no reference cycles, so collecting less often costs little memory.
+GC_THRESHOLDS = (500_000, 20, 100)
 
 
 @dataclass(frozen=True)
@@ -577,10 +581,11 @@ class Pipeline:
                 raise RuntimeError(f"could not read the snapshot at {topic}[{partition}]")
         finally:
             reader.close()
-        if data.get("v") != SNAPSHOT_VERSION:
+        if data.get("v") not in READABLE_SNAPSHOTS:
             raise RuntimeError(
                 f"{topic}[{partition}]: snapshot version {data.get('v')}, this worker reads "
-                f"{SNAPSHOT_VERSION}: use a new app_id (and topic prefix) to start over"
+                f"{' and '.join(map(str, READABLE_SNAPSHOTS))}: use a new app_id (and topic "
+                "prefix) to start over"
             )
         if data.get("config") != self.fingerprint:
             raise RuntimeError(

@@ -149,6 +149,8 @@ class Router:
         self._eof_since: dict[TopicPartition, float | None] = {}
         self._index: dict[TopicPartition, int] = {}
         self._order: list[TopicPartition] = []
+        self._kinds: list[str | None] = []
+        self._decoders: list[Any] = []
         #: next offset to read of each input partition the last :meth:`route` read from
         self.consumed: dict[TopicPartition, int] = {}
 
@@ -172,6 +174,11 @@ class Router:
     def _reindex(self) -> None:
         self._order = sorted(self._progress)
         self._index = {tp: i for i, tp in enumerate(self._order)}
+        # per owned input partition, in that order: its kind and the decoder of its records
+        kinds, decoders = self.decoder.topics, self.decoder.decoders
+        self._kinds = [kinds.get(topic) for topic, _ in self._order]
+        self._decoders = [decoders[kind].decode if kind in decoders else None
+                          for kind in self._kinds]  # fmt: skip
 
     def at_end(self, topic: str, partition: int, wall_ms: float) -> None:
         """The consumer read ``topic``/``partition`` to its end."""
@@ -185,38 +192,37 @@ class Router:
         :attr:`consumed` holds the next offset of every owned input partition read."""
         out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
         letters: list[DeadLetter] = []
-        decoder = self.decoder
-        explain, kinds, decoders = decoder.decode_message, decoder.topics, decoder.decoders
-        max_bytes, decode_error = decoder.max_bytes, msgspec.DecodeError
-        index, progress, eof = self._index, self._progress, self._eof_since
+        explain, max_bytes = self.decoder.decode_message, self.decoder.max_bytes
+        decode_error = msgspec.DecodeError
+        index, src_kinds, src_decoders = self._index, self._kinds, self._decoders
         partitions = self.partitions
         crc32 = zlib.crc32
-        last = [-1] * len(self._order)  # last offset read, per owned input partition
+        owned = len(self._order)
+        last = [-1] * owned  # last offset read, per owned input partition
+        high = [NO_TS] * owned  # largest ts read, per owned input partition
         for message in messages:
-            topic = message.topic()
-            tp = (topic, message.partition())
-            src = index.get(tp)
+            src = index.get((message.topic(), message.partition()))
             if src is None:  # not (or no longer) ours: a message fetched before a revocation
                 continue
-            eof[tp] = None
             offset = last[src] = message.offset()
             # the common case inline; anything odd goes to the decoder, which says why
-            kind, value, record = kinds.get(topic), message.value(), None
-            if kind is not None and value is not None and len(value) <= max_bytes:
+            value, decode, record = message.value(), src_decoders[src], None
+            if decode is not None and value is not None and len(value) <= max_bytes:
                 try:
-                    record = decoders[kind].decode(value)
+                    record = decode(value)
                 except decode_error:
                     pass
                 else:
-                    if record.type is not None and record.type != kind:
+                    if record.type is not None and record.type != src_kinds[src]:
                         record = None
             if record is None:
                 letters.append(explain(message)[1])
                 continue
             ts = record.ts
-            if ts > progress[tp]:
-                progress[tp] = ts
+            if ts > high[src]:
+                high[src] = ts
             iid = record.instance_id
+            kind = src_kinds[src]
             if kind == "prediction":
                 row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
             elif kind == "label":
@@ -224,8 +230,16 @@ class Router:
             else:
                 row = (INSTANCE, iid, "", ts, "", src, offset)
             out[crc32(iid.encode()) % partitions].append(row)
-        order = self._order
-        self.consumed = {order[i]: o + 1 for i, o in enumerate(last) if o >= 0}
+        order, progress, eof = self._order, self._progress, self._eof_since
+        consumed = {}
+        for src, offset in enumerate(last):
+            if offset >= 0:
+                tp = order[src]
+                consumed[tp] = offset + 1
+                eof[tp] = None  # read from: not at its end (or idle) any more
+                if high[src] > progress[tp]:
+                    progress[tp] = high[src]
+        self.consumed = consumed
         return out, letters
 
     def sources(self, wall_ms: float) -> list[Source]:

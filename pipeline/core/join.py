@@ -75,6 +75,9 @@ class Outcome(NamedTuple):
 # interned, so a pending instance shares them with every other one.
 T_INSTANCE, HAS_RECORD, LABEL, LABEL_TS, LABEL_ARRIVAL, PREDICTIONS = range(6)
 _intern = sys.intern
+#: builds an :class:`Outcome` from a tuple of its fields without the Python-level ``__new__``
+#: of named tuples (the join makes one per model per resolved instance)
+_new_outcome = tuple.__new__
 
 
 def _new_record(t_instance: int | None, has_record: bool) -> list:
@@ -422,13 +425,27 @@ class Join:
         self._next_due = min(self._next_due, self._now + self.label_ttl + 1)
         if len(resolved) > self.max_pending:  # remembered for label_ttl, but never unbounded
             resolved.popitem(last=False)
+        models = record[PREDICTIONS::3]
+        if models and len(set(models)) == len(models):
+            times = record[PREDICTIONS + 1 :: 3]
+            if max(times) <= label_ts:  # the common case: one prediction per model, in time
+                t_instance = self._t_instance(record, models, times)
+                if t_instance is None:
+                    return
+                labels = record[PREDICTIONS + 2 :: 3]
+                for model_id, t, y in zip(models, times, labels, strict=True):
+                    fields = (model_id, instance_id, label, (t,), (y,), t_instance, label_ts, due)
+                    out.append(_new_outcome(Outcome, fields))
+                return
+        self._resolve_timelines(instance_id, record, due, out)
+
+    def _resolve_timelines(self, instance_id: str, record: list, due: int,
+                           out: list[Outcome]) -> None:  # fmt: skip
+        """:meth:`_resolve` in general: any model may have predicted several times, some
+        predictions may be stamped after the label."""
+        label, label_ts = record[LABEL], record[LABEL_TS]
         kept_by_model: dict[str, list[tuple[int, Label]]] = {}
-        if len(record) == PREDICTIONS + 3:  # the common case: one prediction, one model
-            model_id, t, y = record[PREDICTIONS:]
-            timelines = {model_id: [(t, y)]}
-        else:
-            timelines = _timelines(record)
-        for model_id, timeline in timelines.items():
+        for model_id, timeline in _timelines(record).items():
             if timeline[-1][0] <= label_ts:  # the common case: nothing stamped after the label
                 kept_by_model[model_id] = timeline
                 continue
@@ -440,22 +457,28 @@ class Join:
         if not kept_by_model:  # nobody predicted it (in time): the same whatever arrived first
             self._count("orphan_label")
             return
-        if record[HAS_RECORD]:
-            t_instance = record[T_INSTANCE]
-            if label_ts < t_instance:
-                for model_id in kept_by_model:
-                    self._count("label_before_instance", model_id)
-                return
-        else:  # the first prediction that counts
-            t_instance = min(kept[0][0] for kept in kept_by_model.values())
+        firsts = [kept[0][0] for kept in kept_by_model.values()]
+        t_instance = self._t_instance(record, kept_by_model, firsts)
+        if t_instance is None:
+            return
         for model_id, kept in kept_by_model.items():
             if len(kept) == 1:
                 times, labels = (kept[0][0],), (kept[0][1],)
             else:
                 times, labels = zip(*kept, strict=True)
-            out.append(
-                Outcome(model_id, instance_id, label, times, labels, t_instance, label_ts, due)
-            )
+            fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due)
+            out.append(_new_outcome(Outcome, fields))
+
+    def _t_instance(self, record: list, models: Iterable[str], firsts: list[int]) -> int | None:
+        """The time of a resolved instance: its record's, else its first prediction that counts
+        (``firsts``: each model's first). None, counted per model, if the label precedes it."""
+        if not record[HAS_RECORD]:
+            return min(firsts)
+        if record[LABEL_TS] < record[T_INSTANCE]:
+            for model_id in models:
+                self._count("label_before_instance", model_id)
+            return None
+        return record[T_INSTANCE]
 
     # -- state ----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -469,8 +492,11 @@ class Join:
             # ids and records side by side: the records go out as they are, no copy each
             "pending_ids": list(self._pending),
             "pending": list(self._pending.values()),
-            "grace": [list(g) for g in self._grace],
-            "resolved": [[k, y, t] for k, (y, t) in self._resolved.items()],
+            "grace": list(self._grace),  # (due, instance_id) pairs
+            # ids and (label, ts) pairs side by side: no container made per resolved instance,
+            # which a snapshot of a million of them would pay for in garbage collections
+            "resolved_ids": list(self._resolved),
+            "resolved": list(self._resolved.values()),
             "counters": dict(self.counters),
             "model_counters": [[r, m, c] for (r, m), c in self.model_counters.items()],
         }
@@ -492,7 +518,12 @@ class Join:
         heapq.heapify(join._expiry)
         join._grace = [(due, i) for due, i in state["grace"]]
         heapq.heapify(join._grace)
-        join._resolved = OrderedDict((k, (y, t)) for k, y, t in state["resolved"])
+        if "resolved_ids" in state:
+            join._resolved = OrderedDict(
+                zip(state["resolved_ids"], map(tuple, state["resolved"]), strict=True)
+            )
+        else:  # snapshot version 3: one [id, label, ts] triple each
+            join._resolved = OrderedDict((k, (y, t)) for k, y, t in state["resolved"])
         join.counters = Counter(state["counters"])
         join.model_counters = Counter({(r, m): c for r, m, c in state["model_counters"]})
         join._schedule()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join
+from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
 
 # events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
 # ("a", now) advances the clock. Outcomes: (model, instance, y_true, labels, t_inst, t_label)
@@ -211,6 +211,27 @@ def test_join_rules(case):
             assert dict(j.counters) == {**case["counters"], **case.get("then_counters", {})}
 
 
+def test_reads_version_3_state():
+    """Snapshot version 3 wrote resolved instances as [id, label, ts] triples: a join restored
+    from one goes on exactly as one restored from today's layout."""
+    join = Join(label_grace=5)
+    before = [("p", "i1", "m", 10, "a", 10), ("l", "i1", 20, "a", 20),
+              ("p", "i2", "m", 30, "b", 30), ("l", "i2", 40, "a", 40), ("a", 50)]  # fmt: skip
+    assert len(_run(join, before)) == 2
+    state = json.loads(json.dumps(join.state()))
+    assert state["resolved_ids"] == ["i1", "i2"]
+    old = {k: v for k, v in state.items() if k != "resolved_ids"}
+    pairs = zip(state["resolved_ids"], state["resolved"], strict=True)
+    old["resolved"] = [[k, y, t] for k, (y, t) in pairs]
+    restored, from_old = Join.from_state(state), Join.from_state(old)
+    assert from_old.state() == restored.state()
+    then = [("p", "i1", "m", 60, "a", 60), ("l", "i2", 61, "b", 61), ("p", "i3", "m", 62, "b", 62),
+            ("l", "i3", 63, "b", 63), ("a", 100)]  # fmt: skip
+    for j in (join, restored, from_old):
+        assert _run(j, then) == [("m", "i3", "b", ("b",), 62, 63)]
+        assert j.counters["late_prediction"] == 1 and j.counters["conflicting_label"] == 1
+
+
 def test_per_model_counters():
     join = Join(label_grace=0)
     _run(
@@ -235,6 +256,7 @@ def test_memory_is_bounded_by_max_pending():
             join.add_label(f"i{i}", ts=i, label="a", now=i)
     assert join.pending <= 50
     assert len(join.state()["resolved"]) <= 50
+    assert len(join.state()["resolved_ids"]) <= 50
     assert len(join._expiry) <= 2 * 50 + 1025
 
 
@@ -308,3 +330,33 @@ def test_a_batch_of_events_is_the_events_one_by_one(batches, grace, ttl, max_pen
     assert got == want
     assert repeats == 0 and seen == last
     assert batch.state() == one.state()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    predictions=st.lists(
+        st.tuples(st.sampled_from(["m", "n", "o"]), st.integers(0, 20), st.sampled_from("ab")),
+        max_size=6,
+    ),
+    has_record=st.booleans(),
+    t_instance=st.integers(0, 20),
+    label_ts=st.integers(0, 20),
+)
+def test_the_common_case_resolves_as_the_general_rule(predictions, has_record, t_instance,
+                                                      label_ts):  # fmt: skip
+    """One prediction per model, all in time, takes a shortcut in ``_resolve``: it gives the
+    outcomes and counters of the general rule (``_resolve_timelines``)."""
+    if not has_record:
+        t_instance = min((t for _, t, _ in predictions), default=None)
+    record = [t_instance, has_record, "a", label_ts, label_ts]
+    for prediction in predictions:
+        record += prediction
+    fast, general = Join(label_grace=0), Join(label_grace=0)
+    fast._pending["i"] = list(record)
+    out_fast, out_general = [], []
+    fast._resolve("i", out_fast)
+    general._resolve_timelines("i", list(record), label_ts, out_general)
+    assert out_fast == out_general
+    assert [type(o) for o in out_fast] == [Outcome] * len(out_fast)
+    assert fast.counters == general.counters
+    assert fast.model_counters == general.model_counters
