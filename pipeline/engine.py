@@ -81,19 +81,28 @@ class Engine:
         # Each record is tagged with the position of the outcome that caused it; sorting by it
         # (stable) makes the output one sequence in resolution order, the same however the
         # outcomes were cut into calls.
-        tagged: list[tuple[int, int, dict[str, Any]]] = []
-        position = {id(o): i for i, o in enumerate(outcomes)}
-        by_model: dict[str, list[Outcome]] = defaultdict(list)
-        for outcome in outcomes:
-            by_model[outcome.model_id].append(outcome)
+        if not outcomes:
+            return []
+        models = next(zip(*outcomes, strict=True))  # the model_id column
+        first = models[0]
+        if models.count(first) == len(models):  # one model: the common case per partition
+            by_model = {first: outcomes}
+        else:
+            by_model = defaultdict(list)
+            for outcome, model_id in zip(outcomes, models, strict=True):
+                by_model[model_id].append(outcome)
+        caused: list[tuple[Outcome, int, dict[str, Any]]] = []
         for model_id, own in by_model.items():
             for outcome, record in self._evaluate_model(model_id, own):
-                tagged.append((position[id(outcome)], 0, record))
+                caused.append((outcome, 0, record))
         for key, pair in self.pairs.items():
             for outcome, record in self._evaluate_pair(key, pair, outcomes):
-                tagged.append((position[id(outcome)], 1, record))
-        tagged.sort(key=lambda t: (t[0], t[1]))
-        return [record for _, _, record in tagged]
+                caused.append((outcome, 1, record))
+        if not caused:  # most calls: records are due every publish_every outcomes
+            return []
+        position = {id(o): i for i, o in enumerate(outcomes)}
+        caused.sort(key=lambda t: (position[id(t[0])], t[1]))
+        return [record for _, _, record in caused]
 
     def finish(self, flush: bool = True) -> list[dict[str, Any]]:
         """Final records: at the end of a replay, or when a worker shuts down.

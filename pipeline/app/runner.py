@@ -441,6 +441,7 @@ class Pipeline:
         from confluent_kafka import OFFSET_BEGINNING
 
         t = self.topics
+        started = time.monotonic()
         inputs = []
         for tp in partitions:
             if tp.topic == t.events:
@@ -467,8 +468,8 @@ class Pipeline:
         self.router.assign(inputs)
         consumer.assign(partitions)
         log.info(
-            "assigned: %d input partitions, join %s, evaluation %s",
-            len(inputs), sorted(self.joins), sorted(self.evals),
+            "assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
+            len(inputs), sorted(self.joins), sorted(self.evals), time.monotonic() - started,
         )  # fmt: skip
         self.ready.set()
 
@@ -477,6 +478,7 @@ class Pipeline:
         joins = [tp.partition for tp in partitions if tp.topic == t.events]
         evals = [tp.partition for tp in partitions if tp.topic == t.outcomes]
         inputs = [(tp.topic, tp.partition) for tp in partitions if tp.topic in t.inputs]
+        started = time.monotonic()
         for r in evals:
             stage = self.evals.get(r)
             if stage is not None:
@@ -484,6 +486,8 @@ class Pipeline:
         self._checkpoint(joins, evals, commit=inputs)
         self._drop(joins, evals, inputs)
         consumer.unassign()
+        log.info("revoked %d partitions; checkpoint taken in %.2f s", len(partitions),
+                 time.monotonic() - started)  # fmt: skip
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         t = self.topics
