@@ -8,8 +8,8 @@ Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval k
 
 1. **worker**: N input events (instances, one prediction from each of 3 models, labels) are
    produced to fresh topics, then one worker is started; sustained events/s = N / (broker
-   timestamp of the last metrics record − broker timestamp of the first event batch the worker
-   wrote), i.e. first input read to last metrics record.
+   timestamp of the last metrics record − broker timestamp of the first event batch carrying
+   input events that the worker wrote), i.e. first input read to last metrics record.
 2. **raw**: a confluent-kafka consumer that only decodes the same topics (``BatchDecoder``,
    ``fetch.queue.backoff.ms=10``): the ceiling for any consumer in Python.
 3. **faust**: a Faust app with one agent over the three topics, one event per message, doing
@@ -42,6 +42,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.app.wire import decode_events  # noqa: E402
 from pipeline.devkafka import free_port  # noqa: E402
 from pipeline.schemas import BatchDecoder  # noqa: E402
 from pipeline.simulate.scripted import ScriptedStream  # noqa: E402
@@ -172,26 +173,11 @@ def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
     return out
 
 
-def first_timestamp(boot: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": boot, "group.id": "bench-reader"})
-    first = None
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
-            if high > low:
-                consumer.assign([TopicPartition(topic, p, low)])
-                while True:
-                    m = consumer.poll(5)
-                    if m is not None and not m.error():
-                        ts = m.timestamp()[1]
-                        first = ts if first is None else min(first, ts)
-                        break
-    finally:
-        consumer.close()
-    return first
+def first_input_timestamp(boot: str, topic: str) -> int:
+    """Broker timestamp of the first event batch that carries input events. A worker sends
+    progress-only batches from the moment it is assigned, before its first fetch returns:
+    those do not mark the first input read."""
+    return min(ts for ts, value in read_topic(boot, topic) if decode_events(value).events)
 
 
 # -- phase 1 ----------------------------------------------------------------------------------
@@ -245,7 +231,7 @@ def phase_worker(
             stop(process)
     if not done:
         raise SystemExit(f"the worker did not finish; see {log}")
-    first = first_timestamp(boot, prefix + prefix + "app-events")
+    first = first_input_timestamp(boot, prefix + prefix + "app-events")
     records = read_topic(boot, prefix + "metrics")
     last = max(ts for ts, value in records if orjson.loads(value)["n"] >= want)
     seconds = (last - first) / 1000.0

@@ -243,7 +243,7 @@ class KafkaInstance:
                 raise LauncherError(
                     f"the Kafka JVM exited with {process.returncode}; log {self.log_file}:\n{tail}"
                 )
-            if _port_open(self.port) and self._serves_metadata():
+            if _port_open(self.port) and self._serves_metadata() and self._serves_groups():
                 return
             time.sleep(0.3)
         tail = self._log_tail()
@@ -259,6 +259,22 @@ class KafkaInstance:
         except Exception:  # not ready yet, whatever the client says
             return False
         return bool(metadata.brokers)
+
+    def _serves_groups(self) -> bool:
+        """Whether a consumer group finds its coordinator. A fresh broker creates the offsets
+        topic on the first such request and answers "coordinator not available" until it is
+        loaded; librdkafka then asks again only once a second, so each client that came too
+        early joins its group a second or more late (and a worker's processes one by one)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        try:
+            futures = admin.describe_consumer_groups(["streameval-launcher-probe"],
+                                                     request_timeout=2)  # fmt: skip
+            futures["streameval-launcher-probe"].result(timeout=3)
+        except Exception:  # the coordinator is not there yet
+            return False
+        return True
 
     def _log_tail(self, lines: int = 25) -> str:
         for path in (self.log_file, self.log_file.with_name("stdout.log")):
