@@ -204,7 +204,7 @@ class Pipeline:
         self.producer = Producer({
             **self.client,
             "enable.idempotence": True,
-            "linger.ms": 5,
+            "linger.ms": 20,
             "compression.type": "lz4",
             "message.max.bytes": 67_108_864,
             "queue.buffering.max.kbytes": 1_048_576,
@@ -217,6 +217,8 @@ class Pipeline:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
             "fetch.queue.backoff.ms": 10,  # the default (1 s) stalls a busy consumer
+            "fetch.min.bytes": 65_536,
+            "fetch.wait.max.ms": 20,
             "queued.max.messages.kbytes": 16_384,  # prefetch per partition: bounds memory
             "session.timeout.ms": s.session_timeout_ms,
             "heartbeat.interval.ms": min(500, s.session_timeout_ms // 5),  # rebalances seen soon
