@@ -290,20 +290,25 @@ class PairEvaluator:
         return f"{self.model_a}|{self.model_b}"
 
     def pairs(self, outcomes: Iterable[Outcome]) -> list[tuple[Outcome, Outcome]]:
-        """The (A, B) outcome pairs of the instances both models predicted, in B's order."""
+        """The (A, B) outcome pairs of the instances both models predicted, in B's order.
+
+        One resolution of an instance gives all its models' outcomes the same ``due``: an id
+        used again later (a new incarnation, resolved later) is a different instance, so
+        outcomes pair by (instance_id, due), never across incarnations — whatever the calls.
+        """
         outcomes = list(outcomes)
         if not outcomes:
             return []
         a, b = self.model_a, self.model_b
-        models, instances = list(zip(*outcomes, strict=True))[:2]
-        of_a = {i: o for o, m, i in zip(outcomes, models, instances, strict=True) if m == a}
+        columns = zip(*outcomes, strict=True)  # lazily: only the columns taken are built
+        models, instances = next(columns), next(columns)
+        dues = [o.due for o in outcomes]
+        keyed = zip(outcomes, models, instances, dues, strict=True)
+        of_a = {(i, d): o for o, m, i, d in keyed if m == a}
         if not of_a:
             return []
-        return [
-            (of_a[i], o)
-            for o, m, i in zip(outcomes, models, instances, strict=True)
-            if m == b and i in of_a
-        ]
+        keyed = zip(outcomes, models, instances, dues, strict=True)
+        return [(of_a[i, d], o) for o, m, i, d in keyed if m == b and (i, d) in of_a]
 
     def update_pairs(self, pairs: Sequence[tuple[Outcome, Outcome]]) -> None:
         """Add pairs found by :meth:`pairs` (final predictions' 0-1 losses)."""

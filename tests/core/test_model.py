@@ -72,3 +72,22 @@ def test_pair_state_round_trip_and_same_model_refused():
     assert restored.measures() == pair.measures() and restored.n == 3
     with pytest.raises(ValueError, match="two different models"):
         PairEvaluator("a", "a")
+
+
+def test_pairs_never_cross_incarnations_of_a_reused_id():
+    """An id used again after its first resolution is a new instance: its outcomes pair with
+    each other, not with the first incarnation's, in one call or split over several."""
+
+    def outcome(model, due, label):
+        return Outcome(model, "i1", "a", (due - 5,), (label,), due - 5, due - 1, due)
+
+    stream = [outcome("a", 10, "a"), outcome("b", 10, "b"), outcome("b", 50, "a"),
+              outcome("a", 50, "b")]  # fmt: skip
+    pair = PairEvaluator("a", "b")
+    assert pair.pairs(stream) == [(stream[0], stream[1]), (stream[3], stream[2])]
+    whole, split = PairEvaluator("a", "b"), PairEvaluator("a", "b")
+    whole.update(stream)
+    split.update(stream[:2])
+    split.update(stream[2:])
+    assert whole.n == split.n == 2
+    assert whole.measures() == split.measures()
