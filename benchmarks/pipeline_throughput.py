@@ -492,6 +492,10 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=200_000)
     parser.add_argument("--latency-seconds", type=float, default=30.0)
     parser.add_argument(
+        "--latency-rate", type=float, default=None,
+        help="input events/s of the latency phase (default: half the sustained rate)",
+    )  # fmt: skip
+    parser.add_argument(
         "--skip", action="append", default=[], choices=["raw", "faust", "memory", "latency"]
     )
     args = parser.parse_args()
@@ -530,7 +534,8 @@ def main() -> None:
             flush=True,
         )
     if "latency" not in args.skip:
-        latency = phase_latency(boot, worker["rate"] / 2, args.latency_seconds, tmp, args.processes)
+        rate = args.latency_rate or worker["rate"] / 2
+        latency = phase_latency(boot, rate, args.latency_seconds, tmp, args.processes)
         print(
             f"latency     p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
             f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s "

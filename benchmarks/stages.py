@@ -136,6 +136,13 @@ def main() -> None:
     msgs = messages(args.events, args.partitions)
     gc.freeze()  # the input, held here, is not the worker's: keep it out of its collections
     gc.set_threshold(*GC_THRESHOLDS)  # as the worker does
+    collections = [0, 0, 0]  # per generation, during the run
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections[info["generation"]] += 1
+
+    gc.callbacks.append(count)
     profiler = cProfile.Profile() if args.profile else None
     started = time.perf_counter()
     if profiler:
@@ -144,11 +151,14 @@ def main() -> None:
     if profiler:
         profiler.disable()
     total = time.perf_counter() - started
+    gc.callbacks.remove(count)
     outcomes = int(seconds.pop("outcomes"))
     for name, value in seconds.items():
         print(f"{name:<30} {value:6.2f} s  {value / total:4.0%}")
     print(f"{'total':<30} {total:6.2f} s  {len(msgs) / total:,.0f} events/s "
           f"({len(msgs):,} events, {outcomes:,} outcomes); records digest {digest}")  # fmt: skip
+    print(f"garbage collections (generations 0, 1, 2): {collections} at thresholds "
+          f"{GC_THRESHOLDS}")  # fmt: skip
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
 

@@ -61,7 +61,7 @@ READABLE_SNAPSHOTS = (3, 4)
 #: and trigger full collections of the whole heap: 40–50 % of the worker's CPU time with one
 #: worker on 1M events (benchmarks/pipeline_throughput.py). A young collection scans what is
 #: alive and young at that moment: above what one micro-batch holds at once, collections
-#: become rare (48 → 1 in benchmarks/stages.py, 50 000 → 500 000: 8 % of its time). The data
+#: become rare (48 → 0 in benchmarks/stages.py, 50 000 → 500 000: 8 % of its time). The data
 #: path makes almost no reference cycles, so collecting less often costs little memory.
 GC_THRESHOLDS = (500_000, 20, 100)
 

@@ -297,18 +297,13 @@ class PairEvaluator:
         outcomes pair by (instance_id, due), never across incarnations — whatever the calls.
         """
         outcomes = list(outcomes)
-        if not outcomes:
-            return []
         a, b = self.model_a, self.model_b
-        columns = zip(*outcomes, strict=True)  # lazily: only the columns taken are built
-        models, instances = next(columns), next(columns)
-        dues = [o.due for o in outcomes]
-        keyed = zip(outcomes, models, instances, dues, strict=True)
-        of_a = {(i, d): o for o, m, i, d in keyed if m == a}
-        if not of_a:
-            return []
-        keyed = zip(outcomes, models, instances, dues, strict=True)
-        return [(of_a[i, d], o) for o, m, i, d in keyed if m == b and (i, d) in of_a]
+        of_a = {(o.instance_id, o.due): o for o in outcomes if o.model_id == a}
+        return [
+            (of_a[o.instance_id, o.due], o)
+            for o in outcomes
+            if o.model_id == b and (o.instance_id, o.due) in of_a
+        ]
 
     def update_pairs(self, pairs: Sequence[tuple[Outcome, Outcome]]) -> None:
         """Add pairs found by :meth:`pairs` (final predictions' 0-1 losses)."""
