@@ -18,6 +18,7 @@ Example file (every key optional)::
     label_grace_ms = 5000
     label_ttl_ms = 604800000      # 7 days
     max_pending = 1000000
+    max_future_ms = 3600000       # ts at most 1 hour after the message was sent
 
     [delayed]
     bins = 100
@@ -44,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.core.drift import DEFAULT_DETECTORS, make_detector
 from pipeline.core.estimators import estimator_names
 from pipeline.core.evaluator import DEFAULT_ESTIMATORS
+from pipeline.schemas import TimeRules
 
 __all__ = ["ConfigError", "EvaluationConfig", "load_config"]
 
@@ -66,6 +68,9 @@ class JoinConfig(_Strict):
     label_grace_ms: int = Field(5_000, ge=0, description="how long a label waits for predictions")
     label_ttl_ms: int = Field(7 * 86_400_000, ge=1, description="how long an instance waits")
     max_pending: int = Field(1_000_000, ge=1, description="instances held at most")
+    max_future_ms: int = Field(
+        3_600_000, ge=0, description="how far an event's ts may run ahead of when it was sent"
+    )
 
 
 class DelayedConfig(_Strict):
@@ -120,6 +125,10 @@ class EvaluationConfig(_Strict):
     def model(self, model_id: str) -> ModelConfig:
         """The settings of one model (defaults when it is not listed)."""
         return self.models.get(model_id, ModelConfig())
+
+    def time_rules(self) -> TimeRules:
+        """Which events may enter the join by their event time (the worker and replay)."""
+        return TimeRules(self.join.max_future_ms, self.join.label_ttl_ms)
 
     def detectors_of(self, model_id: str) -> list[dict[str, Any]]:
         own = self.model(model_id).detectors

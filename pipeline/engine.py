@@ -48,16 +48,22 @@ class Engine:
 
     # -- input ---------------------------------------------------------------------------
     def process(self, events: Iterable[Event]) -> list[dict[str, Any]]:
-        """Run events in order; return the records they caused (metrics, alarms, comparisons).
+        """Run events in order; return the records they caused (metrics, alarms, comparisons)."""
+        return self.evaluate(self.resolve(events))
 
-        The clock of the join is event time: ``now`` is the largest ``ts`` seen so far.
+    def resolve(self, events: Iterable[Event]) -> list[Outcome]:
+        """Apply events to the join in order; return the outcomes they resolved.
+
+        The clock of the join is event time: the largest ``ts`` seen so far, minus one — the
+        streaming join's clock is its watermark minus one, and so here too an event resolves
+        nothing due at its own time before the other events of that time are in.
         """
         join = self.join
         outcomes: list[Outcome] = []
         for event in events:
             if event.ts > self._now:
                 self._now = event.ts
-            now = self._now
+            now = self._now - 1
             if type(event) is PredictionEvent:
                 out = join.add_prediction(
                     event.instance_id, event.model_id, event.ts, event.label, now
@@ -70,7 +76,7 @@ class Engine:
                 raise TypeError(f"not an event: {event!r}")
             if out:
                 outcomes.extend(out)
-        return self.evaluate(outcomes)
+        return outcomes
 
     def evaluate(self, outcomes: list[Outcome]) -> list[dict[str, Any]]:
         """Feed outcomes (in resolution order) to the models and pairs; return records.

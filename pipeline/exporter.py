@@ -7,9 +7,10 @@ stream. Events (alarms, outcomes, dropped records, dead letters) are counters; l
 histogram per model. Series of models that this worker no longer owns are removed with
 :meth:`Exporter.forget_models`.
 
-Names (DESIGN.md "Names operators see"): every series starts with ``streameval_``; labels are
-``model``, ``view``, ``estimator`` (``cumulative``, ``window_1000``, ``fading_0.999``),
-``measure``, ``class`` (per-class measures), ``detector``, ``pair``, ``reason``.
+Names (docs/operations.md, "What Prometheus gets"): every series starts with ``streameval_``;
+labels are ``model``, ``view``, ``estimator`` (``cumulative``, ``window_1000``,
+``fading_0.999``), ``measure``, ``class`` (per-class measures), ``detector``, ``pair``,
+``reason``.
 """
 
 from __future__ import annotations
@@ -171,6 +172,12 @@ class Exporter:
             "streameval_dead_letters", "Malformed input messages sent to dead letters.",
             ["reason"], registry=registry,
         )  # fmt: skip
+        self.skipped_batches = Counter(
+            "streameval_skipped_batches",
+            "Internal batches a stage could not read or apply and skipped (a defect or a "
+            "version mix-up: see the worker's log).",
+            ["stage"], registry=registry,
+        )  # fmt: skip
         self.input_messages = Counter(
             "streameval_input_messages",
             "Messages consumed from the input topics (rate() gives the input throughput).",
@@ -261,6 +268,9 @@ class Exporter:
 
     def count_dead_letters(self, reason: str, amount: int = 1) -> None:
         self._child(self.dead_letters, reason).inc(amount)
+
+    def count_skipped_batch(self, stage: str) -> None:
+        self.skipped_batches.labels(stage).inc()
 
     def forget_models(self, model_ids: Iterable[str]) -> None:
         """Remove every series of models this worker no longer owns."""

@@ -16,7 +16,17 @@ from typing import IO, Any
 
 from pipeline.config import EvaluationConfig
 from pipeline.engine import Engine
-from pipeline.schemas import Event, EventError, decode_event, encode_record
+from pipeline.schemas import (
+    NO_TS,
+    Event,
+    EventError,
+    InstanceEvent,
+    LabelEvent,
+    PredictionEvent,
+    TimeRules,
+    decode_event,
+    encode_record,
+)
 
 __all__ = ["MalformedLine", "ReplayResult", "replay"]
 
@@ -48,14 +58,29 @@ class ReplayResult:
 
 
 def _events(
-    lines: Iterator[bytes], result: ReplayResult, strict: bool, examples: int = 5
+    lines: Iterator[bytes],
+    result: ReplayResult,
+    strict: bool,
+    rules: TimeRules,
+    now_ms: int,
+    examples: int = 5,
 ) -> Iterator[Event]:
+    """The valid events of the file, in order. A line that is no event, or whose event the
+    time rules refuse (each type of event is one partition: the file has no others, nor Kafka
+    timestamps, so ``now_ms`` stands for when every line was sent), is skipped and counted."""
+    progress = dict.fromkeys((InstanceEvent, PredictionEvent, LabelEvent), NO_TS)
+    check = rules.check
     for number, line in enumerate(lines, start=1):
         result.lines = number
         if not line.strip():
             continue
         try:
             event = decode_event(line)
+            kind = type(event)
+            where = f"the file's {kind.__struct_config__.tag} lines"
+            error = check(event.ts, progress[kind], None, now_ms, where)
+            if error is not None:
+                raise error
         except EventError as err:
             message = str(err)
             if strict:
@@ -64,6 +89,8 @@ def _events(
             if len(result.skipped_examples) < examples:
                 result.skipped_examples.append((number, message))
             continue
+        if event.ts > progress[kind]:
+            progress[kind] = event.ts
         result.events += 1
         yield event
 
@@ -76,20 +103,24 @@ def replay(
     strict: bool = False,
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    now_ms: int | None = None,
 ) -> ReplayResult:
     """Replay an events file; write every record to ``out`` as one JSON line.
 
     ``on_records`` sees every batch of records (for the plot); ``progress`` gets the number
-    of bytes read so far.
+    of bytes read so far. ``now_ms`` (epoch ms, default: the clock when the replay starts) is
+    the present the time rules hold events to: nothing may be stamped later than it by more
+    than ``join.max_future_ms``.
     """
     result = ReplayResult()
     engine = Engine(config)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     started = time.perf_counter()
     handle = source.open("rb") if isinstance(source, Path) else source
     try:
         lines = _counting(handle, progress)
         chunk: list[Event] = []
-        for event in _events(lines, result, strict):
+        for event in _events(lines, result, strict, config.time_rules(), now_ms):
             chunk.append(event)
             if len(chunk) >= CHUNK:
                 _emit(engine.process(chunk), out, result, on_records)

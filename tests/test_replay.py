@@ -191,3 +191,41 @@ def test_a_model_over_its_class_limit_does_not_stop_the_others(tmp_path):
     assert final["bad"]["n"] == 2  # classes a, c0, c1; c2, c3, c4 would pass the limit
     assert result.rejected == {("bad", "class_limit"): 3}
     assert "max_classes=3" in result.problems[0]
+
+
+def test_lines_that_would_crash_or_move_the_clock_are_skipped_with_a_reason(sample_output):
+    """The landed replay died on the first two (a traceback); an event stamped far in the
+    future would have moved the join's clock past every pending label's grace, one stamped in
+    seconds would have joined as a label from 1970. Each is a skipped line with its reason,
+    and the records are those of the file without them."""
+    bad = [
+        b'{"type":"instance","instance_id":"bad\xff\xfe","ts":1767225600002}',
+        b'{"type":"instance","instance_id":"x","ts":1,"features":{"x":' + b"[" * 2000
+        + b"]" * 2000 + b"}}",
+        b'{"type":"label","instance_id":"inst-00400","ts":5680281600000,"label":"fraud"}',
+        b'{"type":"label","instance_id":"inst-00400","ts":1767225640,"label":"ok"}',
+        b'{"type":"prediction","instance_id":"x","model_id":"m","ts":1,"label":1,"extra":1}',
+    ]  # fmt: skip
+    lines = SAMPLE.read_bytes().splitlines()
+    for i, line in enumerate(bad):
+        lines.insert(3000 + 500 * i, line)
+    out = io.BytesIO()
+    result = replay(io.BytesIO(b"\n".join(lines) + b"\n"), load_config(CONFIG), out)
+    assert out.getvalue() == sample_output[0]
+    codes = ("invalid_utf8", "too_deep", "ts_in_future", "ts_too_old", "unknown_field")
+    assert {code: result.skipped[code] for code in codes} == dict.fromkeys(codes, 1)
+
+
+def test_the_present_of_a_replay_can_be_set(tmp_path):
+    """A file stamped in the future of the machine's clock (a simulation) replays with
+    ``now_ms`` set, or with a larger ``join.max_future_ms``."""
+    lines = [{**line, "ts": line["ts"] + 10**13} for line in _stream(4)]  # year 2286+: too far
+    lines = [{**line, "ts": line["ts"] - 4 * 10**12} for line in lines]  # 2156
+    records, result = _run_lines(tmp_path, lines)
+    assert records == [] and result.skipped["ts_in_future"] == 8
+    path = tmp_path / "events.jsonl"
+    out = io.BytesIO()
+    result = replay(path, load_config(), out, now_ms=lines[-1]["ts"])
+    assert result.skipped == {} and len(out.getvalue().splitlines()) == 2
+    records, result = _run_lines(tmp_path, lines, join={"max_future_ms": 200 * 365 * 86_400_000})
+    assert len(records) == 2

@@ -6,7 +6,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pipeline.schemas import MAX_TS, BatchDecoder, decode_event
+from pipeline.schemas import DEAD_LETTER_REASONS, MAX_TS, BatchDecoder, decode_event
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = {
@@ -27,6 +27,8 @@ EXAMPLES = {  # (kind, message, valid?)
         ({"instance_id": "i1", "ts": 1.5}, False),
         ({"instance_id": "i1", "ts": "1"}, False),
         ({"instance_id": "i1", "ts": 1, "features": [1]}, False),
+        ({"instance_id": "i1", "ts": 1, "source": "web"}, False),  # no other fields
+        ({"instance_id": "i1", "ts": 1, "model_id": "m", "label": "a"}, False),  # a prediction
     ],
     "prediction": [
         ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a"}, True),
@@ -51,6 +53,9 @@ EXAMPLES = {  # (kind, message, valid?)
             False,
         ),
         ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "scores": {"a": 0.5}}, True),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": 2**63 - 1}, True),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": 2**63}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "confidence": 1}, False),
     ],
     "label": [
         ({"instance_id": "i", "ts": 1, "label": "a"}, True),
@@ -58,6 +63,9 @@ EXAMPLES = {  # (kind, message, valid?)
         ({"instance_id": "i", "ts": 1, "label": None}, False),
         ({"instance_id": "i", "ts": 1}, False),
         ({"instance_id": "i" * 513, "ts": 1, "label": "a"}, False),
+        ({"instance_id": "i", "ts": 1, "label": -(2**63)}, True),
+        ({"instance_id": "i", "ts": 1, "label": -(2**63) - 1}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a"}, False),  # a prediction
     ],
 }
 
@@ -106,3 +114,10 @@ def test_code_and_json_schema_agree(kind, message, valid):
 def test_every_schema_is_valid_json_schema():
     for path in sorted((ROOT / "topics/schemas").glob("*.schema.json")):
         jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
+
+
+def test_the_docs_list_every_dead_letter_reason():
+    text = (ROOT / "docs/replay.md").read_text()
+    table = text[text.index("## Dead letters") :]
+    for code in DEAD_LETTER_REASONS:
+        assert f"| `{code}` |" in table, f"docs/replay.md does not explain {code}"

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections import Counter
+from dataclasses import replace
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.app.runner import INPUT_KINDS
 from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner
 from pipeline.app.wire import (
+    INSTANCE,
     LABEL,
+    PREDICTION,
     WIRE_VERSION,
     EventBatch,
     Source,
@@ -21,7 +27,9 @@ from pipeline.app.wire import (
     decode_outcomes,
     encode,
 )
-from pipeline.schemas import StoredMessage
+from pipeline.engine import Engine
+from pipeline.schemas import NO_TS, StoredMessage, decode_event
+from pipeline.simulate.malformed import Record, mix
 from pipeline.simulate.scripted import TOPIC_OF
 from tests.streaming import finals, make_config
 
@@ -30,16 +38,25 @@ class Harness:
     """Input partitions, routers, join and evaluation stages, and the internal "topics" as
     lists, driven in a random order with random crashes."""
 
-    def __init__(self, stream, config, *, inputs=3, joins=4, evals=3, routers=2, seed=0):
+    def __init__(self, stream, config, *, inputs=3, joins=4, evals=3, routers=2, seed=0,
+                 records=None):  # fmt: skip
         self.rng = random.Random(seed)
         self.config = config
         self.inputs = {}
-        for _, _, event in stream.events():
-            topic = TOPIC_OF[event["type"]]
-            key = (event.get("instance_id") or "?").encode()
-            p = zlib.crc32(key) % inputs
-            log = self.inputs.setdefault((topic, p), [])
-            log.append(StoredMessage(topic, p, len(log), key, orjson.dumps(event)))
+        if records is None:  # the stream, keyed by instance id, no Kafka timestamps
+            records = [
+                Record(TOPIC_OF[e["type"]], (e.get("instance_id") or "?").encode(),
+                       orjson.dumps(e), None)
+                for _, _, e in stream.events()
+            ]  # fmt: skip
+        self.expect = {}  # (topic, partition, offset) -> the dead-letter code it must get
+        for record in records:
+            key = record.key
+            p = zlib.crc32(key) % inputs if key is not None else self.rng.randrange(inputs)
+            log = self.inputs.setdefault((record.topic, p), [])
+            self.expect[record.topic, p, len(log)] = record.expect
+            log.append(StoredMessage(record.topic, p, len(log), key, record.value,
+                                     record.timestamp))  # fmt: skip
         for topic in INPUT_KINDS:
             for p in range(inputs):
                 self.inputs.setdefault((topic, p), [])
@@ -50,6 +67,7 @@ class Harness:
             self.routers[i].assign([tp])
         self.read = dict.fromkeys(tps, 0)  # next input offset per partition
         self.committed = dict.fromkeys(tps, 0)
+        self.committed_progress = {}  # what the worker keeps in the commit's metadata
         self.events = [[] for _ in range(joins)]
         self.outcomes = [[] for _ in range(evals)]
         self.joins = [JoinStage(q, config, tps) for q in range(joins)]
@@ -59,6 +77,7 @@ class Harness:
         self.partition_of = model_partitioner(config, evals)
         self.records = []
         self.dead = 0
+        self.letters = []
         self.wall = 0.0
         self.snapshots = {}
 
@@ -79,17 +98,24 @@ class Harness:
             if self.read[tp] >= len(self.inputs[tp]):
                 router.at_end(*tp, self.wall)
         self.dead += len(letters)
+        self.letters += letters
         sources = router.sources(self.wall)
         for q, rows in enumerate(per_partition):
             self.events[q].append(encode(EventBatch(WIRE_VERSION, sources, rows)))
         if self.rng.random() < 0.3:
             for tp in router.owned:
                 self.committed[tp] = self.read[tp]
+                self.committed_progress[tp] = router.progress(tp)
 
     def crash_ingest(self, i):
-        """Re-read from the last commit: events are sent again (as duplicates)."""
-        for tp in self.routers[i].owned:
+        """Re-read from the last commit: events are sent again (as duplicates), and the
+        router starts from the progress committed with the offsets."""
+        router = self.routers[i]
+        owned = router.owned
+        for tp in owned:
             self.read[tp] = self.committed[tp]
+        router.revoke(owned)
+        router.assign(owned, self.committed_progress)
 
     def join(self, q):
         stage, log = self.joins[q], self.events[q]
@@ -161,8 +187,8 @@ class Harness:
                         self.snapshot(kind, index)
                     else:
                         self.restore(kind, index)
-        self.wall += 1000  # everything read: every input goes idle
-        for _ in range(3):
+        for _ in range(3):  # everything read: every input goes idle
+            self.wall += 1000
             for i in range(len(self.routers)):
                 self.ingest(i, heartbeat=True)
             for _ in range(200):
@@ -193,6 +219,25 @@ def test_crashes_restores_and_duplicates_give_replays_numbers(stream, expected, 
     harness = Harness(stream, make_config(), seed=100 + seed)
     assert harness.run(crashes=0.05) == expected
     assert sum(j.duplicates for j in harness.joins) > 0  # resent events were skipped
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_malformed_and_odd_records_change_no_number(stream, expected, seed):
+    """Thousands of malformed records (the two poison pills, wrong shapes, timestamps that
+    would move the clocks) and odd ones (duplicates, conflicting labels, labels of unknown
+    instances, second instance records) mixed into the stream, keyed at random, with crashes:
+    every malformed record is a dead letter with the reason it must have, and the numbers are
+    replay's of the valid events alone."""
+    records = mix(replace(stream, malformed=0), bad=3_000, odd=1_000, seed=seed)
+    harness = Harness(None, make_config(), records=records, seed=seed)
+    assert harness.run(crashes=0.02) == expected
+    got = {(d.topic, d.partition, d.offset): d.code for d in harness.letters}
+    assert got == {where: code for where, code in harness.expect.items() if code is not None}
+    assert all(d.reason for d in harness.letters)
+    assert harness.joins[0].join.counters  # the odd records were counted
+    counted = sum((j.join.counters for j in harness.joins), Counter())
+    for reason in ("duplicate_label", "conflicting_label", "orphan_label", "duplicate_instance"):
+        assert counted[reason] > 0, reason
 
 
 def test_one_partition_each(stream, expected):
@@ -245,3 +290,124 @@ def test_the_router_before_and_after_its_partitions():
     assert router.sources(5_000.0) == [Source("labels", 0, 7, False)]
     router.revoke([("labels", 0)])
     assert router.route([StoredMessage("labels", 0, 6, None, label)]) == ([[], []], [])
+
+
+_EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from(["instance", "prediction", "prediction", "label"]),
+        st.sampled_from(["i1", "i2", "i3"]),
+        st.sampled_from(["m", "n"]),
+        st.integers(0, 30),  # ts
+        st.sampled_from(["a", "b", 1]),
+        st.integers(0, 2),  # the partition of its topic a producer happened to choose
+    ),
+    max_size=40,
+)
+
+
+def _through_join_stage(logs, config, seed):
+    """Outcomes of one join partition fed the input partitions ``logs`` in a random
+    interleaving, each partition in its own order, as the router reports them."""
+    rng = random.Random(seed)
+    tps = sorted(logs)
+    stage = JoinStage(0, config, tps)
+    read = dict.fromkeys(tps, 0)
+    outcomes, offset = [], 0
+
+    def progress(tp):
+        done = read[tp]
+        ts = max((e[3] for e in logs[tp][:done]), default=NO_TS)
+        return Source(tp[0], tp[1], ts, done == len(logs[tp]))  # read to its end: idle
+
+    while True:
+        open_tps = [tp for tp in tps if read[tp] < len(logs[tp])]
+        rows = []
+        if open_tps:
+            tp = rng.choice(open_tps)
+            src = tps.index(tp)
+            for _ in range(rng.randint(1, 3)):
+                if read[tp] < len(logs[tp]):
+                    kind, iid, model, ts, label, _ = logs[tp][read[tp]]
+                    code = {"instance": INSTANCE, "prediction": PREDICTION, "label": LABEL}[kind]
+                    rows.append((code, iid, model if code == PREDICTION else "",
+                                 ts, label if code != INSTANCE else "", src, read[tp]))  # fmt: skip
+                    read[tp] += 1
+        outcomes += stage.apply(
+            offset, EventBatch(WIRE_VERSION, [progress(tp) for tp in tps], rows)
+        )
+        offset += 1
+        if not open_tps:
+            return outcomes
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_EVENTS, grace=st.integers(0, 6), seeds=st.tuples(st.integers(), st.integers()))
+def test_competing_records_resolve_alike_for_any_keying_and_interleaving(events, grace, seeds):
+    """Conflicting labels, second instance records, re-predictions stamped alike: the
+    outcomes depend on the events alone — not on the partitions producers chose, nor on the
+    order in which the join read them — and they are replay's."""
+    config = make_config(join={"label_grace_ms": grace})
+    order = sorted(range(len(events)), key=lambda i: events[i][3])  # delivered in ts order
+
+    def key(o):
+        return (o.due, o.instance_id, o.model_id)
+
+    logs = {}
+    for i in order:  # one keying: the partition each event names
+        kind, *_, part = events[i]
+        logs.setdefault((kind + "s", part), []).append(events[i])
+    first = sorted(_through_join_stage(logs, config, seeds[0]), key=key)
+    logs = {}
+    for i in order:  # another: everything of a topic in one partition
+        logs.setdefault((events[i][0] + "s", 0), []).append(events[i])
+    second = sorted(_through_join_stage(logs, config, seeds[1]), key=key)
+    assert first == second
+    engine = Engine(config)
+    replayed = []
+    for i in order:
+        kind, iid, model, ts, label, _ = events[i]
+        fields = {"instance_id": iid, "ts": ts}
+        if kind != "instance":
+            fields["label"] = label
+        if kind == "prediction":
+            fields["model_id"] = model
+        replayed += engine.resolve([decode_event(orjson.dumps({"type": kind, **fields}))])
+    replayed += engine.join.flush()
+    assert sorted(replayed, key=key) == first
+
+
+def test_the_router_holds_event_times_to_when_they_were_sent_and_to_their_partition():
+    """TimeRules in the router: ahead of the Kafka timestamp by more than max_future_ms, or
+    older than the partition's progress by more than label_ttl_ms, is a dead letter that
+    moves no progress; a quiet partition that resumes days later is no jump; the progress
+    committed with an offset makes a restarted router decide as before."""
+    day, hour = 86_400_000, 3_600_000
+    t0 = 1_767_225_600_000
+    config = make_config(join={"label_grace_ms": 1_000, "label_ttl_ms": 7 * day})
+    router = Router(INPUT_KINDS, 1, rules=config.time_rules())
+    router.assign([("labels", 0)])
+
+    def route(offset, ts, sent):
+        value = orjson.dumps({"instance_id": f"i{offset}", "ts": ts, "label": "a"})
+        rows, letters = router.route([StoredMessage("labels", 0, offset, None, value, sent)],
+                                     now_ms=t0 + 30 * day)  # fmt: skip
+        return [d.code for d in letters] or len(rows[0])
+
+    assert route(0, t0, t0) == 1
+    assert route(1, t0 + 2 * hour, t0) == ["ts_in_future"]
+    assert router.progress(("labels", 0)) == t0  # refused: no progress
+    assert route(2, t0 + hour // 2, t0) == 1  # within max_future_ms of its sending
+    assert route(3, t0 + 3 * day, t0 + 3 * day) == 1  # a quiet partition resumes: no jump
+    assert route(4, t0 - 5 * day, t0 + 3 * day) == ["ts_too_old"]
+    assert route(5, t0 - 3 * day, t0 + 3 * day) == 1  # out of order, within label_ttl_ms
+    assert router.progress(("labels", 0)) == t0 + 3 * day
+    assert route(6, t0 + 20 * day, None) == 1  # no Kafka timestamp: held to now (t0 + 30 d)
+    assert route(7, t0 + 31 * day, None) == ["ts_in_future"]
+    letter = router.route([StoredMessage("labels", 0, 8, None, orjson.dumps(
+        {"instance_id": "x", "ts": 0, "label": "a"}), t0)])[1][0]  # fmt: skip
+    assert "labels[0]" in letter.reason and "label_ttl_ms" in letter.reason
+
+    restarted = Router(INPUT_KINDS, 1, rules=config.time_rules())
+    restarted.assign([("labels", 0)], {("labels", 0): router.progress(("labels", 0))})
+    router = restarted
+    assert route(9, t0 + 10 * day, t0 + 30 * day) == ["ts_too_old"]  # as before the restart

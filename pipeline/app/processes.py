@@ -98,6 +98,9 @@ class ExporterProxy:
     def count_dead_letters(self, reason: str, amount: int = 1) -> None:
         self._call("count_dead_letters", reason, amount)
 
+    def count_skipped_batch(self, stage: str) -> None:
+        self._call("count_skipped_batch", stage)
+
     def set_pending(self, instances: int, source: int = 0) -> None:
         self._call("set_pending", instances, self._source)
 

@@ -66,6 +66,19 @@ READABLE_SNAPSHOTS = (3, 4)
 GC_THRESHOLDS = (500_000, 20, 100)
 
 
+def _progress_metadata(ts: int) -> str:
+    """What an input offset commit carries: the partition's progress at that offset."""
+    return orjson.dumps({"progress": ts}).decode()
+
+
+def _progress_from_metadata(metadata: str | None) -> int | None:
+    try:
+        ts = orjson.loads(metadata or "{}").get("progress")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None  # committed by something else: nothing to restore
+    return ts if type(ts) is int else None
+
+
 @dataclass(frozen=True)
 class Topics:
     """Every topic name the worker uses, with the configured prefix."""
@@ -107,6 +120,7 @@ class Stats:
     records: Counter[str] = field(default_factory=Counter)
     dead_letters: int = 0
     checkpoints: int = 0
+    skipped_batches: int = 0
 
 
 class Pipeline:
@@ -200,7 +214,8 @@ class Pipeline:
         self.join_partitions = counts[t.events]
         self.eval_partitions = counts[t.outcomes]
         self.partition_of = model_partitioner(self.config, self.eval_partitions)
-        self.router = Router(t.inputs, self.join_partitions, idle_ms=s.idle_ms)
+        self.router = Router(t.inputs, self.join_partitions, idle_ms=s.idle_ms,
+                             rules=self.config.time_rules())  # fmt: skip
         self.producer = Producer({
             **self.client,
             "enable.idempotence": True,
@@ -299,7 +314,7 @@ class Pipeline:
     def _ingest(self, messages: list[Any], wall_ms: float, heartbeat: bool,
                 ends: list[tuple[str, int]]) -> None:  # fmt: skip
         router = self.router
-        per_partition, letters = router.route(messages)
+        per_partition, letters = router.route(messages, int(time.time() * 1000))
         for topic, partition in ends:  # after the messages that came before the end
             router.at_end(topic, partition, wall_ms)
         self._input_next.update(router.consumed)
@@ -307,7 +322,7 @@ class Pipeline:
         if self.exporter is not None:
             self.exporter.count_input(len(messages))
         for letter in letters:
-            self._produce(self.topics.dead_letters, letter.value or b"", letter.key,
+            self._produce(self.topics.dead_letters, letter.payload(), letter.key,
                           headers=letter.headers())  # fmt: skip
             if self.exporter is not None:
                 self.exporter.count_dead_letters(letter.code)
@@ -322,6 +337,20 @@ class Pipeline:
                               partition=q)  # fmt: skip
                 self.stats.event_batches += 1
 
+    def _skip(self, stage: str, message: Any, error: BaseException | None) -> None:
+        """An internal batch that cannot be read or applied: say so and go on without it. A
+        message that is not a batch of this version is skipped as it is; one that fails while
+        it is applied is a defect (the traceback goes to the log) — either way the worker keeps
+        running rather than crash on the same message after every restart."""
+        where = f"{message.topic()}[{message.partition()}]@{message.offset()}"
+        if isinstance(error, WireError):
+            log.error("skipping %s: %s", where, error)
+        else:
+            log.exception("skipping %s: applying it failed", where)
+        self.stats.skipped_batches += 1
+        if self.exporter is not None:
+            self.exporter.count_skipped_batch(stage)
+
     def _join(self, message: Any) -> None:
         q = message.partition()
         stage = self.joins.get(q)
@@ -330,11 +359,16 @@ class Pipeline:
         try:
             batch = decode_events(message.value())
         except WireError as err:
-            log.error("skipping %s[%d]@%d: %s", message.topic(), q, message.offset(), err)
+            self._skip("join", message, err)
             stage.offset = max(stage.offset, message.offset())
             return
         before = stage.frontier
-        outcomes = stage.apply(message.offset(), batch)
+        try:
+            outcomes = stage.apply(message.offset(), batch)
+        except Exception as err:
+            self._skip("join", message, err)
+            stage.offset = max(stage.offset, message.offset())
+            return
         per_eval: dict[int, list[Outcome]] = defaultdict(list)
         partition_of = self.partition_of
         for outcome in outcomes:
@@ -355,11 +389,11 @@ class Pipeline:
             return
         try:
             batch = decode_outcomes(message.value())
-        except WireError as err:
-            log.error("skipping %s[%d]@%d: %s", message.topic(), r, message.offset(), err)
+            records, released = stage.apply(message.offset(), batch)
+        except Exception as err:
+            self._skip("evaluate", message, err)
             stage.offset = max(stage.offset, message.offset())
             return
-        records, released = stage.apply(message.offset(), batch)
         if released:
             self.stats.outcomes += len(released)
             if self.exporter is not None:
@@ -467,13 +501,33 @@ class Pipeline:
         restored += [f"evaluation {r}@{s.offset}" for r, s in self.evals.items() if s.offset >= 0]
         if restored:
             log.info("restored from snapshots: %s", ", ".join(restored))
-        self.router.assign(inputs)
+        self.router.assign(inputs, self._committed_progress(consumer, inputs))
         consumer.assign(partitions)
         log.info(
             "assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
             len(inputs), sorted(self.joins), sorted(self.evals), time.monotonic() - started,
         )  # fmt: skip
         self.ready.set()
+
+    def _committed_progress(self, consumer: Any, inputs: list[tuple[str, int]]
+                            ) -> dict[tuple[str, int], int]:  # fmt: skip
+        """The progress each input partition had at its committed offset (kept in the commit's
+        metadata), so that the router's time rules decide after a restart as before it."""
+        from confluent_kafka import TopicPartition
+
+        if not inputs:
+            return {}
+        try:
+            committed = consumer.committed([TopicPartition(t, p) for t, p in inputs], timeout=10)
+        except Exception as err:  # the coordinator is busy: the progress builds up again
+            log.warning("could not read the committed offsets' progress (%s)", err)
+            return {}
+        progress = {}
+        for tp in committed:
+            ts = _progress_from_metadata(tp.metadata)
+            if ts is not None:
+                progress[tp.topic, tp.partition] = ts
+        return progress
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         t = self.topics
@@ -537,7 +591,9 @@ class Pipeline:
                 self._save(t.eval_snapshots, r, stage.state())
         self._flush()
         tps = list(self._input_next) if commit_all else (commit or [])
-        offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp])
+        progress = self.router.progress
+        offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp],
+                                  metadata=_progress_metadata(progress(tp)))
                    for tp in tps if tp in self._input_next]  # fmt: skip
         if offsets:
             try:

@@ -14,7 +14,7 @@ The stages therefore order outcomes by **event time**, never by arrival:
   is idle (read to its end and quiet for ``idle_ms``).
 * :class:`JoinStage` computes a watermark W — the smallest progress over every input partition
   that is not idle — so every event with ``ts < W`` has arrived (each input partition carries
-  non-decreasing ``ts``; events that break this are the *late* events of DESIGN.md). Its join
+  non-decreasing ``ts``; events that break this are *late*, counted by the join). Its join
   clock is W − 1: a label at ``t`` resolves at ``t + label_grace`` on that clock, i.e. after
   every prediction stamped ≤ ``t`` has arrived, whatever the interleaving of topics. Outcomes
   carry ``due`` (the label's time plus the grace) and the join partition publishes its clock as
@@ -40,22 +40,22 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
 import orjson
 
 from pipeline.config import EvaluationConfig
 from pipeline.core.join import Join, Outcome
 from pipeline.engine import Engine
-from pipeline.schemas import BatchDecoder, DeadLetter, Message
+from pipeline.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
 
 from .wire import (
     INSTANCE,
     LABEL,
-    NO_TS,
     PREDICTION,
     WIRE_VERSION,
     EventBatch,
@@ -72,6 +72,8 @@ __all__ = [
     "join_partition",
     "model_partitioner",
 ]
+
+log = logging.getLogger("streameval.worker")
 
 TopicPartition = tuple[str, int]
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
@@ -141,10 +143,17 @@ class Router:
         An input partition read to its end and quiet this long no longer holds the watermark.
     """
 
-    def __init__(self, topics: dict[str, str], partitions: int, idle_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        topics: dict[str, str],
+        partitions: int,
+        idle_ms: int = 1000,
+        rules: TimeRules | None = None,
+    ) -> None:
         self.decoder = BatchDecoder(topics)
         self.partitions = partitions
         self.idle_ms = idle_ms
+        self.rules = EvaluationConfig().time_rules() if rules is None else rules
         self._progress: dict[TopicPartition, int] = {}
         self._eof_since: dict[TopicPartition, float | None] = {}
         self._index: dict[TopicPartition, int] = {}
@@ -155,9 +164,15 @@ class Router:
         self.consumed: dict[TopicPartition, int] = {}
 
     # -- ownership --------------------------------------------------------------------------
-    def assign(self, tps: Iterable[TopicPartition]) -> None:
+    def assign(
+        self, tps: Iterable[TopicPartition], progress: dict[TopicPartition, int] | None = None
+    ) -> None:
+        """Own ``tps`` from now on. ``progress``: the largest ``ts`` accepted from a partition
+        up to the offset its reading resumes at (saved with that offset when it was
+        committed), so that the time rules decide after a restart as they did before it."""
+        progress = progress or {}
         for tp in tps:
-            self._progress.setdefault(tp, NO_TS)
+            self._progress.setdefault(tp, progress.get(tp, NO_TS))
             self._eof_since.setdefault(tp, None)
         self._reindex()
 
@@ -166,6 +181,10 @@ class Router:
             self._progress.pop(tp, None)
             self._eof_since.pop(tp, None)
         self._reindex()
+
+    def progress(self, tp: TopicPartition) -> int:
+        """The largest ``ts`` accepted from input partition ``tp`` (:data:`NO_TS`: none yet)."""
+        return self._progress.get(tp, NO_TS)
 
     @property
     def owned(self) -> list[TopicPartition]:
@@ -177,8 +196,7 @@ class Router:
         # per owned input partition, in that order: its kind and the decoder of its records
         kinds, decoders = self.decoder.topics, self.decoder.decoders
         self._kinds = [kinds.get(topic) for topic, _ in self._order]
-        self._decoders = [decoders[kind].decode if kind in decoders else None
-                          for kind in self._kinds]  # fmt: skip
+        self._decoders = [decoders.get(kind) for kind in self._kinds]
 
     def at_end(self, topic: str, partition: int, wall_ms: float) -> None:
         """The consumer read ``topic``/``partition`` to its end."""
@@ -187,60 +205,96 @@ class Router:
             self._eof_since[tp] = wall_ms
 
     # -- data -------------------------------------------------------------------------------
-    def route(self, messages: Iterable[Message]) -> tuple[list[list[EventRow]], list[DeadLetter]]:
+    def route(
+        self, messages: Iterable[Message], now_ms: int | None = None
+    ) -> tuple[list[list[EventRow]], list[DeadLetter]]:
         """Events per join partition (in input order) and the dead letters; afterwards
-        :attr:`consumed` holds the next offset of every owned input partition read."""
+        :attr:`consumed` holds the next offset of every owned input partition read.
+
+        Every message either becomes an event or a dead letter, whatever its bytes (and
+        whatever goes wrong on it). A well-formed event must also pass the time rules
+        (:class:`~pipeline.schemas.TimeRules`) against its partition's progress; ``now_ms``
+        (epoch ms, default: the clock) stands in for the Kafka timestamp of a message that has
+        none.
+        """
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
         out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
         letters: list[DeadLetter] = []
         explain, max_bytes = self.decoder.decode_message, self.decoder.max_bytes
-        decode_error = msgspec.DecodeError
+        max_future, max_age = self.rules.max_future_ms, self.rules.max_age_ms
         index, src_kinds, src_decoders = self._index, self._kinds, self._decoders
         partitions = self.partitions
         crc32 = zlib.crc32
-        owned = len(self._order)
+        order, progress = self._order, self._progress
+        owned = len(order)
         last = [-1] * owned  # last offset read, per owned input partition
-        high = [NO_TS] * owned  # largest ts read, per owned input partition
+        accepted = [progress[tp] for tp in order]  # largest ts accepted, per owned partition
         for message in messages:
             src = index.get((message.topic(), message.partition()))
             if src is None:  # not (or no longer) ours: a message fetched before a revocation
                 continue
             offset = last[src] = message.offset()
-            # the common case inline; anything odd goes to the decoder, which says why
-            value, decode, record = message.value(), src_decoders[src], None
-            if decode is not None and value is not None and len(value) <= max_bytes:
-                try:
-                    record = decode(value)
-                except decode_error:
-                    pass
+            try:
+                # the common case inline; anything odd goes to the decoder, which says why
+                value, decode, record = message.value(), src_decoders[src], None
+                if decode is not None and value is not None and len(value) <= max_bytes:
+                    try:
+                        record = decode(value)
+                    except Exception:
+                        pass
+                    else:
+                        if record.type is not None and record.type != src_kinds[src]:
+                            record = None
+                if record is None:
+                    letters.append(explain(message)[1])
+                    continue
+                ts = record.ts
+                high = accepted[src]
+                if ts > high:  # moves its partition's progress: not past when it was sent
+                    stamped, sent = message.timestamp()
+                    if not stamped or sent <= 0 or sent > now_ms:
+                        sent = now_ms
+                    if ts > sent + max_future:
+                        letters.append(self._refuse(message, ts, high, now_ms))
+                        continue
+                    accepted[src] = ts
+                elif ts < high - max_age:
+                    letters.append(self._refuse(message, ts, high, now_ms))
+                    continue
+                iid = record.instance_id
+                kind = src_kinds[src]
+                if kind == "prediction":
+                    row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
+                elif kind == "label":
+                    row = (LABEL, iid, "", ts, record.label, src, offset)
                 else:
-                    if record.type is not None and record.type != src_kinds[src]:
-                        record = None
-            if record is None:
-                letters.append(explain(message)[1])
-                continue
-            ts = record.ts
-            if ts > high[src]:
-                high[src] = ts
-            iid = record.instance_id
-            kind = src_kinds[src]
-            if kind == "prediction":
-                row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
-            elif kind == "label":
-                row = (LABEL, iid, "", ts, record.label, src, offset)
-            else:
-                row = (INSTANCE, iid, "", ts, "", src, offset)
-            out[crc32(iid.encode()) % partitions].append(row)
-        order, progress, eof = self._order, self._progress, self._eof_since
+                    row = (INSTANCE, iid, "", ts, "", src, offset)
+                out[crc32(iid.encode()) % partitions].append(row)
+            except Exception as err:  # a defect, not the message's fault: it never stops us
+                log.exception("input %s[%d]@%d", message.topic(), message.partition(), offset)
+                error = EventError(f"could not be routed ({type(err).__name__}: {err})",
+                                   "undecodable")  # fmt: skip
+                letters.append(self.decoder.dead_letter(message, error))
+        eof = self._eof_since
         consumed = {}
         for src, offset in enumerate(last):
             if offset >= 0:
                 tp = order[src]
                 consumed[tp] = offset + 1
                 eof[tp] = None  # read from: not at its end (or idle) any more
-                if high[src] > progress[tp]:
-                    progress[tp] = high[src]
+                progress[tp] = accepted[src]
         self.consumed = consumed
         return out, letters
+
+    def _refuse(self, message: Message, ts: int, progress: int, now_ms: int) -> DeadLetter:
+        """The dead letter of an event the time rules refuse."""
+        stamped, sent = message.timestamp()
+        where = f"{message.topic()}[{message.partition()}]"
+        error = self.rules.check(ts, progress, sent if stamped else None, now_ms, where)
+        if error is None:  # the inline test above and TimeRules.check are the same rule
+            raise AssertionError(f"TimeRules let through what the router refused: ts {ts}")
+        return self.decoder.dead_letter(message, error)
 
     def sources(self, wall_ms: float) -> list[Source]:
         """Progress of every owned input partition, in the order events refer to them."""

@@ -38,8 +38,6 @@ __all__ = [
 ]
 
 WIRE_VERSION = 1
-#: "nothing seen yet" for a source's progress
-NO_TS = -(2**62)
 
 
 class WireError(ValueError):
@@ -95,13 +93,15 @@ def decode_events(data: bytes) -> EventBatch:
     True
     """
     try:
-        return _check(_events.decode(data))
-    except msgspec.DecodeError as err:
+        batch = _events.decode(data)
+    except Exception as err:  # any bytes: WireError and nothing else
         raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
+    return _check(batch)
 
 
 def decode_outcomes(data: bytes) -> OutcomeBatch:
     try:
-        return _check(_outcomes.decode(data))
-    except msgspec.DecodeError as err:
+        batch = _outcomes.decode(data)
+    except Exception as err:  # any bytes: WireError and nothing else
         raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None
+    return _check(batch)

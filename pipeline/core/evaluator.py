@@ -20,7 +20,7 @@ from pipeline.core.measures import compute_measures
 
 __all__ = ["DEFAULT_ESTIMATORS", "Evaluator"]
 
-#: Estimators of an evaluator unless configured otherwise (DESIGN.md, "Messages").
+#: Estimators of an evaluator unless configured otherwise (docs/replay.md, "Settings").
 DEFAULT_ESTIMATORS = ("cumulative", "window:1000", "fading:0.999")
 
 

@@ -2,7 +2,7 @@
 
 A plain class driven by event time (the ``ts`` of each message) plus an explicit ``now`` for
 the rules that depend on how long something has waited (``label_grace``, ``label_ttl``), so that
-replay and tests are deterministic. The rules are those of DESIGN.md "Join semantics".
+replay and tests are deterministic. docs/replay.md states the rules for users.
 """
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["DROP_REASONS", "INSTANCE", "LABEL", "PREDICTION", "EventRow", "Join", "Outcome"]
+__all__ = [
+    "DROP_REASONS",
+    "INSTANCE",
+    "LABEL",
+    "PREDICTION",
+    "EventRow",
+    "Join",
+    "Outcome",
+    "label_order",
+]
 
 #: Every reason a record is dropped or counted as odd, in the order the docs list them.
 DROP_REASONS = (
@@ -68,7 +77,7 @@ class Outcome(NamedTuple):
 
 
 # What the join holds for one pending instance: one flat list, the fewest objects per instance
-# (DESIGN.md asks for memory that stays small per pending instance):
+# (the memory per pending instance must stay small):
 #   [t_instance, has_record, label, label_ts, label_arrival, model, ts, label, model, ts, ...]
 # t_instance is None until the instance record or a prediction gives it; the predictions
 # follow as (model_id, ts, label) triples in arrival order. Model ids and string labels are
@@ -84,21 +93,35 @@ def _new_record(t_instance: int | None, has_record: bool) -> list:
     return [t_instance, has_record, None, None, None]
 
 
+def label_order(label: Label) -> tuple[int, Label]:
+    """A total order of labels, integers before strings: how the join breaks ties between
+    records that compete (two labels of one instance stamped alike, two predictions of one
+    model stamped alike) by their content, never by which arrived first.
+
+    >>> sorted(["b", 2, "a", 1], key=label_order)
+    [1, 2, 'a', 'b']
+    """
+    return (1, label) if isinstance(label, str) else (0, label)
+
+
+def _by_time_then_label(entry: tuple[int, Label]) -> tuple[int, tuple[int, Label]]:
+    return entry[0], label_order(entry[1])
+
+
 def _timelines(record: list) -> dict[str, list[tuple[int, Label]]]:
     """The predictions of a record per model (models in order of their first prediction),
-    each timeline sorted by ``ts``, ties in arrival order."""
+    each timeline sorted by ``ts``, ties by :func:`label_order` (not by arrival)."""
     timelines: dict[str, list[tuple[int, Label]]] = {}
     for i in range(PREDICTIONS, len(record), 3):
         entry = (record[i + 1], record[i + 2])
         timeline = timelines.get(record[i])
         if timeline is None:
             timelines[record[i]] = [entry]
+        elif entry[0] <= timeline[-1][0]:  # out of order, or a tie: rare
+            timeline.append(entry)
+            timeline.sort(key=_by_time_then_label)
         else:
-            if entry[0] < timeline[-1][0]:
-                timeline.append(entry)
-                timeline.sort(key=lambda e: e[0])
-            else:
-                timeline.append(entry)
+            timeline.append(entry)
     return timelines
 
 
@@ -110,14 +133,16 @@ def _models(record: list) -> list[str]:
 class Join:
     """Buffer predictions per instance and model until the label arrives; emit outcomes.
 
-    Rules (DESIGN.md, "Join semantics"):
+    Rules (docs/replay.md, "How events become outcomes"):
 
     * ``t_instance`` is the instance record's ``ts``, or the first prediction's ``ts`` when no
-      instance record arrives (the instances topic is optional).
+      instance record arrives (the instances topic is optional). Of two instance records the
+      earlier ``ts`` is kept, the other counted as a duplicate.
     * A prediction counts if its ``ts`` ≤ the label's ``ts``; one stamped after the label is
       *leaky*: dropped and counted. Several predictions of one model are its evolving
-      predictions (first = initial, last = final). An exact repeat (same model, ``ts`` and
-      label) is a duplicate, dropped and counted.
+      predictions (first = initial, last = final), ordered by ``ts`` and, at equal ``ts``, by
+      label (:func:`label_order`). An exact repeat (same model, ``ts`` and label) is a
+      duplicate, dropped and counted.
     * A label is held for ``label_grace`` after it arrives, so that predictions it overtook
       can still join; then every model that predicted the instance is resolved. It arrives at
       ``max(ts, now)``: at ``now`` for a replayed file, whose clock is the largest ``ts`` seen,
@@ -125,8 +150,13 @@ class Join:
       labels. With grace 0 resolution is immediate once ``now`` has reached that arrival.
       Predictions for a resolved instance are *late*: dropped and counted. A label nobody
       predicted is an *orphan*.
-    * A second label equal to the first is a duplicate; a different one conflicts: both are
-      ignored and counted (the latest conflicts are kept in :attr:`conflicts` for logging).
+    * Of two labels of one instance the earlier ``ts`` (then :func:`label_order`) is kept, the
+      other ignored and counted: a duplicate if equal, else a conflict (the latest conflicts
+      are kept in :attr:`conflicts` for logging). Once the instance is resolved, any further
+      label is ignored and counted the same way.
+
+    Where records compete, their content decides — never which arrived first — so the
+    outcomes do not depend on how the input was keyed or interleaved.
       A resolved instance is remembered — for late predictions and repeated labels — for
       ``label_ttl`` and at most ``max_pending`` resolved instances.
     * An instance without a label ``label_ttl`` after ``t_instance`` is evicted and counted as
@@ -259,6 +289,11 @@ class Join:
             self._insert(instance_id, _new_record(ts, True), out)
         elif record[HAS_RECORD]:
             self._count("duplicate_instance")
+            if (
+                ts < record[T_INSTANCE]
+            ):  # the earliest record is the instance's, whatever came first
+                record[T_INSTANCE] = ts
+                self._schedule_expiry(instance_id, ts)
         else:
             record[HAS_RECORD] = True
             record[T_INSTANCE] = ts
@@ -296,19 +331,21 @@ class Join:
 
     def _label(self, instance_id: str, ts: int, label: Label, out: list[Outcome]) -> None:
         known = self._resolved.get(instance_id)
-        record = self._pending.get(instance_id)
-        if known is None and record is not None and record[LABEL] is not None:
-            known = (record[LABEL], record[LABEL_TS])
-        if known is not None:
-            if known[0] == label:
-                self._count("duplicate_label")
-            else:
-                self._count("conflicting_label")
-                self.conflicts.append((instance_id, known[0], label))
+        if known is not None:  # resolved already: too late to change anything
+            self._second_label(instance_id, known[0], label)
             return
+        record = self._pending.get(instance_id)
         if record is None:
             record = _new_record(None, False)
             self._insert(instance_id, record, out)
+        elif record[LABEL] is not None:
+            # two labels compete: the earlier in event time (ties: label_order) is the
+            # instance's label, whichever arrived first
+            kept = record[LABEL]
+            if (ts, label_order(label)) >= (record[LABEL_TS], label_order(kept)):
+                self._second_label(instance_id, kept, label)
+                return
+            self._second_label(instance_id, label, kept)  # its grace entry is now stale
         arrival = ts if ts > self._now else self._now
         if type(label) is str:
             label = _intern(label)
@@ -382,6 +419,14 @@ class Join:
                 self._resolve(instance_id, out)
 
     # -- internals --------------------------------------------------------------------------
+    def _second_label(self, instance_id: str, kept: Label, other: Label) -> None:
+        """Count a label that lost to ``kept``: a duplicate, or a conflict (kept for logging)."""
+        if other == kept:
+            self._count("duplicate_label")
+        else:
+            self._count("conflicting_label")
+            self.conflicts.append((instance_id, kept, other))
+
     def _count(self, reason: str, model_id: str | None = None) -> None:
         self.counters[reason] += 1
         if model_id is not None:
@@ -429,7 +474,7 @@ class Join:
         if models and len(set(models)) == len(models):
             times = record[PREDICTIONS + 1 :: 3]
             if max(times) <= label_ts:  # the common case: one prediction per model, in time
-                t_instance = self._t_instance(record, models, times)
+                t_instance = self._t_instance(record, models, times, due)
                 if t_instance is None:
                     return
                 labels = record[PREDICTIONS + 2 :: 3]
@@ -458,7 +503,7 @@ class Join:
             self._count("orphan_label")
             return
         firsts = [kept[0][0] for kept in kept_by_model.values()]
-        t_instance = self._t_instance(record, kept_by_model, firsts)
+        t_instance = self._t_instance(record, kept_by_model, firsts, due)
         if t_instance is None:
             return
         for model_id, kept in kept_by_model.items():
@@ -469,16 +514,27 @@ class Join:
             fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due)
             out.append(_new_outcome(Outcome, fields))
 
-    def _t_instance(self, record: list, models: Iterable[str], firsts: list[int]) -> int | None:
+    def _t_instance(
+        self, record: list, models: Iterable[str], firsts: list[int], due: int
+    ) -> int | None:
         """The time of a resolved instance: its record's, else its first prediction that counts
-        (``firsts``: each model's first). None, counted per model, if the label precedes it."""
-        if not record[HAS_RECORD]:
-            return min(firsts)
-        if record[LABEL_TS] < record[T_INSTANCE]:
-            for model_id in models:
-                self._count("label_before_instance", model_id)
-            return None
-        return record[T_INSTANCE]
+        (``firsts``: each model's first). None, counted per model, if the label precedes it.
+
+        An instance record stamped after ``due`` is left out, counted as late, as if it had
+        arrived after the resolution: only events stamped up to ``due`` are sure to be in when
+        an instance resolves (on the streaming join's watermark, or in a replay), so nothing
+        stamped later may decide an outcome, or the outcome would depend on arrival order.
+        """
+        if record[HAS_RECORD]:
+            t_instance = record[T_INSTANCE]
+            if t_instance <= due:
+                if record[LABEL_TS] < t_instance:
+                    for model_id in models:
+                        self._count("label_before_instance", model_id)
+                    return None
+                return t_instance
+            self._count("late_instance")
+        return min(firsts)
 
     # -- state ----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

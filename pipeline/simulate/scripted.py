@@ -4,8 +4,8 @@ No learning happens here — each model is a coin with its own accuracy, before 
 injected drift — which makes millions of events a second cheap to generate: the load generator
 of the benchmarks and the source of the integration tests' streams.
 
-Timing follows DESIGN.md's join semantics so that the stream means the same read from a file
-(``streameval replay``) or from three topics (the worker): instance ``i`` happens at
+Timing follows the join's rules (docs/replay.md) so that the stream means the same read from a
+file (``streameval replay``) or from three topics (the worker): instance ``i`` happens at
 ``start + i * interval``; each model predicts then, and re-predicts while the label is pending;
 the label comes ``label_delay`` later (a minimum plus an exponential). Every record is
 *delivered* at its ``ts`` except predictions, which take a transport lag of up to

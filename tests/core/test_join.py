@@ -117,6 +117,62 @@ CASES = {
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
         counters={"conflicting_label": 1},
     ),
+    "of two labels the earlier wins, whichever arrives first": dict(
+        grace=100,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 55, "b", 60),
+            ("l", "i1", 50, "a", 61),  # stamped earlier: it is the label
+            ("a", 500),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={"conflicting_label": 1},
+    ),
+    "two labels stamped alike: the label order decides": dict(
+        grace=100,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 50, "b", 50),
+            ("l", "i1", 50, "a", 50),
+            ("l", "i1", 50, 7, 51),
+            ("a", 500),
+        ],
+        outcomes=[("m", "i1", 7, ("a",), 10, 50)],  # integers before strings
+        counters={"conflicting_label": 2},
+    ),
+    "the same label stamped earlier moves the label time": dict(
+        grace=100,
+        events=[
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 55, "a", 55),
+            ("l", "i1", 50, "a", 56),
+            ("a", 500),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 10, 50)],
+        counters={"duplicate_label": 1},
+    ),
+    "of two instance records the earlier wins, whichever arrives first": dict(
+        grace=0,
+        events=[
+            ("i", "i1", 8, 8),
+            ("i", "i1", 5, 9),
+            ("p", "i1", "m", 10, "a", 10),
+            ("l", "i1", 50, "a", 50),
+        ],
+        outcomes=[("m", "i1", "a", ("a",), 5, 50)],
+        counters={"duplicate_instance": 1},
+    ),
+    "re-predictions stamped alike are ordered by label, not arrival": dict(
+        grace=0,
+        events=[
+            ("p", "i1", "m", 10, "b", 10),
+            ("p", "i1", "m", 10, "a", 10),
+            ("p", "i1", "m", 5, "c", 11),
+            ("l", "i1", 50, "a", 50),
+        ],
+        outcomes=[("m", "i1", "a", ("c", "a", "b"), 5, 50)],
+        counters={},
+    ),
     "duplicate prediction and duplicate instance": dict(
         grace=0,
         events=[
@@ -245,6 +301,9 @@ def test_per_model_counters():
 def test_conflicts_are_kept_for_logging():
     join = Join(label_grace=0)
     _run(join, [("p", "i1", "m", 10, "a", 10), ("l", "i1", 50, "a", 50), ("l", "i1", 51, "b", 51)])
+    assert list(join.conflicts) == [("i1", "a", "b")]
+    join = Join(label_grace=10)  # the later arrival wins: the earlier one is the conflict
+    _run(join, [("p", "i1", "m", 10, "a", 10), ("l", "i1", 51, "b", 51), ("l", "i1", 50, "a", 52)])
     assert list(join.conflicts) == [("i1", "a", "b")]
 
 

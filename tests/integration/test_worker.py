@@ -19,6 +19,8 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -26,6 +28,7 @@ import orjson
 import pytest
 
 from pipeline.devkafka import free_port
+from pipeline.simulate.malformed import mix
 from pipeline.topics import create_topics, load_topics, topics_dir
 from tests.streaming import finals
 
@@ -71,8 +74,13 @@ class Deployment:
         self.config.write_text(CONFIG)
         self.workers: list[tuple[subprocess.Popen, int, Path]] = []
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        create_topics(admin, load_topics(self.prefix, partitions=3))
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        specs = load_topics(self.prefix, partitions=3)
+        for spec in specs:  # room for the oversized records of the malformed-input test
+            if spec.role == "input":
+                spec.configs["max.message.bytes"] = "4194304"
+        create_topics(admin, specs)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                                  "message.max.bytes": 4_000_000})  # fmt: skip
         self.pending = list(stream.records())
         self.env: dict[str, str] = {}
 
@@ -84,6 +92,48 @@ class Deployment:
             self.producer.poll(0)
         del self.pending[:count]
         assert self.producer.flush(30) == 0
+
+    def produce_records(self, records) -> dict[tuple[str, int, int], str | None]:
+        """Produce :class:`~pipeline.simulate.malformed.Record` s, each with its key and Kafka
+        timestamp; return what each must become, by where it landed."""
+        landed: dict[tuple[str, int, int], str | None] = {}
+
+        def delivered(expect):
+            def callback(err, message):
+                assert err is None, err
+                landed[message.topic(), message.partition(), message.offset()] = expect
+
+            return callback
+
+        for record in records:
+            self.producer.produce(self.prefix + record.topic, record.value, record.key,
+                                  timestamp=record.timestamp,
+                                  on_delivery=delivered(record.expect))  # fmt: skip
+            self.producer.poll(0)
+        assert self.producer.flush(60) == 0
+        assert len(landed) == len(records)
+        return landed
+
+    def dead_letters(self, count: int, timeout: float = 120) -> list:
+        """The first ``count`` messages of the dead-letters topic (all of its partitions)."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": uuid.uuid4().hex,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                             "fetch.message.max.bytes": 4_000_000})  # fmt: skip
+        consumer.subscribe([self.prefix + "dead-letters"])
+        letters = []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(letters) < count and time.monotonic() < deadline:
+                for message in consumer.consume(1000, timeout=1.0):
+                    if message.error() is None:
+                        letters.append(message)
+            time.sleep(1)  # and nothing more after them
+            letters += [m for m in consumer.consume(1000, timeout=2.0) if m.error() is None]
+        finally:
+            consumer.close()
+        return letters
 
     def start_worker(self) -> tuple[subprocess.Popen, int]:
         port = free_port()
@@ -270,3 +320,42 @@ def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected
     deployment.stop_all()
     second = deployment.workers[1][2].read_text()
     assert re.search(r"assigned: \d+ input partitions, join \[\d", second), second[-2000:]
+
+
+def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(
+    deployment, stream, expected
+):
+    """10 000 malformed records — the two poison pills of the landed worker (invalid UTF-8,
+    nesting 2 000 deep), every wrong shape, timestamps hours or a century ahead and from 1970,
+    1 MB values — and 2 000 odd ones (duplicates, conflicting labels, labels of unknown
+    instances, second instance records), mixed into the stream and keyed at random: the
+    worker never stops, every malformed record reaches dead-letters with the reason it must
+    have, and the numbers are replay's of the valid events alone."""
+    records = mix(replace(stream, malformed=0), bad=10_000, odd=2_000, oversized=3, seed=7)
+    landed = deployment.produce_records(records)
+    bad = {where: code for where, code in landed.items() if code is not None}
+    assert len(bad) == 10_003
+    process, port = deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    letters = deployment.dead_letters(len(bad))
+    got = {}
+    for letter in letters:
+        headers = {k: v.decode() for k, v in letter.headers()}
+        where = (headers["streameval.source.topic"], int(headers["streameval.source.partition"]),
+                 int(headers["streameval.source.offset"]))  # fmt: skip
+        assert headers["streameval.reason"], headers
+        got[where] = headers["streameval.reason.code"]
+        if headers["streameval.reason.code"] == "oversized":
+            assert int(headers["streameval.value.bytes"]) > len(letter.value()) == 1_048_576
+    assert len(letters) == len(bad)  # each once
+    assert got == bad
+    text = _scrape(port)
+    for reason, want in Counter(bad.values()).items():
+        assert _series(text, "streameval_dead_letters_total", reason=reason) == want
+    for reason in ("conflicting_label", "duplicate_label", "orphan_label"):
+        assert _series(text, "streameval_dropped_records_total", reason=reason) > 0
+    assert process.poll() is None  # it never stopped...
+    log = deployment.workers[0][2].read_text()
+    assert "Traceback" not in log and "skipping" not in log, log[-3000:]
+    assert log.count("worker " + deployment.prefix) == 1  # ...nor restarted
+    deployment.stop_all()

@@ -1,0 +1,192 @@
+"""Any bytes at all through every decoder: an event or a dead letter with a reason — never an
+exception (the worker's bulk decoder and router, replay's line decoder, the internal batches).
+"""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.app.runner import INPUT_KINDS
+from pipeline.app.stages import Router
+from pipeline.app.wire import (
+    WIRE_VERSION,
+    EventBatch,
+    WireError,
+    decode_events,
+    decode_outcomes,
+    encode,
+)
+from pipeline.schemas import (
+    DEAD_LETTER_REASONS,
+    MAX_DEPTH,
+    BatchDecoder,
+    EventError,
+    InstanceEvent,
+    InstanceRecord,
+    LabelEvent,
+    LabelRecord,
+    PredictionEvent,
+    PredictionRecord,
+    StoredMessage,
+    decode_event,
+)
+
+FIELDS = ["type", "instance_id", "model_id", "ts", "label", "scores", "features",
+          "model_version", "extra"]  # fmt: skip
+TOPICS = list(INPUT_KINDS)
+
+
+def _json(value) -> bytes:
+    """Serialize like a careless producer: NaN and Infinity as bare words, any int."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return b"NaN" if math.isnan(value) else (b"Infinity" if value > 0 else b"-Infinity")
+    if isinstance(value, list):
+        return b"[" + b",".join(_json(v) for v in value) + b"]"
+    if isinstance(value, dict):
+        return b"{" + b",".join(_json(str(k)) + b":" + _json(v) for k, v in value.items()) + b"}"
+    if isinstance(value, str):  # lone surrogates pass through as \\u escapes
+        return b'"' + value.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode(
+            "ascii", "backslashreplace"
+        ).replace(b'"', b'\\"') + b'"'  # fmt: skip
+    return orjson.dumps(value) if not isinstance(value, int) else str(value).encode()
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from([0, -1, 1_767_225_600_000, 7_258_118_400_001, 2**63, "", "a" * 600]),
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+shaped = st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=7).map(_json)
+typed = st.fixed_dictionaries(
+    {"instance_id": st.text(min_size=1, max_size=8), "ts": st.integers(0, 2**43)},
+    optional={"model_id": st.text(max_size=5), "label": st.one_of(st.text(max_size=5),
+              st.integers(-(2**65), 2**65)), "type": st.sampled_from(
+              ["instance", "prediction", "label", "other"]), "features": json_values},
+).map(_json)  # fmt: skip
+deep = st.integers(MAX_DEPTH - 2, 3_000).map(
+    lambda n: b'{"instance_id":"d","ts":1,"features":{"x":' + b"[" * n + b"]" * n + b"}}"
+)
+
+
+@st.composite
+def corrupted(draw):
+    """Well-shaped JSON with bytes flipped, cut or inserted (invalid UTF-8 included)."""
+    data = bytearray(draw(st.one_of(shaped, typed)))
+    for _ in range(draw(st.integers(0, 3))):
+        if not data:
+            break
+        at = draw(st.integers(0, len(data) - 1))
+        op = draw(st.sampled_from(["flip", "cut", "insert"]))
+        if op == "flip":
+            data[at] = draw(st.integers(0, 255))
+        elif op == "cut":
+            del data[at:]
+        else:
+            data[at:at] = draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\\"]))
+    return bytes(data)
+
+
+anything = st.one_of(st.binary(max_size=200), shaped, typed, deep, corrupted())
+values = st.one_of(st.none(), anything)
+
+
+def _letter_ok(letter) -> None:
+    assert letter.code in DEAD_LETTER_REASONS, letter.code
+    assert letter.reason
+    for name, value in letter.headers():
+        assert isinstance(name, str) and isinstance(value, bytes)
+
+
+@settings(max_examples=1500)
+@given(data=anything)
+def test_a_replay_line_is_an_event_or_a_reason(data):
+    try:
+        event = decode_event(data)
+    except EventError as err:
+        assert err.code in DEAD_LETTER_REASONS, err.code
+        assert str(err)
+    else:
+        assert type(event) in (InstanceEvent, PredictionEvent, LabelEvent)
+
+
+RECORDS = {"instance": InstanceRecord, "prediction": PredictionRecord, "label": LabelRecord}
+
+
+@settings(max_examples=1500)
+@given(value=values, topic=st.sampled_from([*TOPICS, "elsewhere"]))
+def test_a_message_is_a_record_or_a_dead_letter(value, topic):
+    decoder = BatchDecoder(INPUT_KINDS)
+    kind, result = decoder.decode_message(StoredMessage(topic, 0, 7, b"k", value))
+    if kind is None:
+        _letter_ok(result)
+        assert (result.topic, result.offset, result.value) == (topic, 7, value)
+        assert sum(decoder.counters.values()) == 1
+    else:
+        assert isinstance(result, RECORDS[kind]) and INPUT_KINDS[topic] == kind
+
+
+@settings(max_examples=500)
+@given(
+    batch=st.lists(
+        st.tuples(st.sampled_from(TOPICS), st.integers(0, 1), values,
+                  st.one_of(st.none(), st.integers(-5, 2**45))),
+        max_size=25,
+    )
+)  # fmt: skip
+def test_the_router_routes_or_dead_letters_every_message(batch):
+    router = Router(INPUT_KINDS, 3)
+    router.assign([(t, p) for t in TOPICS for p in (0, 1)])
+    offsets: dict = {}
+    messages = []
+    for topic, partition, value, timestamp in batch:
+        offset = offsets[topic, partition] = offsets.get((topic, partition), -1) + 1
+        messages.append(StoredMessage(topic, partition, offset, None, value, timestamp))
+    per_partition, letters = router.route(messages)
+    rows = [row for rows in per_partition for row in rows]
+    assert len(rows) + len(letters) == len(messages)
+    for letter in letters:
+        _letter_ok(letter)
+    sources = router.sources(0.0)
+    decoded = decode_events(encode(EventBatch(WIRE_VERSION, sources, rows)))  # msgpack-safe
+    assert len(decoded.events) == len(rows)
+
+
+@settings(max_examples=1000)
+@given(data=st.one_of(st.binary(max_size=200), anything))
+def test_an_internal_batch_decodes_or_raises_wire_error(data):
+    for decode in (decode_events, decode_outcomes):
+        try:
+            decode(data)
+        except WireError:
+            pass
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 2_000, 200_000])
+def test_deep_nesting_is_refused_before_it_is_parsed(levels):
+    value = b'{"instance_id":"x","ts":1,"features":{"x":' + b"[" * levels + b"]" * levels + b"}}"
+    kind, letter = BatchDecoder(INPUT_KINDS).decode_message(
+        StoredMessage("instances", 0, 0, None, value)
+    )
+    assert (kind, letter.code) == (None, "too_deep")
+    with pytest.raises(EventError, match="nested deeper than"):
+        decode_event(b'{"type":"instance",' + value[1:])
+    shallow = b'{"instance_id":"x","ts":1,"features":{"x":' + b"[" * 60 + b"]" * 60 + b"}}"
+    assert (
+        BatchDecoder(INPUT_KINDS).decode_message(StoredMessage("instances", 0, 0, None, shallow))[0]
+        == "instance"
+    )
