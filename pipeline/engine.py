@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipeline.config import EvaluationConfig
-from pipeline.core.join import Join, Outcome
+from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
 from pipeline.core.model import ModelEvaluator, PairEvaluator
 from pipeline.schemas import Event, InstanceEvent, LabelEvent, PredictionEvent
 
@@ -29,10 +29,12 @@ __all__ = ["Engine"]
 class Engine:
     """Join, evaluate, compare and publish, for every model seen in the events."""
 
-    def __init__(self, config: EvaluationConfig) -> None:
+    def __init__(self, config: EvaluationConfig, join: Join | None = None) -> None:
+        """``join``: the join :meth:`process` feeds (a new in-memory one by default); the
+        streaming worker's evaluation stage, whose outcomes come joined, passes none."""
         self.config = config
         j = config.join
-        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending)
+        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending) if join is None else join
         self.models: dict[str, ModelEvaluator] = {}
         self.pairs = {
             f"{p.a}|{p.b}": PairEvaluator(p.a, p.b, config.estimators) for p in config.comparisons
@@ -45,6 +47,8 @@ class Engine:
         #: outcomes a model refused, by (model, reason), and the latest reasons as text
         self.rejected: Counter[tuple[str, str]] = Counter()
         self.problems: deque[str] = deque(maxlen=10)
+        #: models and pairs updated since the caller last emptied it (checkpoints)
+        self.touched: set[str] = set()
 
     # -- input ---------------------------------------------------------------------------
     def process(self, events: Iterable[Event]) -> list[dict[str, Any]]:
@@ -55,25 +59,24 @@ class Engine:
         """Apply events to the join in order; return the outcomes they resolved.
 
         The clock of the join is event time: the largest ``ts`` seen so far, minus one — the
-        streaming join's clock is its watermark minus one, and so here too an event resolves
-        nothing due at its own time before the other events of that time are in.
+        streaming join's clock is its watermark minus one, and so here too an event stamped
+        at the largest time seen waits until a later one shows that all of its time is in.
         """
-        join = self.join
+        add = self.join.add_events
         outcomes: list[Outcome] = []
         for event in events:
             if event.ts > self._now:
                 self._now = event.ts
-            now = self._now - 1
-            if type(event) is PredictionEvent:
-                out = join.add_prediction(
-                    event.instance_id, event.model_id, event.ts, event.label, now
-                )
-            elif type(event) is LabelEvent:
-                out = join.add_label(event.instance_id, event.ts, event.label, now)
-            elif type(event) is InstanceEvent:
-                out = join.add_instance(event.instance_id, event.ts, now)
+            kind = type(event)
+            if kind is PredictionEvent:
+                row = (PREDICTION, event.instance_id, event.model_id, event.ts, event.label, 0, 0)
+            elif kind is LabelEvent:
+                row = (LABEL, event.instance_id, "", event.ts, event.label, 0, 0)
+            elif kind is InstanceEvent:
+                row = (INSTANCE, event.instance_id, "", event.ts, "", 0, 0)
             else:
                 raise TypeError(f"not an event: {event!r}")
+            out = add((row,), self._now - 1)[0]
             if out:
                 outcomes.extend(out)
         return outcomes
@@ -169,6 +172,7 @@ class Engine:
     def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:
         """(outcome that caused it, record) pairs."""
         model = self._model(model_id)
+        self.touched.add(model_id)
         every = self.config.publish_every
         records = []
         start = 0
@@ -224,6 +228,8 @@ class Engine:
     def _evaluate_pair(self, key: str, pair: PairEvaluator, outcomes: list[Outcome]) -> list:
         """(outcome that caused it, record) pairs."""
         pairs = pair.pairs(outcomes)
+        if pairs:
+            self.touched.add(key)
         every = self.config.publish_every
         records = []
         start = 0
@@ -271,10 +277,16 @@ class Engine:
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
+        """The evaluators' state (the join checkpoints itself: :meth:`Join.changes`)."""
         return {
-            "join": self.join.state(),
             "models": {m: ev.state() for m, ev in self.models.items()},
             "pairs": {k: p.state() for k, p in self.pairs.items()},
+            **self.scalars(),
+        }
+
+    def scalars(self) -> dict[str, Any]:
+        """The state but the models' and pairs' (small: one number or two per model)."""
+        return {
             "pair_last_ts": dict(self._pair_last_ts),
             "model_last_ts": dict(self._model_last_ts),
             "published": dict(self._published),
@@ -284,9 +296,10 @@ class Engine:
         }
 
     @classmethod
-    def from_state(cls, config: EvaluationConfig, state: dict[str, Any]) -> Engine:
-        engine = cls(config)
-        engine.join = Join.from_state(state["join"])
+    def from_state(
+        cls, config: EvaluationConfig, state: dict[str, Any], join: Join | None = None
+    ) -> Engine:
+        engine = cls(config, join)
         engine.models = {m: ModelEvaluator.from_state(s) for m, s in state["models"].items()}
         for key, s in state["pairs"].items():
             if key in engine.pairs:

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 import pipeline.replay
 from pipeline.cli import main
 from pipeline.config import load_config
+from pipeline.core.join import Join
 from pipeline.engine import Engine
 from pipeline.replay import replay
 from pipeline.schemas import decode_event
@@ -97,7 +98,8 @@ def test_engine_state_round_trip_continues_exactly(sample_output):
     expected = whole.process(events) + whole.finish()
     first = Engine(config)
     records = first.process(events[:2345])
-    restored = Engine.from_state(config, json.loads(json.dumps(first.state())))
+    join = Join.restore(first.join.changes().items())
+    restored = Engine.from_state(config, json.loads(json.dumps(first.state())), join)
     records += restored.process(events[2345:]) + restored.finish()
     assert json.dumps(records) == json.dumps(expected)
 

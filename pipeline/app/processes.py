@@ -6,7 +6,7 @@ process, as with one, and N − 1 more in child processes (started with ``spawn`
 already runs Faust's threads, which ``fork`` would copy mid-flight). Every pipeline is a member
 of the consumer group ``app_id`` like any other worker, so Kafka spreads the input, join and
 evaluation partitions over them and everything that holds for a group of workers — ordering,
-snapshots, exactly-once by idempotence, rebalancing — holds unchanged.
+checkpoints, exactly-once by idempotence, rebalancing — holds unchanged.
 
 What a child adds is plumbing to its parent:
 

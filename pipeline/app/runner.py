@@ -36,11 +36,13 @@ from typing import Any
 import orjson
 
 from pipeline.config import EvaluationConfig
-from pipeline.core.join import Outcome
+from pipeline.core.join import Outcome, queue_entries
 from pipeline.exporter import Exporter
 from pipeline.schemas import encode_record
+from pipeline.store import DiskState, StoreError
 from pipeline.topics import load_topics
 
+from .checkpoint import Changelog, live
 from .settings import WorkerSettings
 from .stages import EvalStage, JoinStage, Router, config_fingerprint, model_partitioner
 from .wire import WIRE_VERSION, EventBatch, WireError, decode_events, decode_outcomes, encode
@@ -50,11 +52,9 @@ __all__ = ["Pipeline", "Topics"]
 log = logging.getLogger("streameval.worker")
 
 INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
-#: 2: the delayed-label block keeps uniform outcomes in a column of their own; the join one
-#: flat list per pending instance. 3: the join's pending ids and records in two lists. 4: its
-#: resolved ids and (label, ts) pairs in two lists; a version 3 snapshot is still read
-SNAPSHOT_VERSION = 4
-READABLE_SNAPSHOTS = (3, 4)
+#: A disk store last written longer ago is rebuilt rather than caught up: the changelog's
+#: tombstones (``delete.retention.ms``, 7 days in topics/topics.toml) may be gone by then.
+STORE_MAX_AGE_S = 6 * 86_400
 #: Allocations between young collections of the garbage collector (Python's default: 700).
 #: The data path allocates and frees a micro-batch's objects by the ten thousand; with the
 #: default, they survive young collections while being worked on, reach the old generation
@@ -86,8 +86,8 @@ class Topics:
     inputs: dict[str, str]  # name -> kind
     events: str
     outcomes: str
-    join_snapshots: str
-    eval_snapshots: str
+    join_changelog: str
+    eval_changelog: str
     metrics: str
     alarms: str
     comparisons: str
@@ -100,8 +100,8 @@ class Topics:
             inputs={prefix + base: kind for base, kind in INPUT_KINDS.items()},
             events=internal + "-events",
             outcomes=internal + "-outcomes",
-            join_snapshots=internal + "-join-snapshots",
-            eval_snapshots=internal + "-eval-snapshots",
+            join_changelog=internal + "-join-changelog",
+            eval_changelog=internal + "-eval-changelog",
             metrics=prefix + "metrics",
             alarms=prefix + "drift-alarms",
             comparisons=prefix + "comparisons",
@@ -120,6 +120,7 @@ class Stats:
     records: Counter[str] = field(default_factory=Counter)
     dead_letters: int = 0
     checkpoints: int = 0
+    checkpoint_seconds: float = 0.0  # how long the latest checkpoint took
     skipped_batches: int = 0
 
 
@@ -184,10 +185,10 @@ class Pipeline:
             metadata = admin.list_topics(timeout=10)
         counts = {name: len(t.partitions) for name, t in metadata.topics.items()}
         t = self.topics
-        for snapshots, stage in ((t.join_snapshots, t.events), (t.eval_snapshots, t.outcomes)):
-            if counts[snapshots] < counts[stage]:
+        for changelog, stage in ((t.join_changelog, t.events), (t.eval_changelog, t.outcomes)):
+            if counts[changelog] < counts[stage]:
                 raise RuntimeError(
-                    f"topic {snapshots!r} has {counts[snapshots]} partitions but {stage!r} has "
+                    f"topic {changelog!r} has {counts[changelog]} partitions but {stage!r} has "
                     f"{counts[stage]}: it needs at least as many (one per stage partition)"
                 )
         return counts
@@ -225,6 +226,10 @@ class Pipeline:
             "queue.buffering.max.kbytes": 1_048_576,
             "error_cb": self._on_error,
         })  # fmt: skip
+        self.join_changelog = Changelog(t.join_changelog, self.producer, self.client,
+                                        self.fingerprint)  # fmt: skip
+        self.eval_changelog = Changelog(t.eval_changelog, self.producer, self.client,
+                                        self.fingerprint)  # fmt: skip
         self.consumer = Consumer({
             **self.client,
             "group.id": s.app_id,
@@ -481,16 +486,11 @@ class Pipeline:
         inputs = []
         for tp in partitions:
             if tp.topic == t.events:
-                state = self._load(t.join_snapshots, tp.partition)
-                stage = (JoinStage.from_state(state, self.config, self.inputs) if state
-                         else JoinStage(tp.partition, self.config, self.inputs))  # fmt: skip
+                stage = self._restore_join(tp.partition)
                 self.joins[tp.partition] = stage
                 tp.offset = stage.offset + 1 if stage.offset >= 0 else OFFSET_BEGINNING
             elif tp.topic == t.outcomes:
-                state = self._load(t.eval_snapshots, tp.partition)
-                n = self.join_partitions
-                stage = (EvalStage.from_state(state, self.config, n) if state
-                         else EvalStage(tp.partition, self.config, n))  # fmt: skip
+                stage = self._restore_eval(tp.partition)
                 self.evals[tp.partition] = stage
                 tp.offset = stage.offset + 1 if stage.offset >= 0 else OFFSET_BEGINNING
                 if self.exporter is not None:  # show the restored numbers at once
@@ -500,7 +500,7 @@ class Pipeline:
         restored = [f"join {q}@{s.offset}" for q, s in self.joins.items() if s.offset >= 0]
         restored += [f"evaluation {r}@{s.offset}" for r, s in self.evals.items() if s.offset >= 0]
         if restored:
-            log.info("restored from snapshots: %s", ", ".join(restored))
+            log.info("restored from checkpoints: %s", ", ".join(restored))
         self.router.assign(inputs, self._committed_progress(consumer, inputs))
         consumer.assign(partitions)
         log.info(
@@ -557,10 +557,14 @@ class Pipeline:
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
         models: set[str] = set()
         for q in joins:
-            self.joins.pop(q, None)
+            stage = self.joins.pop(q, None)
+            if stage is not None:
+                stage.join.state.close()  # a disk store: free it for whoever takes it next
             self._join_counters.pop(q, None)
+            self.join_changelog.forget(q)
         for r in evals:
             stage = self.evals.pop(r, None)
+            self.eval_changelog.forget(r)
             if stage is not None:
                 models |= set(stage.engine.models)
         for tp in inputs:
@@ -576,20 +580,34 @@ class Pipeline:
         commit: list[tuple[str, int]] | None = None,
         commit_all: bool = False,
     ) -> None:
-        """Outputs acknowledged → snapshots written → input offsets committed, in that order."""
+        """Outputs acknowledged → changes since the last checkpoint written to the changelogs
+        and acknowledged → stages committed → input offsets committed, in that order
+        (pipeline.app.checkpoint)."""
         from confluent_kafka import TopicPartition
 
+        started = time.monotonic()
         self._flush()
-        t = self.topics
-        for q in joins:
-            stage = self.joins.get(q)
-            if stage is not None:
-                self._save(t.join_snapshots, q, stage.state())
-        for r in evals:
-            stage = self.evals.get(r)
-            if stage is not None:
-                self._save(t.eval_snapshots, r, stage.state())
+        written = []
+        parts = ((self.join_changelog, self.joins, joins), (self.eval_changelog, self.evals, evals))
+        for changelog, stages, partitions in parts:
+            for q in partitions:
+                stage = stages.get(q)
+                if stage is not None:
+                    changes = stage.changes()
+                    changelog.write(q, changes)
+                    written.append((changelog, q, stage, changes))
         self._flush()
+        for changelog, q, stage, changes in written:
+            error = changelog.confirm(q)
+            if error is None:
+                if changelog is self.join_changelog:  # a disk store writes its batch now
+                    stage.commit(changes, changelog.position(q), changelog.sealed(q))
+                else:
+                    stage.commit()
+            else:  # nothing lost: the stage keeps its changes for the next checkpoint
+                log.error("checkpoint of %s[%d] not written (%s); retrying at the next one",
+                          changelog.topic, q, error)  # fmt: skip
+        self.stats.checkpoint_seconds = time.monotonic() - started
         tps = list(self._input_next) if commit_all else (commit or [])
         progress = self.router.progress
         offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp],
@@ -606,56 +624,63 @@ class Pipeline:
         while self.producer.flush(10) > 0:
             log.warning("waiting for Kafka to acknowledge %d messages", len(self.producer))
 
-    def _save(self, topic: str, partition: int, state: dict[str, Any]) -> None:
-        value = orjson.dumps({"v": SNAPSHOT_VERSION, "config": self.fingerprint,
-                              "state": state})  # fmt: skip
-        self._produce(topic, value, str(partition).encode(), partition)
+    def _restore_join(self, q: int) -> JoinStage:
+        """A join partition from its changelog (a new one if it has none): into RAM, or into
+        its disk store, which only catches up from the changelog offset it is at."""
+        changelog = self.join_changelog
+        if self.settings.store == "memory":
+            changes, sealed, _ = changelog.read(q)
+            if not sealed:
+                return JoinStage(q, self.config, self.inputs)
+            return JoinStage.restore(live(changes), self.config, self.inputs)
+        state = self._open_store(q)
+        ttl = self.config.join.label_ttl_ms
+        entries = lambda record: queue_entries(record, ttl)  # noqa: E731
+        sink = lambda items: state.apply(items, entries)  # noqa: E731
+        start = state.position
+        changes, sealed, end = changelog.read(q, start, sink=sink, lookup=state.get_many)
+        if changes:  # the latest checkpoint's intent, over the values read
+            state.apply(list(changes.items()), entries)
+        if not sealed and state.sealed is not None:  # the store is at the latest checkpoint
+            changelog.resume(q, *state.sealed, end)
+        state.settle(end, changelog.sealed(q))
+        scalars = state.scalars()
+        if start is not None or sealed:
+            log.info("join %d: %d pending instances in %s, caught up from changelog offset %s",
+                     q, state.pending_count(), state.path, start or 0)  # fmt: skip
+        if not scalars:
+            return JoinStage(q, self.config, self.inputs, state)
+        return JoinStage.resume(scalars, self.config, self.inputs, state)
 
-    def _load(self, topic: str, partition: int) -> dict[str, Any] | None:
-        """The latest snapshot of a stage partition (the last message of its partition)."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        reader = Consumer({**self.client, "group.id": f"{self.settings.app_id}-snapshot-reader",
-                           "enable.auto.commit": False})  # fmt: skip
+    def _open_store(self, q: int) -> DiskState:
+        """Join partition ``q``'s disk store, rebuilt (emptied, then filled from the
+        changelog) if it is unreadable, of another format or configuration, or too old for
+        the changelog's tombstones to still say what it lacks."""
+        path = self.settings.state_dir / self.settings.app_id / f"join-{q}"
         try:
-            deadline = time.monotonic() + 60
-            while True:  # a topic just created may not have a leader yet
-                try:
-                    low, high = reader.get_watermark_offsets(
-                        TopicPartition(topic, partition), timeout=10
-                    )
-                    break
-                except Exception as err:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"cannot read {topic}[{partition}]: {err}") from err
-                    time.sleep(0.5)
-            if high <= low:
-                return None
-            reader.assign([TopicPartition(topic, partition, high - 1)])
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                message = reader.poll(1.0)
-                if message is None or message.error():
-                    continue
-                data = orjson.loads(message.value())
-                break
-            else:
-                raise RuntimeError(f"could not read the snapshot at {topic}[{partition}]")
-        finally:
-            reader.close()
-        if data.get("v") not in READABLE_SNAPSHOTS:
-            raise RuntimeError(
-                f"{topic}[{partition}]: snapshot version {data.get('v')}, this worker reads "
-                f"{' and '.join(map(str, READABLE_SNAPSHOTS))}: use a new app_id (and topic "
-                "prefix) to start over"
-            )
-        if data.get("config") != self.fingerprint:
-            raise RuntimeError(
-                f"{topic}[{partition}] was written under another evaluation configuration: "
-                "continuing it would mix two sets of rules. Restore the configuration, or use "
-                "a new app_id (and topic prefix) to start over"
-            )
-        return data["state"]
+            state = DiskState(path, self.settings.cache_mb, self.fingerprint)
+        except StoreError as err:
+            log.warning("join %d: %s; rebuilding it from the changelog", q, err)
+            DiskState.wipe(path)
+            return DiskState(path, self.settings.cache_mb, self.fingerprint)
+        usable, why = state.usable()
+        at = state.committed_at
+        if usable and at is not None and time.time() - at > STORE_MAX_AGE_S:
+            usable, why = False, f"last written {(time.time() - at) / 86400:.1f} days ago"
+        if not usable:
+            log.warning("join %d: the store at %s is %s; rebuilding it from the changelog",
+                        q, path, why)  # fmt: skip
+            state.close()
+            DiskState.wipe(path)
+            state = DiskState(path, self.settings.cache_mb, self.fingerprint)
+        return state
+
+    def _restore_eval(self, r: int) -> EvalStage:
+        """An evaluation partition from its changelog (a new one if it has none)."""
+        changes, sealed, _ = self.eval_changelog.read(r)
+        if not sealed:
+            return EvalStage(r, self.config, self.join_partitions)
+        return EvalStage.restore(live(changes), self.config, self.join_partitions)
 
     def _shutdown(self) -> None:
         log.info("shutting down: final records and a checkpoint")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -86,6 +86,28 @@ class WorkerSettings(BaseSettings):
         10_000, ge=1_000, description="how soon the group notices a dead worker"
     )
     log_level: str = Field("info", pattern=r"^(?i:debug|info|warning|error)$")
+    store: Literal["disk", "memory"] = Field(
+        "disk", description="where a join partition keeps its pending instances: RocksDB on "
+        "disk with a bounded cache in RAM, or all in RAM (tests, small deployments)",
+    )  # fmt: skip
+    state_dir: Path = Field(
+        default_factory=lambda: _default_state_dir(),
+        description="directory of the disk store (one subdirectory per application and join "
+        "partition)",
+    )
+    cache_mb: int = Field(
+        64, ge=1, le=65_536, description="RAM per join partition for records read from disk "
+        "(as much again for RocksDB's block cache)",
+    )  # fmt: skip
+    changelog_configs: dict[str, str] = Field(
+        default_factory=dict, description="topic configs of the changelog topics, over those "
+        "of topics/topics.toml (used when the worker or `topics create` creates them)",
+    )  # fmt: skip
+
+    @field_validator("changelog_configs")
+    @classmethod
+    def _strings(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k: str(v) for k, v in value.items()}
 
     @field_validator("kafka")
     @classmethod
@@ -100,6 +122,12 @@ class WorkerSettings(BaseSettings):
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
                                    dotenv_settings, file_secret_settings):  # fmt: skip
         return (init_settings, env_settings, _TomlWorkerTable(settings_cls, _FILE_TABLE.get()))
+
+
+def _default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/streameval`` (``~/.local/state/streameval``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "streameval"
 
 
 class _Holder:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import struct
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -50,6 +51,7 @@ import orjson
 
 from pipeline.config import EvaluationConfig
 from pipeline.core.join import Join, Outcome
+from pipeline.core.state import decode_value, encode_value
 from pipeline.engine import Engine
 from pipeline.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
 
@@ -74,6 +76,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("streameval.worker")
+
+#: a stage's own scalars among its checkpoint's keys (the join's use other first bytes)
+STAGE = b"t"
 
 TopicPartition = tuple[str, int]
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
@@ -323,12 +328,16 @@ class JoinStage:
     """
 
     def __init__(
-        self, partition: int, config: EvaluationConfig, inputs: Iterable[TopicPartition]
+        self,
+        partition: int,
+        config: EvaluationConfig,
+        inputs: Iterable[TopicPartition],
+        state: Any = None,
     ) -> None:
         j = config.join
         self.partition = partition
         self.grace = j.label_grace_ms
-        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending)
+        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, state)
         self.inputs = set(inputs)
         self.progress: dict[TopicPartition, tuple[int, bool]] = {}
         self.applied: dict[TopicPartition, int] = {}
@@ -381,29 +390,61 @@ class JoinStage:
     def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
         return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.frontier, outcomes)
 
-    # -- state ------------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        return {
+    # -- checkpoints ------------------------------------------------------------------------
+    def changes(self) -> dict[bytes, bytes | None]:
+        """What changed since the last :meth:`commit` (pipeline.app.checkpoint), with the
+        stage's own scalars: the offset it covers, its frontier, progress and dedup marks."""
+        changes = self.join.changes()
+        changes[STAGE] = encode_value({
             "partition": self.partition,
             "offset": self.offset,
             "frontier": self.frontier,
-            "join": self.join.state(),
             "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
             "applied": [[t, p, o] for (t, p), o in self.applied.items()],
             "duplicates": self.duplicates,
-        }
+        })  # fmt: skip
+        return changes
+
+    def commit(self, *where: Any) -> None:
+        """The last :meth:`changes` are durable (``where``: for a disk store)."""
+        self.join.commit(*where)
 
     @classmethod
-    def from_state(
-        cls, state: dict[str, Any], config: EvaluationConfig, inputs: Iterable[TopicPartition]
+    def resume(
+        cls,
+        scalars: dict[bytes, bytes],
+        config: EvaluationConfig,
+        inputs: Iterable[TopicPartition],
+        state: Any,
     ) -> JoinStage:
-        stage = cls(state["partition"], config, inputs)
-        stage.offset = state["offset"]
-        stage.frontier = state["frontier"]
-        stage.join = Join.from_state(state["join"])
-        stage.progress = {(t, p): (ts, idle) for t, p, ts, idle in state["progress"]}
-        stage.applied = {(t, p): o for t, p, o in state["applied"]}
-        stage.duplicates = state["duplicates"]
+        """The stage over a disk store that holds its instances, from their scalars."""
+        meta = decode_value(scalars[STAGE])
+        stage = cls(meta["partition"], config, inputs, state)
+        stage._take(meta)
+        stage.join = Join.resume(decode_value(scalars[b"m"]), state)
+        return stage
+
+    def _take(self, meta: dict[str, Any]) -> None:
+        self.offset = meta["offset"]
+        self.frontier = meta["frontier"]
+        self.progress = {(t, p): (ts, idle) for t, p, ts, idle in meta["progress"]}
+        self.applied = {(t, p): o for t, p, o in meta["applied"]}
+        self.duplicates = meta["duplicates"]
+
+    @classmethod
+    def restore(
+        cls,
+        items: Iterable[tuple[bytes, bytes]],
+        config: EvaluationConfig,
+        inputs: Iterable[TopicPartition],
+        state: Any = None,
+    ) -> JoinStage:
+        """The stage from the latest value of every key its checkpoints wrote."""
+        items = list(items)
+        meta = decode_value(next(v for k, v in items if k == STAGE))
+        stage = cls(meta["partition"], config, inputs)
+        stage._take(meta)
+        stage.join = Join.restore((kv for kv in items if kv[0] != STAGE), state)
         return stage
 
 
@@ -435,6 +476,9 @@ class EvalStage:
         self._waiting = 0
         self._seq = 0
         self._limit = NO_TS  # everything with due below it has been released
+        self._written: dict[bytes, bytes] = {}  # every key's value at the last checkpoint
+        self._pending: dict[bytes, bytes] = {}  # the parts of the checkpoint being written
+        self._shown: set[str] = set()  # models and pairs that have reached a checkpoint
 
     @property
     def waiting(self) -> int:
@@ -503,28 +547,82 @@ class EvalStage:
         ``publish_interval``, and at shutdown)."""
         return self.engine.finish(flush=False)
 
-    # -- state ------------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        return {
+    # -- checkpoints ------------------------------------------------------------------------
+    def changes(self) -> dict[bytes, bytes | None]:
+        """What changed since the last :meth:`commit` (pipeline.app.checkpoint): each model's
+        and pair's state, encoded and cut into chunks of which only the changed ones count —
+        a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes still
+        waiting, and the stage's scalars."""
+        engine = self.engine
+        parts: dict[bytes, bytes] = {}
+        for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
+            for name, evaluator in evaluators.items():
+                if name in engine.touched or name not in self._shown:
+                    self._shown.add(name)
+                    # JSON, as every state() is made to round-trip exactly through
+                    parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
+        buffer = [list(entry[4]) for entry in sorted(e for run in self._runs for e in run)]
+        parts.update(_chunks(BUFFER, encode_value(buffer)))
+        parts[STAGE] = encode_value({
             "partition": self.partition,
             "offset": self.offset,
-            "engine": self.engine.state(),
             "frontiers": [[q, f] for q, f in self.frontiers.items()],
             "applied": [[q, o] for q, o in self.applied.items()],
-            "buffer": [list(entry[4]) for entry in sorted(e for run in self._runs for e in run)],
-        }
+            "engine": engine.scalars(),
+        })  # fmt: skip
+        written = self._written
+        changes: dict[bytes, bytes | None] = {}
+        for key, value in parts.items():
+            if written.get(key) != value:
+                changes[key] = value
+        for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
+            if key[:1] == BUFFER or _owner(key) in engine.touched:
+                changes[key] = None
+        self._pending = parts
+        return changes
+
+    def commit(self) -> None:
+        """The last :meth:`changes` are durable."""
+        written = self._written
+        for key in [k for k in written if k[:1] == BUFFER or _owner(k) in self.engine.touched]:
+            if key not in self._pending:
+                del written[key]
+        written.update(self._pending)
+        self._pending = {}
+        self.engine.touched.clear()
 
     @classmethod
-    def from_state(
-        cls, state: dict[str, Any], config: EvaluationConfig, join_partitions: int
+    def restore(
+        cls, items: Iterable[tuple[bytes, bytes]], config: EvaluationConfig, join_partitions: int
     ) -> EvalStage:
-        stage = cls(state["partition"], config, join_partitions)
-        stage.offset = state["offset"]
-        stage.engine = Engine.from_state(config, state["engine"])
-        stage.frontiers = {q: f for q, f in state["frontiers"]}
-        stage.applied = {q: o for q, o in state["applied"]}
+        """The stage from the latest value of every key its checkpoints wrote."""
+        items = dict(items)
+        meta = decode_value(items[STAGE])
+        stage = cls(meta["partition"], config, join_partitions)
+        stage.offset = meta["offset"]
+        stage.frontiers = {q: f for q, f in meta["frontiers"]}
+        stage.applied = {q: o for q, o in meta["applied"]}
+        engine_state = dict(meta["engine"])
+        engine_state["models"], engine_state["pairs"] = {}, {}
+        whole: dict[bytes, list[tuple[int, bytes]]] = {}
+        for key, value in items.items():
+            if key[:1] in (MODEL, PAIR, BUFFER):
+                head, index = key[:-4], _INDEX.unpack(key[-4:])[0]
+                whole.setdefault(head, []).append((index, value))
+        buffer: list = []
+        for head, chunks in whole.items():
+            data = b"".join(v for _, v in sorted(chunks))
+            if head[:1] == BUFFER:
+                buffer = decode_value(data)
+            else:
+                value = orjson.loads(data)
+                kind = "models" if head[:1] == MODEL else "pairs"
+                engine_state[kind][head[3:].decode()] = value
+        stage.engine = Engine.from_state(config, engine_state)
+        stage._written = dict(items)
+        stage._shown = set(stage.engine.models) | set(engine_state["pairs"])
         run = []
-        for row in state["buffer"]:  # in order: one sorted run
+        for row in buffer:  # in order: one sorted run
             model_id, instance_id, y_true, times, labels, t_instance, t_label, due = row
             outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
                               t_instance, t_label, due)  # fmt: skip
@@ -534,3 +632,29 @@ class EvalStage:
             stage._runs.append(run)
             stage._waiting = len(run)
         return stage
+
+
+#: keys of an evaluation stage's checkpoint: a model's, a pair's state, the waiting outcomes
+MODEL, PAIR, BUFFER = b"M", b"P", b"B"
+#: bytes per chunk of a model's encoded state
+STATE_CHUNK = 16 * 1024
+_INDEX = struct.Struct(">I")
+_LENGTH = struct.Struct(">H")
+
+
+def _name(name: str) -> bytes:
+    data = name.encode()
+    return _LENGTH.pack(len(data)) + data
+
+
+def _owner(key: bytes) -> str | None:
+    """The model or pair a chunk key belongs to."""
+    if key[:1] not in (MODEL, PAIR):
+        return None
+    return key[3:-4].decode()
+
+
+def _chunks(head: bytes, data: bytes) -> Iterable[tuple[bytes, bytes]]:
+    """``data`` cut into chunks under ``head`` + chunk number (at least one chunk)."""
+    for i, start in enumerate(range(0, max(len(data), 1), STATE_CHUNK)):
+        yield head + _INDEX.pack(i), data[start : start + STATE_CHUNK]

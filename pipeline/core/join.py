@@ -1,17 +1,26 @@
 """The join of instances, predictions and late labels into outcomes.
 
-A plain class driven by event time (the ``ts`` of each message) plus an explicit ``now`` for
-the rules that depend on how long something has waited (``label_grace``, ``label_ttl``), so that
-replay and tests are deterministic. docs/replay.md states the rules for users.
+A plain class driven by event time. Events are applied **in the order of their timestamps**
+(ties by content), whatever order they arrive in: an event waits until the clock — the
+streaming join's watermark, replay's largest timestamp, minus one — has passed it, and the
+timed rules (a label's grace, ``label_ttl``, ``max_pending``, how long a resolved instance is
+remembered) act at their own event times between the events. So every decision is a function
+of the events alone: the same for any keying of the input topics, any interleaving of their
+partitions, a replay of a file, or a restart. docs/replay.md states the rules for users.
+
+Where the instances live is the :class:`~pipeline.core.state.MemoryState`'s business (or the
+worker's disk store's): the join asks it for records by instance id, a batch at a time.
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import sys
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
+
+from pipeline.core.state import META, MemoryState, decode_value
 
 __all__ = [
     "DROP_REASONS",
@@ -22,6 +31,7 @@ __all__ = [
     "Join",
     "Outcome",
     "label_order",
+    "queue_entries",
 ]
 
 #: Every reason a record is dropped or counted as odd, in the order the docs list them.
@@ -63,8 +73,8 @@ class Outcome(NamedTuple):
     labels: tuple[Label, ...]
     t_instance: int
     t_label: int
-    #: when the join resolved it in its clock (label arrival + ``label_grace``): with
-    #: ``instance_id`` the key that orders outcomes (:meth:`Join.advance`)
+    #: when the join resolved it (the label's time plus ``label_grace``): with
+    #: ``instance_id`` the key that orders outcomes
     due: int = 0
 
     @property
@@ -77,26 +87,33 @@ class Outcome(NamedTuple):
 
 
 # What the join holds for one pending instance: one flat list, the fewest objects per instance
-# (the memory per pending instance must stay small):
-#   [t_instance, has_record, label, label_ts, label_arrival, model, ts, label, model, ts, ...]
-# t_instance is None until the instance record or a prediction gives it; the predictions
-# follow as (model_id, ts, label) triples in arrival order. Model ids and string labels are
+#   [created, t_instance, has_record, label, label_ts, due, model, ts, label, model, ts, ...]
+# created is the time of its first event (its expiry and eviction order); t_instance is None
+# until the instance record or a prediction gives it; due is the label's time plus the grace.
+# The predictions follow as (model_id, ts, label) triples. Model ids and string labels are
 # interned, so a pending instance shares them with every other one.
-T_INSTANCE, HAS_RECORD, LABEL, LABEL_TS, LABEL_ARRIVAL, PREDICTIONS = range(6)
+CREATED, T_INSTANCE, HAS_RECORD, LABEL_, LABEL_TS, DUE, PREDICTIONS = range(7)
 _intern = sys.intern
 #: builds an :class:`Outcome` from a tuple of its fields without the Python-level ``__new__``
-#: of named tuples (the join makes one per model per resolved instance)
 _new_outcome = tuple.__new__
+#: a waiting event: (ts, kind, instance_id, model_id, label is a string, label, sequence)
+_Waiting = tuple[int, int, str, str, bool, Label, int]
+_NEVER = 2**62
 
 
-def _new_record(t_instance: int | None, has_record: bool) -> list:
-    return [t_instance, has_record, None, None, None]
+def queue_entries(record: list, label_ttl: int) -> list[tuple[str, int]]:
+    """The time-queue entries (queue, time) a pending instance's record stands for: its
+    expiry, and the end of its label's grace if it has one."""
+    entries = [("expiry", record[CREATED] + label_ttl + 1)]
+    if record[DUE] is not None:
+        entries.append(("grace", record[DUE] + 1))
+    return entries
 
 
 def label_order(label: Label) -> tuple[int, Label]:
-    """A total order of labels, integers before strings: how the join breaks ties between
-    records that compete (two labels of one instance stamped alike, two predictions of one
-    model stamped alike) by their content, never by which arrived first.
+    """A total order of labels, integers before strings: how the join orders records that are
+    alike but for their label (two labels of one instance stamped alike, two predictions of one
+    model stamped alike) — by content, never by which arrived first.
 
     >>> sorted(["b", 2, "a", 1], key=label_order)
     [1, 2, 'a', 'b']
@@ -110,14 +127,14 @@ def _by_time_then_label(entry: tuple[int, Label]) -> tuple[int, tuple[int, Label
 
 def _timelines(record: list) -> dict[str, list[tuple[int, Label]]]:
     """The predictions of a record per model (models in order of their first prediction),
-    each timeline sorted by ``ts``, ties by :func:`label_order` (not by arrival)."""
+    each timeline sorted by ``ts``, ties by :func:`label_order`."""
     timelines: dict[str, list[tuple[int, Label]]] = {}
     for i in range(PREDICTIONS, len(record), 3):
         entry = (record[i + 1], record[i + 2])
         timeline = timelines.get(record[i])
         if timeline is None:
             timelines[record[i]] = [entry]
-        elif entry[0] <= timeline[-1][0]:  # out of order, or a tie: rare
+        elif entry[0] <= timeline[-1][0]:  # out of order (a late event), or a tie: rare
             timeline.append(entry)
             timeline.sort(key=_by_time_then_label)
         else:
@@ -133,61 +150,58 @@ def _models(record: list) -> list[str]:
 class Join:
     """Buffer predictions per instance and model until the label arrives; emit outcomes.
 
-    Rules (docs/replay.md, "How events become outcomes"):
+    Rules (docs/replay.md, "How events become outcomes"), applied in event-time order:
 
     * ``t_instance`` is the instance record's ``ts``, or the first prediction's ``ts`` when no
-      instance record arrives (the instances topic is optional). Of two instance records the
-      earlier ``ts`` is kept, the other counted as a duplicate.
+      instance record arrives (the instances topic is optional). A second instance record is
+      a duplicate, counted.
     * A prediction counts if its ``ts`` ≤ the label's ``ts``; one stamped after the label is
       *leaky*: dropped and counted. Several predictions of one model are its evolving
-      predictions (first = initial, last = final), ordered by ``ts`` and, at equal ``ts``, by
-      label (:func:`label_order`). An exact repeat (same model, ``ts`` and label) is a
-      duplicate, dropped and counted.
-    * A label is held for ``label_grace`` after it arrives, so that predictions it overtook
-      can still join; then every model that predicted the instance is resolved. It arrives at
-      ``max(ts, now)``: at ``now`` for a replayed file, whose clock is the largest ``ts`` seen,
-      and at its own ``ts`` for the streaming join, whose clock is a watermark that trails the
-      labels. With grace 0 resolution is immediate once ``now`` has reached that arrival.
-      Predictions for a resolved instance are *late*: dropped and counted. A label nobody
-      predicted is an *orphan*.
-    * Of two labels of one instance the earlier ``ts`` (then :func:`label_order`) is kept, the
-      other ignored and counted: a duplicate if equal, else a conflict (the latest conflicts
-      are kept in :attr:`conflicts` for logging). Once the instance is resolved, any further
-      label is ignored and counted the same way.
+      predictions (first = initial, last = final), ordered by ``ts``, then by label. An exact
+      repeat (same model, ``ts`` and label) is a duplicate, dropped and counted.
+    * A label resolves the instance ``label_grace`` after its own time, once every event
+      stamped up to then is in; every model that predicted it gets an outcome. A label nobody
+      predicted is an *orphan*. A second label of an instance is ignored and counted: a
+      duplicate if equal, else a conflict (the latest conflicts are kept in
+      :attr:`conflicts` for logging).
+    * A resolved instance is remembered for ``label_ttl`` after its resolution (and at most
+      ``max_pending`` of them): later predictions of it are *late*, later labels duplicates or
+      conflicts, a later instance record *late*; all counted and ignored.
+    * An instance without a label ``label_ttl`` after its first event expires, counted as
+      unlabelled per model. When more than ``max_pending`` instances are pending, the oldest
+      (by first event) goes: resolved early if it already has its label, else evicted and
+      counted.
 
-    Where records compete, their content decides — never which arrived first — so the
-    outcomes do not depend on how the input was keyed or interleaved.
-      A resolved instance is remembered — for late predictions and repeated labels — for
-      ``label_ttl`` and at most ``max_pending`` resolved instances.
-    * An instance without a label ``label_ttl`` after ``t_instance`` is evicted and counted as
-      unlabelled per model. At most ``max_pending`` instances wait; past that the oldest
-      (first seen) are evicted and counted — or, if the oldest already has its label and is
-      only waiting out its grace, resolved early.
+    Events arrive through :meth:`add_events` (or ``add_*`` one at a time) and wait until
+    :meth:`advance` moves the clock past them. An event stamped at or before the clock when it
+    arrives is *late* (its partition broke time order): it is applied at once.
 
-    Outcomes are returned in resolution order — by ``(due, instance_id)``, where ``due`` is the
-    arrival plus the grace — and that order defines "the previous label" for the persistent
-    baseline downstream. Ties of ``due`` are broken by ``instance_id``, not by arrival, so the
-    order does not depend on how events from different partitions interleaved.
+    Outcomes are returned in resolution order — by ``(due, instance_id)`` — and that order
+    defines "the previous label" for the persistent baseline downstream.
 
     Parameters
     ----------
     label_grace
-        How long (ms of ``now``) a label waits for predictions it may have overtaken.
+        How long (ms of event time) a label waits for predictions it may have overtaken.
     label_ttl
-        How long (ms, ``now`` minus ``t_instance``) an instance may wait for its label.
+        How long (ms) an instance may wait for its label, and a resolved one is remembered.
     max_pending
-        Bound on the number of instances held.
+        Bound on the number of instances held (and of resolved instances remembered).
+    state
+        Where the instances live (default: :class:`~pipeline.core.state.MemoryState`).
 
     Examples
     --------
     >>> join = Join(label_grace=0)
-    >>> join.add_prediction("i1", "m1", ts=100, label="cat", now=100)
+    >>> join.add_prediction("i1", "m1", ts=100, label="cat", now=99)  # waits for the clock
     []
-    >>> join.add_prediction("i1", "m1", ts=150, label="dog", now=150)
+    >>> join.add_prediction("i1", "m1", ts=150, label="dog", now=120)
     []
-    >>> [o.labels for o in join.add_label("i1", ts=200, label="dog", now=200)]
+    >>> join.add_label("i1", ts=200, label="dog", now=180)
+    []
+    >>> [o.labels for o in join.advance(200)]  # every event up to 200 is in: resolved
     [('cat', 'dog')]
-    >>> join.add_prediction("i1", "m1", ts=210, label="dog", now=210)  # too late now
+    >>> join.add_prediction("i1", "m1", ts=210, label="dog", now=220)
     []
     >>> join.counters["late_prediction"]
     1
@@ -196,7 +210,7 @@ class Join:
     ----------
     Grzenda, Gomes, Bifet (2020), *Performance measures for evolving predictions under delayed
     labelling classification*, IJCNN: the latency period [t_instance, t_label] and evolving
-    predictions (SPEC §6.1).
+    predictions (Section III).
     """
 
     def __init__(
@@ -204,6 +218,7 @@ class Join:
         label_grace: int = 5_000,
         label_ttl: int = 7 * 86_400_000,
         max_pending: int = 1_000_000,
+        state: Any = None,
     ) -> None:
         for name, value, low in (
             ("label_grace", label_grace, 0),
@@ -215,100 +230,251 @@ class Join:
         self.label_grace = label_grace
         self.label_ttl = label_ttl
         self.max_pending = max_pending
-        self._now = -(2**62)
-        self._pending: OrderedDict[str, list] = OrderedDict()  # id -> record (see above)
-        self._grace: list[tuple[int, str]] = []  # heap of (due, instance_id)
-        self._expiry: list[tuple[int, str]] = []  # heap of (t_instance, instance_id)
-        self._resolved: OrderedDict[str, tuple[Label, int]] = OrderedDict()  # id -> (label, ts)
+        self.state = state = MemoryState() if state is None else state
+        #: whether a queue entry still stands (the state drops stale ones when it compacts)
+        state.valid = {"expiry": self._expiry_valid, "grace": self._grace_valid,
+                       "forget": self._forget_valid}  # fmt: skip
+        # the state's parts the hot path uses, bound once (the dicts never change identity)
+        self._records, self._memory, self._touch = state.records, state.memory, state.touch
+        #: whether the state wants stale queue entries discarded at once (a disk store does;
+        #: the in-memory heaps skip them when they come up)
+        self._discards = getattr(state, "discards", False)
+        self._clock = -(2**62)  # every event stamped <= clock is applied
+        self._runs: list[list[_Waiting]] = []  # waiting events, sorted runs
+        self._seq = 0
+        self._next = _NEVER  # the earliest queue time at which something is due
         #: the latest conflicting labels (instance_id, kept, ignored), for an adapter to log
         self.conflicts: deque[tuple[str, Label, Label]] = deque(maxlen=10)
-        self._next_due = 2**62  # see _schedule
         self.counters: Counter[str] = Counter()
         self.model_counters: Counter[tuple[str, str]] = Counter()  # (reason, model_id)
 
     # -- public API -----------------------------------------------------------------------
     @property
     def pending(self) -> int:
-        """Instances currently buffered."""
-        return len(self._pending)
+        """Instances currently held, waiting for a label."""
+        return self.state.pending_count()
+
+    @property
+    def waiting(self) -> int:
+        """Events received but not yet applied (stamped after the clock)."""
+        return sum(len(run) for run in self._runs)
 
     def add_instance(self, instance_id: str, ts: int, now: int) -> list[Outcome]:
-        out = self.advance(now)
-        self._instance(instance_id, ts, out)
-        return out
+        return self.add_events([(INSTANCE, instance_id, "", ts, "", 0, 0)], now)[0]
 
     def add_prediction(
         self, instance_id: str, model_id: str, ts: int, label: Label, now: int
     ) -> list[Outcome]:
-        out = self.advance(now)
-        self._prediction(instance_id, model_id, ts, label, out)
-        return out
+        return self.add_events([(PREDICTION, instance_id, model_id, ts, label, 0, 0)], now)[0]
 
     def add_label(self, instance_id: str, ts: int, label: Label, now: int) -> list[Outcome]:
-        out = self.advance(now)
-        self._label(instance_id, ts, label, out)
-        return out
+        return self.add_events([(LABEL, instance_id, "", ts, label, 0, 0)], now)[0]
 
     def add_events(
         self, events: Iterable[EventRow], now: int, seen: list[int] | None = None
     ) -> tuple[list[Outcome], int]:
-        """Apply a batch of events in order at clock ``now``, exactly as the ``add_*`` calls
-        one by one would, in one loop (the streaming join's hot path).
+        """Take a batch of events, then move the clock to ``now`` (never backwards): apply,
+        in time order, every event stamped at or before it, with the timed rules between.
 
-        ``seen`` (optional) holds, per source index, the last source offset applied: an event
+        ``seen`` (optional) holds, per source index, the last source offset taken: an event
         whose offset is not above it is a repeat (a resent batch after a crash) and is skipped;
         ``seen`` is updated. Returns the outcomes and the number of repeats skipped.
         """
-        out = self.advance(now)
-        now = self._now
-        instance, prediction, label_ = self._instance, self._prediction, self._label
+        out: list[Outcome] = []
+        clock = self._clock
+        run: list[_Waiting] = []
+        late: list[_Waiting] = []
         repeats = 0
+        seq = self._seq
         for kind, instance_id, model_id, ts, label, source, offset in events:
             if seen is not None:
                 if offset <= seen[source]:
                     repeats += 1
                     continue
                 seen[source] = offset
-            if self._next_due <= now:  # what advance(now) would do before this event
-                out += self.advance(now)
+            seq += 1
+            entry = (ts, kind, instance_id, model_id, type(label) is str, label, seq)
+            if ts > clock:
+                run.append(entry)
+            else:
+                late.append(entry)
+        self._seq = seq
+        if late:  # stamped at or before the clock already passed: applied at once, as they come
+            late.sort(key=lambda e: e[6])
+            self._apply(late, out)
+        if run:
+            run.sort()
+            self._runs.append(run)
+        self.advance(now, out)
+        return out, repeats
+
+    def advance(self, now: int, out: list[Outcome] | None = None) -> list[Outcome]:
+        """Move the clock to ``now`` (never backwards): apply the events stamped up to it and
+        the timed rules due by then, in time order. Returns the outcomes (also appended to
+        ``out`` if given)."""
+        if out is None:
+            out = []
+        if now < self._clock:
+            now = self._clock
+        if self._runs:
+            due = self._take(now)
+            if due:
+                self._apply(due, out)
+        if self._next <= now + 1:
+            self._rules(now + 1, out)
+        self._clock = now
+        return out
+
+    def flush(self) -> list[Outcome]:
+        """The end of a finite stream (replay): apply every waiting event, then resolve every
+        instance that has its label now, without waiting for its grace (nothing more can
+        come). Instances without a label stay pending."""
+        out: list[Outcome] = []
+        if self._runs:
+            last = max(run[-1][0] for run in self._runs)
+            self.advance(last, out)
+        state = self.state
+        while (top := state.peek("grace")) is not None:
+            state.pop("grace")
+            self._resolve_due(top[0], top[1], out)
+        self._schedule()
+        return out
+
+    # -- time order -------------------------------------------------------------------------
+    def _take(self, now: int) -> list[_Waiting]:
+        """The waiting events stamped up to ``now``, in order."""
+        key = (now + 1,)
+        taken: list[_Waiting] = []
+        kept = []
+        for run in self._runs:
+            cut = bisect.bisect_left(run, key)
+            if cut == len(run):
+                taken += run
+            elif cut:
+                taken += run[:cut]
+                kept.append(run[cut:])
+            else:
+                kept.append(run)
+        self._runs = kept
+        if len(taken) > 1:
+            taken.sort()  # sorted runs: timsort merges them
+        return taken
+
+    def _apply(self, events: list[_Waiting], out: list[Outcome]) -> None:
+        """Apply events in the given order, the timed rules due before each in between."""
+        state = self.state
+        state.prefetch({e[2] for e in events})
+        instance, prediction, label_ = self._instance, self._prediction, self._label
+        max_pending, pending = self.max_pending, state.pending_count
+        for ts, kind, instance_id, model_id, _, label, _ in events:
+            clock = self._clock
+            if ts > clock:
+                if self._next <= ts:  # something timed acts before this event
+                    self._rules(ts, out)
+                self._clock = ts - 1  # everything before it is in
+            elif self._next <= clock + 1:  # a late event: it comes now
+                self._rules(clock + 1, out)
             if kind == PREDICTION:
                 prediction(instance_id, model_id, ts, label, out)
             elif kind == LABEL:
                 label_(instance_id, ts, label, out)
             else:
                 instance(instance_id, ts, out)
-        return out, repeats
+            if pending() > max_pending:  # the bound holds after every event
+                self._limit(out)
 
-    # -- one event (the clock already advanced) ----------------------------------------------
+    def _rules(self, until: int, out: list[Outcome]) -> None:
+        """Everything timed that acts before events stamped ``until``, in time order (at equal
+        times: resolutions of labels whose grace has passed, expiries, forgetting resolved
+        instances)."""
+        state = self.state
+        peek, pop, prefetch, records = state.peek, state.pop, state.prefetch, self._records
+        grace, expiry, forget = peek("grace"), peek("expiry"), peek("forget")
+        while True:
+            if (grace is not None and grace[0] <= until and (expiry is None or grace <= expiry)
+                    and (forget is None or grace <= forget)):  # fmt: skip
+                pop("grace")
+                if grace[1] not in records:
+                    prefetch((grace[1],))
+                self._resolve_due(grace[0], grace[1], out)
+                grace, forget = peek("grace"), peek("forget")  # a resolution remembers
+                expiry = peek("expiry")  # ... and may discard an expiry entry
+            elif expiry is not None and expiry[0] <= until and (forget is None or expiry <= forget):
+                pop("expiry")
+                if expiry[1] not in records:
+                    prefetch((expiry[1],))
+                self._expire(expiry[0], expiry[1])
+                expiry, grace = peek("expiry"), peek("grace")
+            elif forget is not None and forget[0] <= until:
+                pop("forget")
+                prefetch((forget[1],))
+                self._forget(forget[0], forget[1])
+                forget = peek("forget")
+            else:
+                break
+        times = [entry[0] for entry in (grace, expiry, forget) if entry is not None]
+        self._next = min(times) if times else _NEVER
+
+    def _schedule(self) -> None:
+        state = self.state
+        times = [entry[0] for entry in (state.peek("grace"), state.peek("expiry"),
+                                         state.peek("forget")) if entry is not None]  # fmt: skip
+        self._next = min(times, default=_NEVER)
+
+    def _push(self, queue: str, t: int, instance_id: str) -> None:
+        self.state.push(queue, t, instance_id)
+        if t < self._next:
+            self._next = t
+
+    # -- queue entries that still stand (stale ones are skipped) ------------------------------
+    def _grace_valid(self, t: int, instance_id: str) -> bool:
+        record = self.state.records.get(instance_id)
+        return record is not None and record[DUE] is not None and record[DUE] + 1 == t
+
+    def _expiry_valid(self, t: int, instance_id: str) -> bool:
+        record = self.state.records.get(instance_id)
+        return record is not None and record[CREATED] + self.label_ttl + 1 == t
+
+    def _forget_valid(self, t: int, instance_id: str) -> bool:
+        entry = self.state.memory.get(instance_id)
+        return entry is not None and entry[1] + 1 == t
+
+    def queue_entries(self, record: list) -> list[tuple[str, int]]:
+        """The time-queue entries a pending instance's record stands for."""
+        return queue_entries(record, self.label_ttl)
+
+    # -- one event ----------------------------------------------------------------------------
+    def _new(self, instance_id: str, ts: int, t_instance: int | None, has_record: bool) -> list:
+        record = [ts, t_instance, has_record, None, None, None]
+        expiry = ts + self.label_ttl + 1
+        self.state.create(instance_id, record, expiry)
+        if expiry < self._next:
+            self._next = expiry
+        return record
+
     def _instance(self, instance_id: str, ts: int, out: list[Outcome]) -> None:
-        if instance_id in self._resolved:
+        if self._memory.get(instance_id) is not None:
             self._count("late_instance")
             return
-        record = self._pending.get(instance_id)
+        record = self._records.get(instance_id)
         if record is None:
-            self._insert(instance_id, _new_record(ts, True), out)
+            self._new(instance_id, ts, ts, True)
         elif record[HAS_RECORD]:
             self._count("duplicate_instance")
-            if (
-                ts < record[T_INSTANCE]
-            ):  # the earliest record is the instance's, whatever came first
-                record[T_INSTANCE] = ts
-                self._schedule_expiry(instance_id, ts)
         else:
             record[HAS_RECORD] = True
             record[T_INSTANCE] = ts
-            self._schedule_expiry(instance_id, ts)
+            self._touch(instance_id)
 
     def _prediction(
         self, instance_id: str, model_id: str, ts: int, label: Label, out: list[Outcome]
     ) -> None:
-        if instance_id in self._resolved:
+        if self._memory.get(instance_id) is not None:
             self._count("late_prediction", model_id)
             return
-        record = self._pending.get(instance_id)
+        record = self._records.get(instance_id)
         if record is None:
-            record = _new_record(None, False)
-            self._insert(instance_id, record, out)
+            record = self._new(instance_id, ts, None, False)
         label_ts = record[LABEL_TS]
         if label_ts is not None and ts > label_ts:
             self._count("leaky_prediction", model_id)
@@ -316,7 +482,6 @@ class Join:
         t_instance = record[T_INSTANCE]
         if t_instance is None or (not record[HAS_RECORD] and ts < t_instance):
             record[T_INSTANCE] = ts  # the first prediction's time, until an instance record
-            self._schedule_expiry(instance_id, ts)
         elif ts == t_instance:
             ts = t_instance  # one int object for both
         if type(model_id) is str:
@@ -328,131 +493,79 @@ class Join:
                 self._count("duplicate_prediction", model_id)
                 return
         record += (model_id, ts, label)
+        self._touch(instance_id)
 
     def _label(self, instance_id: str, ts: int, label: Label, out: list[Outcome]) -> None:
-        known = self._resolved.get(instance_id)
-        if known is not None:  # resolved already: too late to change anything
+        known = self._memory.get(instance_id)
+        if known is not None:  # resolved already
             self._second_label(instance_id, known[0], label)
             return
-        record = self._pending.get(instance_id)
+        record = self._records.get(instance_id)
         if record is None:
-            record = _new_record(None, False)
-            self._insert(instance_id, record, out)
-        elif record[LABEL] is not None:
-            # two labels compete: the earlier in event time (ties: label_order) is the
-            # instance's label, whichever arrived first
-            kept = record[LABEL]
-            if (ts, label_order(label)) >= (record[LABEL_TS], label_order(kept)):
-                self._second_label(instance_id, kept, label)
-                return
-            self._second_label(instance_id, label, kept)  # its grace entry is now stale
-        arrival = ts if ts > self._now else self._now
+            record = self._new(instance_id, ts, None, False)
+        elif record[LABEL_] is not None:
+            self._second_label(instance_id, record[LABEL_], label)
+            return
         if type(label) is str:
             label = _intern(label)
-        record[LABEL], record[LABEL_TS], record[LABEL_ARRIVAL] = label, ts, arrival
-        due = arrival + self.label_grace
-        if due <= self._now:
-            self._resolve(instance_id, out)
-        else:
-            heapq.heappush(self._grace, (due, instance_id))
-            if due < self._next_due:
-                self._next_due = due
+        due = (ts if ts > self._clock else self._clock) + self.label_grace
+        record[LABEL_], record[LABEL_TS], record[DUE] = label, ts, due
+        self._touch(instance_id)
+        self._push("grace", due + 1, instance_id)
 
-    def advance(self, now: int) -> list[Outcome]:
-        """Move the clock to ``now`` (never backwards): resolve labels whose grace has passed
-        and expire instances past ``label_ttl``."""
-        if now > self._now:
-            self._now = now
-        now = self._now
-        if now < self._next_due:  # nothing is due yet: the common case, kept cheap
-            return []
-        out: list[Outcome] = []
-        grace = self._grace
-        while grace and grace[0][0] <= now:
-            self._resolve_due(*heapq.heappop(grace), out)
-        expiry, ttl = self._expiry, self.label_ttl
-        while expiry and expiry[0][0] + ttl < now:
-            t_instance, instance_id = heapq.heappop(expiry)
-            record = self._pending.get(instance_id)
-            if record is None or record[T_INSTANCE] != t_instance:
-                continue  # a stale heap entry: resolved, or t_instance moved since
-            if record[LABEL] is None:
-                del self._pending[instance_id]
-                self._drop_pending(record, "expired_unlabelled")
-        resolved = self._resolved
-        while resolved:
-            first = next(iter(resolved.values()))
-            if first[1] + self.label_ttl >= now:
-                break
-            resolved.popitem(last=False)
-        self._schedule()
-        return out
-
-    def _schedule(self) -> None:
-        """The earliest clock value at which :meth:`advance` has something to do."""
-        due = []
-        if self._grace:
-            due.append(self._grace[0][0])
-        if self._expiry:
-            due.append(self._expiry[0][0] + self.label_ttl + 1)
-        if self._resolved:
-            due.append(next(iter(self._resolved.values()))[1] + self.label_ttl + 1)
-        self._next_due = min(due, default=2**62)
-
-    def flush(self) -> list[Outcome]:
-        """Resolve every instance that has its label now, without waiting for its grace.
-
-        For the end of a finite stream (replay): nothing more can arrive, so waiting is
-        pointless. Instances without a label stay pending.
-        """
-        out: list[Outcome] = []
-        while self._grace:
-            self._resolve_due(*heapq.heappop(self._grace), out)
-        return out
-
-    def _resolve_due(self, due: int, instance_id: str, out: list[Outcome]) -> None:
-        """Resolve the instance whose label this grace entry was scheduled for — not a later
-        incarnation of the same id (resolved, forgotten, then seen again)."""
-        record = self._pending.get(instance_id)
-        if record is not None and record[LABEL_ARRIVAL] is not None:
-            if record[LABEL_ARRIVAL] + self.label_grace == due:
-                self._resolve(instance_id, out)
-
-    # -- internals --------------------------------------------------------------------------
     def _second_label(self, instance_id: str, kept: Label, other: Label) -> None:
-        """Count a label that lost to ``kept``: a duplicate, or a conflict (kept for logging)."""
+        """Count a label that came after ``kept``: a duplicate, or a conflict (logged)."""
         if other == kept:
             self._count("duplicate_label")
         else:
             self._count("conflicting_label")
             self.conflicts.append((instance_id, kept, other))
 
+    # -- the timed rules ------------------------------------------------------------------------
+    def _resolve_due(self, t: int, instance_id: str, out: list[Outcome]) -> None:
+        if self._grace_valid(t, instance_id):
+            self._resolve(instance_id, out)
+
+    def _expire(self, t: int, instance_id: str) -> None:
+        state = self.state
+        if not self._expiry_valid(t, instance_id):
+            return
+        record = state.records[instance_id]
+        if record[LABEL_] is not None and record[LABEL_TS] < t:
+            return  # its label came in time: it resolves when its grace has passed
+        state.drop(instance_id)
+        if record[DUE] is not None and self._discards:
+            state.discard("grace", record[DUE] + 1, instance_id)
+        self._drop_pending(record, "expired_unlabelled")
+
+    def _forget(self, t: int, instance_id: str) -> None:
+        if self._forget_valid(t, instance_id):
+            self.state.forget(instance_id)
+
+    def _limit(self, out: list[Outcome]) -> None:
+        """At most ``max_pending`` instances held and remembered: the oldest go first."""
+        state = self.state
+        while state.pending_count() > self.max_pending:
+            t, instance_id = state.pop("expiry")
+            state.prefetch((instance_id,))
+            if not self._expiry_valid(t, instance_id):
+                continue
+            record = state.records[instance_id]
+            if record[LABEL_] is not None:  # only waiting out its grace: resolved early
+                self._resolve(instance_id, out)
+            else:
+                state.drop(instance_id)
+                self._drop_pending(record, "evicted_max_pending")
+        while state.memory_count() > self.max_pending:
+            t, instance_id = state.pop("forget")
+            state.prefetch((instance_id,))
+            self._forget(t, instance_id)
+        self._schedule()
+
     def _count(self, reason: str, model_id: str | None = None) -> None:
         self.counters[reason] += 1
         if model_id is not None:
             self.model_counters[reason, model_id] += 1
-
-    def _insert(self, instance_id: str, record: list, out: list[Outcome]) -> None:
-        while len(self._pending) >= self.max_pending:
-            oldest_id, oldest = self._pending.popitem(last=False)
-            if oldest[LABEL] is not None:  # was waiting for its grace: resolve it now instead
-                self._pending[oldest_id] = oldest
-                self._resolve(oldest_id, out)
-            else:
-                self._drop_pending(oldest, "evicted_max_pending")
-        self._pending[instance_id] = record
-        if record[T_INSTANCE] is not None:
-            self._schedule_expiry(instance_id, record[T_INSTANCE])
-
-    def _schedule_expiry(self, instance_id: str, t_instance: int) -> None:
-        expiry = self._expiry
-        if len(expiry) > 2 * len(self._pending) + 1024:
-            # entries of resolved instances are only dropped when due: compact now and then
-            expiry[:] = [(r[T_INSTANCE], i) for i, r in self._pending.items()
-                         if r[T_INSTANCE] is not None]  # fmt: skip
-            heapq.heapify(expiry)
-        heapq.heappush(expiry, (t_instance, instance_id))
-        self._next_due = min(self._next_due, t_instance + self.label_ttl + 1)
 
     def _drop_pending(self, record: list, reason: str) -> None:
         if len(record) > PREDICTIONS:
@@ -462,19 +575,21 @@ class Join:
             self._count(reason)
 
     def _resolve(self, instance_id: str, out: list[Outcome]) -> None:
-        record = self._pending.pop(instance_id)
-        label, label_ts = record[LABEL], record[LABEL_TS]
-        due = record[LABEL_ARRIVAL] + self.label_grace
-        resolved = self._resolved
-        resolved[instance_id] = (label, self._now)
-        self._next_due = min(self._next_due, self._now + self.label_ttl + 1)
-        if len(resolved) > self.max_pending:  # remembered for label_ttl, but never unbounded
-            resolved.popitem(last=False)
+        state = self.state
+        record = state.records[instance_id]
+        label, label_ts, due = record[LABEL_], record[LABEL_TS], record[DUE]
+        if self._discards:
+            state.discard("expiry", record[CREATED] + self.label_ttl + 1, instance_id)
+            state.discard("grace", due + 1, instance_id)
+        # dropped, remembered until due + ttl (its queue entry is later than anything now)
+        state.resolved(instance_id, label, due + self.label_ttl)
+        if state.memory_count() > self.max_pending:
+            self._limit(out)
         models = record[PREDICTIONS::3]
         if models and len(set(models)) == len(models):
             times = record[PREDICTIONS + 1 :: 3]
             if max(times) <= label_ts:  # the common case: one prediction per model, in time
-                t_instance = self._t_instance(record, models, times, due)
+                t_instance = self._t_instance(record, models, times)
                 if t_instance is None:
                     return
                 labels = record[PREDICTIONS + 2 :: 3]
@@ -487,8 +602,8 @@ class Join:
     def _resolve_timelines(self, instance_id: str, record: list, due: int,
                            out: list[Outcome]) -> None:  # fmt: skip
         """:meth:`_resolve` in general: any model may have predicted several times, some
-        predictions may be stamped after the label."""
-        label, label_ts = record[LABEL], record[LABEL_TS]
+        predictions may be stamped after the label (late events)."""
+        label, label_ts = record[LABEL_], record[LABEL_TS]
         kept_by_model: dict[str, list[tuple[int, Label]]] = {}
         for model_id, timeline in _timelines(record).items():
             if timeline[-1][0] <= label_ts:  # the common case: nothing stamped after the label
@@ -499,11 +614,11 @@ class Join:
                 self._count("leaky_prediction", model_id)
             if kept:
                 kept_by_model[model_id] = kept
-        if not kept_by_model:  # nobody predicted it (in time): the same whatever arrived first
+        if not kept_by_model:  # nobody predicted it (in time)
             self._count("orphan_label")
             return
         firsts = [kept[0][0] for kept in kept_by_model.values()]
-        t_instance = self._t_instance(record, kept_by_model, firsts, due)
+        t_instance = self._t_instance(record, kept_by_model, firsts)
         if t_instance is None:
             return
         for model_id, kept in kept_by_model.items():
@@ -514,73 +629,68 @@ class Join:
             fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due)
             out.append(_new_outcome(Outcome, fields))
 
-    def _t_instance(
-        self, record: list, models: Iterable[str], firsts: list[int], due: int
-    ) -> int | None:
+    def _t_instance(self, record: list, models: Iterable[str], firsts: list[int]) -> int | None:
         """The time of a resolved instance: its record's, else its first prediction that counts
-        (``firsts``: each model's first). None, counted per model, if the label precedes it.
+        (``firsts``: each model's first). None, counted per model, if the label precedes it."""
+        if not record[HAS_RECORD]:
+            return min(firsts)
+        if record[LABEL_TS] < record[T_INSTANCE]:
+            for model_id in models:
+                self._count("label_before_instance", model_id)
+            return None
+        return record[T_INSTANCE]
 
-        An instance record stamped after ``due`` is left out, counted as late, as if it had
-        arrived after the resolution: only events stamped up to ``due`` are sure to be in when
-        an instance resolves (on the streaming join's watermark, or in a replay), so nothing
-        stamped later may decide an outcome, or the outcome would depend on arrival order.
-        """
-        if record[HAS_RECORD]:
-            t_instance = record[T_INSTANCE]
-            if t_instance <= due:
-                if record[LABEL_TS] < t_instance:
-                    for model_id in models:
-                        self._count("label_before_instance", model_id)
-                    return None
-                return t_instance
-            self._count("late_instance")
-        return min(firsts)
+    # -- checkpoints --------------------------------------------------------------------------
+    def changes(self) -> dict[bytes, bytes | None]:
+        """What changed since the last :meth:`commit`, as the state's encoded key/value pairs
+        (None: deleted) plus the join's scalars under the meta key: a checkpoint writes these,
+        and the pairs of every checkpoint so far, latest value per key, restore the join."""
+        return self.state.changes(self.meta())
 
-    # -- state ----------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        """A JSON-ready snapshot (instance ids must be strings, labels str or int). It refers to
-        the join's own records: serialize it before the join changes again."""
+    def commit(self, *where: Any) -> None:
+        """The changes so far are durable (written to a checkpoint); ``where`` tells a disk
+        store what to write with them."""
+        self.state.commit(*where)
+
+    @classmethod
+    def resume(cls, meta: dict[str, Any], state: Any) -> Join:
+        """A join over a ``state`` that holds its instances already (a disk store), with its
+        scalars (:meth:`meta`)."""
+        join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state)
+        join.restore_meta(meta)
+        return join
+
+    @classmethod
+    def restore(cls, items: Iterable[tuple[bytes, bytes]], state: Any = None) -> Join:
+        """A join from the latest value of every key its checkpoints wrote (in any order)."""
+        items = [(k, v) for k, v in items if v is not None]
+        meta = next(decode_value(v) for k, v in items if k == META)
+        join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state)
+        join.state.load(items, join.queue_entries, PREDICTIONS)
+        join.restore_meta(meta)
+        join.commit()
+        return join
+
+    def meta(self) -> dict[str, Any]:
+        """The join's scalars (for a checkpoint; the instances are the state's)."""
         return {
             "label_grace": self.label_grace,
             "label_ttl": self.label_ttl,
             "max_pending": self.max_pending,
-            "now": self._now,
-            # ids and records side by side: the records go out as they are, no copy each
-            "pending_ids": list(self._pending),
-            "pending": list(self._pending.values()),
-            "grace": list(self._grace),  # (due, instance_id) pairs
-            # ids and (label, ts) pairs side by side: no container made per resolved instance,
-            # which a snapshot of a million of them would pay for in garbage collections
-            "resolved_ids": list(self._resolved),
-            "resolved": list(self._resolved.values()),
+            "clock": self._clock,
+            "seq": self._seq,
+            "waiting": [list(e) for e in sorted(e for run in self._runs for e in run)],
             "counters": dict(self.counters),
             "model_counters": [[r, m, c] for (r, m), c in self.model_counters.items()],
         }
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Join:
-        join = cls(state["label_grace"], state["label_ttl"], state["max_pending"])
-        join._now = state["now"]
-        for instance_id, record in zip(state["pending_ids"], state["pending"], strict=True):
-            record = list(record)  # never share a list with the state it came from
-            for i in range(PREDICTIONS, len(record), 3):
-                if type(record[i]) is str:
-                    record[i] = _intern(record[i])
-                if type(record[i + 2]) is str:
-                    record[i + 2] = _intern(record[i + 2])
-            join._pending[instance_id] = record
-            if record[T_INSTANCE] is not None:
-                join._expiry.append((record[T_INSTANCE], instance_id))
-        heapq.heapify(join._expiry)
-        join._grace = [(due, i) for due, i in state["grace"]]
-        heapq.heapify(join._grace)
-        if "resolved_ids" in state:
-            join._resolved = OrderedDict(
-                zip(state["resolved_ids"], map(tuple, state["resolved"]), strict=True)
-            )
-        else:  # snapshot version 3: one [id, label, ts] triple each
-            join._resolved = OrderedDict((k, (y, t)) for k, y, t in state["resolved"])
-        join.counters = Counter(state["counters"])
-        join.model_counters = Counter({(r, m): c for r, m, c in state["model_counters"]})
-        join._schedule()
-        return join
+    def restore_meta(self, meta: dict[str, Any]) -> None:
+        """Take back the scalars of :meth:`meta` (the instances are already in the state, and
+        its time queues)."""
+        self._clock = meta["clock"]
+        self._seq = meta["seq"]
+        waiting = sorted(tuple(e) for e in meta["waiting"])
+        self._runs = [waiting] if waiting else []
+        self.counters = Counter(meta["counters"])
+        self.model_counters = Counter({(r, m): c for r, m, c in meta["model_counters"]})
+        self._schedule()

@@ -1,7 +1,5 @@
 """The join rules of DESIGN.md "Join semantics", one table row per rule."""
 
-import json
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,13 +7,23 @@ from hypothesis import strategies as st
 from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
 
 # events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
-# ("a", now) advances the clock. Outcomes: (model, instance, y_true, labels, t_inst, t_label)
+# ("a", now) advances the clock. Each event arrives when the clock is at ``now``: stamped after
+# it, it waits until the clock passes its ts; stamped at or before it, it is late and applied at
+# once. Outcomes: (model, instance, y_true, labels, t_inst, t_label)
 CASES = {
     "prediction then label, grace 0": dict(
         grace=0,
         events=[("p", "i1", "m", 10, "a", 10), ("l", "i1", 50, "a", 50)],
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
         counters={},
+    ),
+    "a label waits for the clock to pass it, and its grace": dict(
+        grace=100,
+        events=[("p", "i1", "m", 10, "a", 0), ("l", "i1", 50, "a", 0), ("a", 149)],
+        outcomes=[],
+        counters={},
+        then=[("a", 150)],
+        then_outcomes=[("m", "i1", "a", ("a",), 10, 50)],
     ),
     "instance record sets t_instance even after predictions": dict(
         grace=0,
@@ -38,7 +46,7 @@ CASES = {
         events=[
             ("p", "i1", "m", 10, "a", 10),
             ("p", "i1", "m", 30, "c", 30),
-            ("p", "i1", "m", 20, "b", 31),  # out of order arrival is sorted by ts
+            ("p", "i1", "m", 20, "b", 31),  # late, but sorted by ts into the timeline
             ("l", "i1", 40, "c", 40),
         ],
         outcomes=[("m", "i1", "c", ("a", "b", "c"), 10, 40)],
@@ -55,17 +63,18 @@ CASES = {
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
         counters={"leaky_prediction": 1},
     ),
-    "leaky prediction arriving before the label (stamped after it)": dict(
+    "a prediction stamped after its label comes after it, whatever arrives first": dict(
         grace=0,
         events=[
             ("p", "i1", "m", 10, "a", 10),
-            ("p", "i1", "m", 90, "b", 20),
+            ("p", "i1", "m", 90, "b", 20),  # arrives first, applied at 90
             ("l", "i1", 50, "a", 50),
+            ("a", 100),
         ],
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
-        counters={"leaky_prediction": 1},
+        counters={"late_prediction": 1},
     ),
-    "a prediction stamped after its label is leaky whatever arrives first": dict(
+    "a late label before a prediction stamped after it: leaky": dict(
         grace=100,
         events=[("p", "i1", "m", 60, "a", 60), ("l", "i1", 50, "a", 61), ("a", 500)],
         outcomes=[],
@@ -90,6 +99,7 @@ CASES = {
         events=[
             ("p", "i1", "m", 40, "a", 40),
             ("l", "i1", 50, "a", 50),
+            ("a", 150),
             ("p", "i1", "n", 45, "a", 150),
         ],
         outcomes=[("m", "i1", "a", ("a",), 40, 50)],
@@ -121,8 +131,8 @@ CASES = {
         grace=100,
         events=[
             ("p", "i1", "m", 10, "a", 10),
-            ("l", "i1", 55, "b", 60),
-            ("l", "i1", 50, "a", 61),  # stamped earlier: it is the label
+            ("l", "i1", 55, "b", 20),
+            ("l", "i1", 50, "a", 30),  # arrives second, stamped first: it is the label
             ("a", 500),
         ],
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
@@ -132,20 +142,20 @@ CASES = {
         grace=100,
         events=[
             ("p", "i1", "m", 10, "a", 10),
-            ("l", "i1", 50, "b", 50),
-            ("l", "i1", 50, "a", 50),
-            ("l", "i1", 50, 7, 51),
+            ("l", "i1", 50, "b", 20),
+            ("l", "i1", 50, "a", 20),
+            ("l", "i1", 50, 7, 21),
             ("a", 500),
         ],
         outcomes=[("m", "i1", 7, ("a",), 10, 50)],  # integers before strings
         counters={"conflicting_label": 2},
     ),
-    "the same label stamped earlier moves the label time": dict(
+    "the same label stamped earlier sets the label time": dict(
         grace=100,
         events=[
             ("p", "i1", "m", 10, "a", 10),
-            ("l", "i1", 55, "a", 55),
-            ("l", "i1", 50, "a", 56),
+            ("l", "i1", 55, "a", 20),
+            ("l", "i1", 50, "a", 21),
             ("a", 500),
         ],
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
@@ -154,10 +164,11 @@ CASES = {
     "of two instance records the earlier wins, whichever arrives first": dict(
         grace=0,
         events=[
-            ("i", "i1", 8, 8),
-            ("i", "i1", 5, 9),
-            ("p", "i1", "m", 10, "a", 10),
-            ("l", "i1", 50, "a", 50),
+            ("i", "i1", 8, 0),
+            ("i", "i1", 5, 0),
+            ("p", "i1", "m", 10, "a", 0),
+            ("l", "i1", 50, "a", 0),
+            ("a", 100),
         ],
         outcomes=[("m", "i1", "a", ("a",), 5, 50)],
         counters={"duplicate_instance": 1},
@@ -165,10 +176,11 @@ CASES = {
     "re-predictions stamped alike are ordered by label, not arrival": dict(
         grace=0,
         events=[
-            ("p", "i1", "m", 10, "b", 10),
-            ("p", "i1", "m", 10, "a", 10),
-            ("p", "i1", "m", 5, "c", 11),
-            ("l", "i1", 50, "a", 50),
+            ("p", "i1", "m", 10, "b", 0),
+            ("p", "i1", "m", 10, "a", 0),
+            ("p", "i1", "m", 5, "c", 0),
+            ("l", "i1", 50, "a", 0),
+            ("a", 100),
         ],
         outcomes=[("m", "i1", "a", ("c", "a", "b"), 5, 50)],
         counters={},
@@ -189,12 +201,19 @@ CASES = {
     "label_ttl expiry counts unlabelled per model": dict(
         grace=0,
         ttl=1000,
-        events=[("p", "i1", "m", 10, "a", 10), ("p", "i1", "n", 10, "a", 10), ("a", 1010)],
+        events=[("p", "i1", "m", 10, "a", 10), ("p", "i1", "n", 10, "a", 10), ("a", 1009)],
         outcomes=[],
         counters={},
-        then=[("a", 1011), ("l", "i1", 1012, "a", 1012)],
+        then=[("a", 1010), ("l", "i1", 1012, "a", 1012)],  # 1010: no event can save it now
         then_outcomes=[],
         then_counters={"expired_unlabelled": 2, "orphan_label": 1},
+    ),
+    "a label in time saves an instance from expiry": dict(
+        grace=100,
+        ttl=1000,
+        events=[("p", "i1", "m", 10, "a", 0), ("l", "i1", 1010, "a", 0), ("a", 2000)],
+        outcomes=[("m", "i1", "a", ("a",), 10, 1010)],
+        counters={},
     ),
     "max_pending evicts the oldest instance": dict(
         grace=0,
@@ -210,21 +229,18 @@ CASES = {
         outcomes=[("m", "i3", "b", ("a",), 12, 21)],
         counters={"evicted_max_pending": 2, "orphan_label": 1},
     ),
-    "a stale grace entry never resolves a later incarnation of the same id": dict(
-        # i4's label is resolved early (pushed out of the full buffer), forgotten after its TTL,
-        # and i4 comes back as a new prediction: the old grace entry must leave it alone
-        grace=50,
-        ttl=30,
+    "max_pending resolves the oldest early if it has its label": dict(
+        grace=100,
         max_pending=2,
         events=[
-            ("l", "i4", 168, "b", 178),
-            ("p", "i5", "m", 169, "b", 178),
-            ("p", "i6", "n", 190, "a", 180),
-            ("p", "i4", "n", 174, "a", 212),
-            ("a", 300),
+            ("p", "i1", "m", 10, "a", 0),
+            ("l", "i1", 11, "a", 0),
+            ("p", "i2", "m", 12, "a", 0),
+            ("p", "i3", "m", 13, "a", 0),
+            ("a", 50),
         ],
-        outcomes=[],
-        counters={"orphan_label": 1, "expired_unlabelled": 3},
+        outcomes=[("m", "i1", "a", ("a",), 10, 11)],
+        counters={},
     ),
     "label before the instance time is a data error": dict(
         grace=0,
@@ -260,32 +276,72 @@ def test_join_rules(case):
     assert _run(join, case["events"]) == case["outcomes"]
     assert dict(join.counters) == case["counters"]
     if "then" in case:
-        # the state survives a JSON round trip at this point and goes on identically
-        restored = Join.from_state(json.loads(json.dumps(join.state())))
+        # restored from its checkpoint at this point, the join goes on identically
+        restored = Join.restore(join.changes().items())
         for j in (join, restored):
             assert _run(j, case["then"]) == case["then_outcomes"]
             assert dict(j.counters) == {**case["counters"], **case.get("then_counters", {})}
 
 
-def test_reads_version_3_state():
-    """Snapshot version 3 wrote resolved instances as [id, label, ts] triples: a join restored
-    from one goes on exactly as one restored from today's layout."""
-    join = Join(label_grace=5)
-    before = [("p", "i1", "m", 10, "a", 10), ("l", "i1", 20, "a", 20),
-              ("p", "i2", "m", 30, "b", 30), ("l", "i2", 40, "a", 40), ("a", 50)]  # fmt: skip
-    assert len(_run(join, before)) == 2
-    state = json.loads(json.dumps(join.state()))
-    assert state["resolved_ids"] == ["i1", "i2"]
-    old = {k: v for k, v in state.items() if k != "resolved_ids"}
-    pairs = zip(state["resolved_ids"], state["resolved"], strict=True)
-    old["resolved"] = [[k, y, t] for k, (y, t) in pairs]
-    restored, from_old = Join.from_state(state), Join.from_state(old)
-    assert from_old.state() == restored.state()
-    then = [("p", "i1", "m", 60, "a", 60), ("l", "i2", 61, "b", 61), ("p", "i3", "m", 62, "b", 62),
-            ("l", "i3", 63, "b", 63), ("a", 100)]  # fmt: skip
-    for j in (join, restored, from_old):
-        assert _run(j, then) == [("m", "i3", "b", ("b",), 62, 63)]
-        assert j.counters["late_prediction"] == 1 and j.counters["conflicting_label"] == 1
+def _merge(log, changes):
+    """A compacted changelog: the latest value per key, deleted keys gone."""
+    for key, value in changes.items():
+        if value is None:
+            log.pop(key, None)
+        else:
+            log[key] = value
+
+
+_events = st.lists(
+    st.tuples(
+        st.sampled_from("ipl"),
+        st.sampled_from(["i1", "i2", "i3", "i4", "i5"]),
+        st.sampled_from(["m", "n"]),
+        st.integers(0, 60),  # ts
+        st.sampled_from(["a", "b", 3]),
+        st.integers(-5, 30),  # the clock when it arrives, relative to its ts
+        st.booleans(),  # a checkpoint after it
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 60),
+       max_pending=st.integers(1, 4), crash_at=st.integers(0, 40))  # fmt: skip
+def test_incremental_checkpoints_restore_exactly(events, grace, ttl, max_pending, crash_at):
+    """A join restored from its checkpoints — each one only what changed since the last —
+    goes on exactly as the one that never stopped: the same outcomes and counters."""
+    kinds = {"i": INSTANCE, "p": PREDICTION, "l": LABEL}
+    rows, clocks, clock = [], [], 0
+    for n, (kind, iid, model, ts, label, ahead, _) in enumerate(events):
+        clock = max(clock, ts - ahead)
+        rows.append((kinds[kind], iid, model if kind == "p" else "", ts, label, 0, n))
+        clocks.append(clock)
+    whole = Join(grace, ttl, max_pending)
+    want = [
+        o for row, now in zip(rows, clocks, strict=True) for o in whole.add_events([row], now)[0]
+    ]
+    want += whole.advance(10**6)
+
+    join = Join(grace, ttl, max_pending)
+    log, saved, got, n = {}, None, [], 0
+    crashed = False
+    while n < len(rows):
+        got += join.add_events([rows[n]], clocks[n])[0]
+        if events[n][6]:  # a checkpoint after this event
+            _merge(log, join.changes())
+            join.commit()
+            saved = (dict(log), len(got), n)
+        if n == crash_at and saved is not None and not crashed:  # back to the last checkpoint
+            crashed = True
+            items, produced, n = saved
+            join = Join.restore(items.items())
+            del got[produced:]
+        n += 1
+    got += join.advance(10**6)
+    assert got == want
+    assert join.counters == whole.counters and join.model_counters == whole.model_counters
 
 
 def test_per_model_counters():
@@ -302,8 +358,9 @@ def test_conflicts_are_kept_for_logging():
     join = Join(label_grace=0)
     _run(join, [("p", "i1", "m", 10, "a", 10), ("l", "i1", 50, "a", 50), ("l", "i1", 51, "b", 51)])
     assert list(join.conflicts) == [("i1", "a", "b")]
-    join = Join(label_grace=10)  # the later arrival wins: the earlier one is the conflict
-    _run(join, [("p", "i1", "m", 10, "a", 10), ("l", "i1", 51, "b", 51), ("l", "i1", 50, "a", 52)])
+    join = Join(label_grace=10)  # the later arrival is the label: the earlier one conflicts
+    _run(join, [("p", "i1", "m", 10, "a", 10), ("l", "i1", 51, "b", 20), ("l", "i1", 50, "a", 20),
+                ("a", 100)])  # fmt: skip
     assert list(join.conflicts) == [("i1", "a", "b")]
 
 
@@ -314,17 +371,17 @@ def test_memory_is_bounded_by_max_pending():
         if i % 2:
             join.add_label(f"i{i}", ts=i, label="a", now=i)
     assert join.pending <= 50
-    assert len(join.state()["resolved"]) <= 50
-    assert len(join.state()["resolved_ids"]) <= 50
-    assert len(join._expiry) <= 2 * 50 + 1025
+    assert len(join.state.memory) <= 50
+    assert all(len(heap) <= 2 * 100 + 4096 for heap in join.state.queues.values())
 
 
 def test_clock_never_goes_backwards():
     join = Join(label_grace=100)
     join.add_prediction("i1", "m", ts=10, label="a", now=10)
-    join.add_label("i1", ts=20, label="a", now=1000)
+    join.add_label("i1", ts=500, label="a", now=20)
+    assert join.advance(550) == []
     assert join.advance(50) == []  # an older "now" does not rewind the clock
-    assert len(join.advance(1100)) == 1
+    assert len(join.advance(600)) == 1
 
 
 @pytest.mark.parametrize(
@@ -358,9 +415,10 @@ _rows = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(batches=st.lists(st.tuples(_rows, st.integers(0, 80)), max_size=6),
        grace=st.integers(0, 10), ttl=st.integers(1, 60), max_pending=st.integers(1, 4))  # fmt: skip
-def test_a_batch_of_events_is_the_events_one_by_one(batches, grace, ttl, max_pending):
+def test_a_batch_of_events_is_its_events_taken_one_by_one(batches, grace, ttl, max_pending):
     """The streaming join's batch path (``add_events``) gives the outcomes, counters and
-    state of the ``add_*`` calls it stands for, with repeats by source offset skipped."""
+    state of its events taken one at a time at the same clock, with repeats by source offset
+    skipped."""
     one, batch = Join(grace, ttl, max_pending), Join(grace, ttl, max_pending)
     seen, offsets = [-1, -1], [0, 0]
     last = [-1, -1]
@@ -374,21 +432,18 @@ def test_a_batch_of_events_is_the_events_one_by_one(batches, grace, ttl, max_pen
         out, skipped = batch.add_events(events, now, seen)
         got += out
         repeats += skipped
-        want += one.advance(now)
-        for kind, iid, model, ts, label, source, offset in events:
+        clock = one._clock  # every event of the batch arrives at the clock before it
+        for event in events:
+            source, offset = event[5], event[6]
             if offset <= last[source]:
                 repeats -= 1
                 continue
             last[source] = offset
-            if kind == PREDICTION:
-                want += one.add_prediction(iid, model, ts, label, now)
-            elif kind == LABEL:
-                want += one.add_label(iid, ts, label, now)
-            else:
-                want += one.add_instance(iid, ts, now)
+            want += one.add_events([event], clock)[0]
+        want += one.advance(now)
     assert got == want
     assert repeats == 0 and seen == last
-    assert batch.state() == one.state()
+    assert batch.changes() == one.changes()
 
 
 @settings(max_examples=300, deadline=None)
@@ -407,11 +462,11 @@ def test_the_common_case_resolves_as_the_general_rule(predictions, has_record, t
     outcomes and counters of the general rule (``_resolve_timelines``)."""
     if not has_record:
         t_instance = min((t for _, t, _ in predictions), default=None)
-    record = [t_instance, has_record, "a", label_ts, label_ts]
+    record = [0, t_instance, has_record, "a", label_ts, label_ts]
     for prediction in predictions:
         record += prediction
     fast, general = Join(label_grace=0), Join(label_grace=0)
-    fast._pending["i"] = list(record)
+    fast.state.records["i"] = list(record)
     out_fast, out_general = [], []
     fast._resolve("i", out_fast)
     general._resolve_timelines("i", list(record), label_ts, out_general)

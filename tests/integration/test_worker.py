@@ -141,7 +141,7 @@ class Deployment:
         env = {**os.environ, "STREAMEVAL_BOOTSTRAP": self.bootstrap,
                "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
                "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1",
-               **self.env}  # fmt: skip
+               "STREAMEVAL_STATE_DIR": str(self.tmp / "state"), **self.env}  # fmt: skip
         process = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(self.config)],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
@@ -290,7 +290,7 @@ def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected, pro
     deployment.produce(0.5)
     process, _ = deployment.start_worker()
     _wait_for_progress(deployment, 500)
-    time.sleep(0.7)  # past a checkpoint, so the restart starts from a snapshot
+    time.sleep(0.7)  # past a checkpoint, so the restart starts from one
     children = [int(pid) for pid in re.findall(r"\[(\d+)\] \[\w+\] process \d+:",
                                                deployment.workers[0][2].read_text())]  # fmt: skip
     assert len(set(children)) == processes - 1
@@ -304,7 +304,7 @@ def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected, pro
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
-    assert "restored from snapshots" in deployment.workers[1][2].read_text()
+    assert "restored from checkpoints" in deployment.workers[1][2].read_text()
 
 
 def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected):

@@ -1,0 +1,98 @@
+"""The disk store gives the join exactly what the in-memory state gives it."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.app.checkpoint import Restorer, checkpoint_records
+from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, queue_entries
+from pipeline.store import DiskState
+
+_events = st.lists(
+    st.tuples(
+        st.sampled_from([INSTANCE, PREDICTION, PREDICTION, LABEL]),
+        st.sampled_from([f"i{i}" for i in range(12)]),
+        st.sampled_from(["m", "n"]),
+        st.integers(0, 80),  # ts
+        st.sampled_from(["a", "b", 7]),
+        st.integers(-5, 40),  # how far the clock is behind it when it arrives
+        st.sampled_from([None, None, None, "checkpoint", "restart"]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 80),
+       max_pending=st.integers(1, 6))  # fmt: skip
+def test_disk_and_memory_states_give_the_same_outcomes(tmp_path_factory, events, grace, ttl,
+                                                       max_pending):  # fmt: skip
+    """The same events through a join in RAM and a join on RocksDB — with checkpoints (the
+    store's batch written) and restarts (the store reopened from disk) — give the same
+    outcomes, counters and checkpoint changes."""
+    path = tmp_path_factory.mktemp("store")
+    memory = Join(grace, ttl, max_pending)
+    disk = Join(grace, ttl, max_pending, DiskState(path, cache_mb=1, cache_entries=3))
+    got, want, clock = [], [], 0
+    for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
+        clock = max(clock, ts - behind)
+        row = (kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)
+        want += memory.add_events([row], clock)[0]
+        got += disk.add_events([row], clock)[0]
+        if action is not None:
+            expected = memory.changes()
+            changes = disk.changes()
+            assert changes == expected
+            memory.commit()
+            disk.commit(changes, n, (n, 1))
+            if action == "restart":  # from what the disk holds
+                disk.state.close()
+                state = DiskState(path, cache_mb=1, cache_entries=3)
+                disk = Join.resume(Join(grace, ttl, max_pending).meta() | _meta(state), state)
+    want += memory.advance(10**6)
+    got += disk.advance(10**6)
+    assert got == want
+    assert disk.counters == memory.counters
+    assert disk.pending == memory.pending
+    disk.state.close()
+
+
+def _meta(state):
+    from pipeline.core.state import decode_value
+
+    return decode_value(state.scalars()[b"m"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=_events, cut=st.integers(0, 400))
+def test_a_store_rebuilt_from_its_changelog_is_the_store(tmp_path_factory, events, cut):
+    """Checkpoints written as changelog records, read back into an empty disk store (what
+    a worker taking the partition over does), give the state of the last sealed one — also
+    when a crash cut the last checkpoint short."""
+    join = Join(3, 50, 5)
+    log, number, chunks, sealed_at = [], 0, 0, None
+    for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
+        join.add_events([(kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)],
+                        max(0, ts - behind))  # fmt: skip
+        if action is not None:
+            records, new_chunks = checkpoint_records(number + 1, join.changes(), chunks, {})
+            log += records
+            join.commit()
+            number, chunks = number + 1, new_chunks
+            sealed_at = (len(log), {k: list(v) for k, v in join.state.records.items()})
+    if sealed_at is None:
+        return
+    log = log[: max(cut, sealed_at[0])]  # whatever came after the last seal may be cut off
+    path = tmp_path_factory.mktemp("rebuilt")
+    state = DiskState(path)
+    entries = lambda record: queue_entries(record, 50)  # noqa: E731
+    restorer = Restorer(sink=lambda items: state.apply(items, entries), lookup=state.get_many)
+    for key, value in log:
+        restorer.add(key, value)
+    intent = restorer.finish()
+    state.apply(list(intent.items()), entries)
+    state.settle(len(log), (number, chunks))
+    assert dict(state) == sealed_at[1]
+    assert state.pending_count() == len(sealed_at[1])
+    state.close()
