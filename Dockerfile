@@ -7,7 +7,8 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    STREAMEVAL_TOPICS_DIR=/opt/streameval/topics
+    STREAMEVAL_TOPICS_DIR=/opt/streameval/topics \
+    STREAMEVAL_STATE_DIR=/var/lib/streameval
 
 WORKDIR /opt/streameval
 # the dependencies first, so that a code change does not reinstall them
@@ -18,8 +19,12 @@ COPY pipeline pipeline
 COPY topics topics
 RUN pip install --no-deps . \
     && groupadd --system --gid 10001 streameval \
-    && useradd --system --uid 10001 --gid 10001 --home-dir /opt/streameval streameval
+    && useradd --system --uid 10001 --gid 10001 --home-dir /opt/streameval streameval \
+    && mkdir -p /var/lib/streameval && chown 10001:10001 /var/lib/streameval
 
+# the join's disk stores (pending instances waiting for labels): give it a volume that outlives
+# the container, or each new container rebuilds them from the changelog
+VOLUME /var/lib/streameval
 USER 10001:10001
 EXPOSE 9464
 ENTRYPOINT ["streameval"]

@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint unit bench clean
+.PHONY: demo test lint unit bench soak clean
 
 # A virtualenv with the project and its test extras; rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -32,6 +32,12 @@ bench: $(STAMP)  ## every benchmark, each side by side with its peer
 	$(BIN)/python benchmarks/core_vs_river.py
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/pipeline_throughput.py
+	$(BIN)/python benchmarks/store_choice.py
+	$(BIN)/python benchmarks/pending_scale.py
+
+soak: $(STAMP)  ## the long runs: 10^6 pending instances moving between workers; 30 min of traffic
+	STREAMEVAL_MOVE_PENDING=1000000 $(BIN)/pytest tests/integration/test_state.py -k moves
+	$(BIN)/python benchmarks/soak.py --minutes 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

@@ -15,8 +15,9 @@ Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval k
 3. **faust**: a Faust app with one agent over the three topics, one event per message, doing
    the same join with a dict and evaluating with River (cumulative and rolling accuracy, κ, F1
    and Page-Hinkley per model) — the naive design. Run for ``--faust-seconds``.
-4. **memory**: a fresh worker reads K instances with 3 predictions each and no labels; resident
-   memory per pending instance = ΔRSS / K (RSS from the worker's own /metrics).
+4. **memory**: a fresh worker with the in-memory store (``store = "memory"``) reads K instances
+   with 3 predictions each and no labels; resident memory per pending instance = ΔRSS / K (RSS
+   from the worker's own /metrics). The disk store's figures: ``benchmarks/pending_scale.py``.
 5. **latency**: a producer at half the measured sustained rate with live timestamps, label
    grace 0; for every metrics record, the delay from the label time of the previous record of
    that model (an upper bound on any label's wait) to the record's broker timestamp; p50/p99.
@@ -111,7 +112,8 @@ def produce(boot: str, prefix: str, records) -> int:
     return count
 
 
-def start_worker(boot: str, prefix: str, config: Path, port: int, log: Path) -> subprocess.Popen:
+def start_worker(boot: str, prefix: str, config: Path, port: int, log: Path,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:  # fmt: skip
     env = {
         **os.environ,
         "STREAMEVAL_BOOTSTRAP": boot,
@@ -119,6 +121,8 @@ def start_worker(boot: str, prefix: str, config: Path, port: int, log: Path) -> 
         "STREAMEVAL_APP_ID": prefix + "app",
         "STREAMEVAL_METRICS_PORT": str(port),
         "STREAMEVAL_METRICS_HOST": "127.0.0.1",
+        "STREAMEVAL_STATE_DIR": str(log.parent / "state"),
+        **(env or {}),
     }
     command = [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(config)]
     return subprocess.Popen(
@@ -370,7 +374,9 @@ def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
     config = tmp / "worker-memory.toml"
     config.write_text(CONFIG.format(grace=1000, snapshot=3600.0, processes=1))
     port = free_port()
-    process = start_worker(boot, prefix, config, port, tmp / "worker-memory.log")
+    process = start_worker(
+        boot, prefix, config, port, tmp / "worker-memory.log", {"STREAMEVAL_STORE": "memory"}
+    )  # the RAM a pending instance takes
     try:
         deadline = time.monotonic() + 60
         base = None

@@ -49,7 +49,23 @@ def main() -> None:
     "configured one, e.g. window:1000).",
 )
 @click.option("--quiet", is_flag=True, help="No summary table and no progress bar.")
-def replay(events, config_path, out, plot, strict, publish_every, summary_estimator, quiet):
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Hold pending instances in disk stores in this directory (emptied first), not in "
+    "RAM: a file with any number of pending instances replays in bounded memory.",
+)
+@click.option(
+    "--join-partitions",
+    type=click.IntRange(min=1, max=10_000),
+    default=1,
+    show_default=True,
+    help="Split the join as the worker does (the partitions of its events topic), so that "
+    "join.max_pending binds per partition as it does there.",
+)
+def replay(events, config_path, out, plot, strict, publish_every, summary_estimator, quiet,
+           state_dir, join_partitions):  # fmt: skip
     """Evaluate an events file (one JSON event per line) offline.
 
     Runs the events in file order through the same join and evaluators as the streaming
@@ -88,6 +104,7 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
             result = run(
                 events, config, sink, strict=strict, on_records=history,
                 progress=lambda done: progress.update(task, completed=done),
+                state_dir=state_dir, join_partitions=join_partitions,
             )  # fmt: skip
     except MalformedLine as err:
         raise click.ClickException(
@@ -205,12 +222,28 @@ _prefix = click.option(
     default=None,
     help="Partitions of every new topic instead of the declared count.",
 )
-def topics_create(bootstrap, settings, prefix, partitions) -> None:
+@click.option(
+    "--app-id", envvar="STREAMEVAL_APP_ID", default="streameval", show_default=True,
+    help="The worker group whose internal topics to create ($STREAMEVAL_APP_ID).",
+)  # fmt: skip
+@click.option(
+    "--changelog-config", "changelog_configs", multiple=True, metavar="KEY=VALUE",
+    help="A topic config of the changelog topics over topics/topics.toml's; repeatable.",
+)  # fmt: skip
+def topics_create(bootstrap, settings, prefix, partitions, app_id, changelog_configs) -> None:
     """Create the missing topics; report existing ones whose partitions or configs differ
     (they are left alone: changing a live topic is a decision for a person)."""
     from pipeline.topics import create_topics, load_topics
 
-    report = create_topics(_admin(bootstrap, settings), load_topics(prefix, partitions=partitions))
+    overrides = {}
+    for item in changelog_configs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--changelog-config {item!r}: use KEY=VALUE")
+        overrides[key] = value
+    specs = load_topics(prefix, partitions=partitions, app_id=app_id,
+                        changelog_configs=overrides)  # fmt: skip
+    report = create_topics(_admin(bootstrap, settings), specs)
     for name in report.created:
         click.echo(f"created    {name}")
     for name in report.unchanged:

@@ -17,7 +17,7 @@ Example file (every key optional)::
     [join]
     label_grace_ms = 5000
     label_ttl_ms = 604800000      # 7 days
-    max_pending = 1000000
+    max_pending = 100000000       # per join partition: a guard, on disk about 5-10 GB
     max_future_ms = 3600000       # ts at most 1 hour after the message was sent
 
     [delayed]
@@ -67,7 +67,9 @@ def _check_detectors(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class JoinConfig(_Strict):
     label_grace_ms: int = Field(5_000, ge=0, description="how long a label waits for predictions")
     label_ttl_ms: int = Field(7 * 86_400_000, ge=1, description="how long an instance waits")
-    max_pending: int = Field(1_000_000, ge=1, description="instances held at most")
+    max_pending: int = Field(
+        100_000_000, ge=1, description="instances held at most, per join partition"
+    )
     max_future_ms: int = Field(
         3_600_000, ge=0, description="how far an event's ts may run ahead of when it was sent"
     )

@@ -19,22 +19,30 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipeline.config import EvaluationConfig
-from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
+from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome, join_partition
 from pipeline.core.model import ModelEvaluator, PairEvaluator
 from pipeline.schemas import Event, InstanceEvent, LabelEvent, PredictionEvent
 
 __all__ = ["Engine"]
 
 
+def _resolution_order(outcome: Outcome) -> tuple[int, str, str]:
+    return outcome.due, outcome.instance_id, outcome.model_id
+
+
 class Engine:
     """Join, evaluate, compare and publish, for every model seen in the events."""
 
-    def __init__(self, config: EvaluationConfig, join: Join | None = None) -> None:
-        """``join``: the join :meth:`process` feeds (a new in-memory one by default); the
+    def __init__(self, config: EvaluationConfig, join: Join | list[Join] | None = None) -> None:
+        """``join``: the join :meth:`process` feeds (a new in-memory one by default), or one
+        per join partition, instances routed among them as the worker routes them; the
         streaming worker's evaluation stage, whose outcomes come joined, passes none."""
         self.config = config
         j = config.join
-        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending) if join is None else join
+        if join is None:
+            join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending)
+        self.joins = join if isinstance(join, list) else [join]
+        self.join = self.joins[0]
         self.models: dict[str, ModelEvaluator] = {}
         self.pairs = {
             f"{p.a}|{p.b}": PairEvaluator(p.a, p.b, config.estimators) for p in config.comparisons
@@ -62,7 +70,8 @@ class Engine:
         streaming join's clock is its watermark minus one, and so here too an event stamped
         at the largest time seen waits until a later one shows that all of its time is in.
         """
-        add = self.join.add_events
+        joins = self.joins
+        partitions = len(joins)
         outcomes: list[Outcome] = []
         for event in events:
             if event.ts > self._now:
@@ -76,7 +85,17 @@ class Engine:
                 row = (INSTANCE, event.instance_id, "", event.ts, "", 0, 0)
             else:
                 raise TypeError(f"not an event: {event!r}")
-            out = add((row,), self._now - 1)[0]
+            now = self._now - 1
+            if partitions == 1:
+                out = joins[0].add_events((row,), now)[0]
+            else:  # every partition's clock moves; the event goes to its own
+                target = joins[join_partition(event.instance_id, partitions)]
+                out = target.add_events((row,), now)[0]
+                for join in joins:
+                    if join is not target:
+                        out += join.advance(now)
+                if len(out) > 1:  # as the worker's evaluation merges join partitions
+                    out.sort(key=_resolution_order)
             if out:
                 outcomes.extend(out)
         return outcomes
@@ -120,7 +139,13 @@ class Engine:
         resolved first, since nothing more can arrive. A final record is not repeated when the
         last periodic one already covered the same outcomes.
         """
-        records = self.evaluate(self.join.flush()) if flush else []
+        if flush:
+            out = [o for join in self.joins for o in join.flush()]
+            if len(self.joins) > 1:
+                out.sort(key=_resolution_order)
+            records = self.evaluate(out)
+        else:
+            records = []
         for model_id, model in self.models.items():
             if self._published.get(model_id) != model.n:
                 records += self._metrics_records(model_id, model, self._model_last_ts[model_id])

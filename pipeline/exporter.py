@@ -198,9 +198,32 @@ class Exporter:
             "streameval_consumer_lag", "Messages not yet consumed, per input partition.",
             ["topic", "partition"], registry=registry,
         )  # fmt: skip
+        self.store_bytes = Gauge(
+            "streameval_store_bytes", "Bytes the join's disk stores take on disk.",
+            registry=registry,
+        )  # fmt: skip
+        self.cache_hits = Gauge(
+            "streameval_store_cache_hit_ratio",
+            "Share of the join's reads of pending instances served from RAM, since start.",
+            registry=registry,
+        )
+        self.checkpoint_seconds = Gauge(
+            "streameval_checkpoint_seconds",
+            "How long the latest checkpoint took: outputs acknowledged, changes written to the "
+            "changelogs and acknowledged, stores committed (the data path waits for it).",
+            registry=registry,
+        )
+        self.changelog_lag = Gauge(
+            "streameval_changelog_lag",
+            "Changelog records a stage still has to read to restore (0 once it has).",
+            ["stage"], registry=registry,
+        )  # fmt: skip
+        self.changelog_lag.labels("join").set(0)
+        self.changelog_lag.labels("evaluate").set(0)
         registry.register(_SnapshotCollector(self))
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
         self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
+        self._store: dict[int, tuple[int, int, int]] = {}  # per process: bytes, hits, reads
 
     def _child(self, metric, *values: str):
         self._children.setdefault(metric._name, set()).add(values)
@@ -256,6 +279,22 @@ class Exporter:
             self._pending[source] = instances
             total = sum(self._pending.values())
         self.pending.set(total)
+
+    def set_store(self, size: int, hits: int, reads: int, source: int = 0) -> None:
+        """One data-path process's disk stores: bytes on disk, reads served from RAM, reads
+        that went to disk; the gauges show the sums."""
+        with self._lock:
+            self._store[source] = (size, hits, reads)
+            size, hits, reads = (sum(v[i] for v in self._store.values()) for i in range(3))
+        self.store_bytes.set(size)
+        if hits + reads:
+            self.cache_hits.set(hits / (hits + reads))
+
+    def set_checkpoint(self, seconds: float) -> None:
+        self.checkpoint_seconds.set(seconds)
+
+    def set_changelog_lag(self, stage: str, records: int) -> None:
+        self.changelog_lag.labels(stage).set(records)
 
     def set_lag(self, topic: str, partition: str, lag: int) -> None:
         self.lag.labels(topic, partition).set(lag)

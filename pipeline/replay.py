@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pipeline.config import EvaluationConfig
+from pipeline.core.join import Join
 from pipeline.engine import Engine
 from pipeline.schemas import (
     NO_TS,
@@ -104,6 +105,8 @@ def replay(
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     now_ms: int | None = None,
+    state_dir: Path | None = None,
+    join_partitions: int = 1,
 ) -> ReplayResult:
     """Replay an events file; write every record to ``out`` as one JSON line.
 
@@ -111,9 +114,23 @@ def replay(
     of bytes read so far. ``now_ms`` (epoch ms, default: the clock when the replay starts) is
     the present the time rules hold events to: nothing may be stamped later than it by more
     than ``join.max_future_ms``.
+
+    ``join_partitions`` joins, each holding the instances the worker's join partition of that
+    number would hold (``join.max_pending`` binds per partition, as in the worker); with a
+    ``state_dir`` they hold them in disk stores there (a file of any size in bounded memory).
     """
     result = ReplayResult()
-    engine = Engine(config)
+    j = config.join
+    stores = []
+    if state_dir is not None:
+        from pipeline.store import DiskState
+
+        for q in range(join_partitions):
+            DiskState.wipe(Path(state_dir) / f"join-{q}")
+            stores.append(DiskState(Path(state_dir) / f"join-{q}"))
+    joins = [Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, stores[q] if stores else None)
+             for q in range(join_partitions)]  # fmt: skip
+    engine = Engine(config, joins)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     started = time.perf_counter()
     handle = source.open("rb") if isinstance(source, Path) else source
@@ -130,8 +147,10 @@ def replay(
     finally:
         if isinstance(source, Path):
             handle.close()
-    result.join_counters = dict(engine.join.counters)
-    result.pending = engine.join.pending
+    result.join_counters = dict(sum((join.counters for join in joins), Counter()))
+    result.pending = sum(join.pending for join in joins)
+    for store in stores:
+        store.close()
     result.rejected = dict(engine.rejected)
     result.problems = list(engine.problems)
     result.seconds = time.perf_counter() - started

@@ -14,8 +14,8 @@ matter of disk, not memory (docs/architecture.md has the measurements that chose
   worker catches up from the changelog from there (pipeline.app.checkpoint). Between
   checkpoints RAM holds what changed (bounded by the traffic of one checkpoint interval) and a
   cache of clean records (bounded by ``cache_mb``; dropped whole when it is over).
-* **Time queues are ordered keys.** The join's expiry, grace and memory queues are keys
-  ``x|g|f`` + time + instance id; the smallest is a seek away, and entries that go are deleted
+* **Time queues are ordered keys.** The join's expiry and memory queues are keys
+  ``x|f`` + time + instance id; the smallest is a seek away, and entries that go are deleted
   in the same batch as their records, so the database never holds more than the state.
 """
 
@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.state import (
+    EVENT,
     MEMORY,
     META,
     RECORD,
     decode_value,
+    encode_changes,
     encode_value,
     intern_record,
     split_time_key,
@@ -44,7 +46,7 @@ __all__ = ["FORMAT", "DiskState", "StoreError"]
 
 #: The layout of the database; another is rebuilt from the changelog.
 FORMAT = 1
-_QUEUES = {"expiry": b"x", "grace": b"g", "forget": b"f"}
+_QUEUES = {"expiry": b"x", "forget": b"f"}
 _LOCAL = b"~"  # the store's own scalars: format, fingerprint, changelog position, counts
 _BYTES_PER_CACHED = 400  # a cached record in RAM, roughly (a list, its ints and strings)
 _U64 = struct.Struct(">Q")
@@ -223,6 +225,15 @@ class DiskState:
         """When (epoch seconds) the database's last checkpoint was written."""
         return self._local().get("at")
 
+    def waiting(self) -> list[list]:
+        """The events that were waiting for the clock at the last checkpoint."""
+        out, it = [], self.db.iter()
+        it.seek(EVENT)
+        while it.valid() and it.key()[:1] == EVENT:
+            out.append(decode_value(it.value()))
+            it.next()
+        return out
+
     def scalars(self) -> dict[bytes, bytes]:
         """The encoded scalars of the last checkpoint: the join's and its stage's keys."""
         return {key: value for key in (META, b"t")
@@ -310,17 +321,13 @@ class DiskState:
         return self._remembered
 
     # -- checkpoints -------------------------------------------------------------------------
+    def changed(self) -> int:
+        """How many keys the next checkpoint writes (records and remembered instances)."""
+        return len(self._dirty_records) + len(self._dirty_memory)
+
     def changes(self, meta: dict[str, Any]) -> dict[bytes, bytes | None]:
-        out: dict[bytes, bytes | None] = {}
-        records, memory = self.records, self.memory
-        for instance_id in self._dirty_records:
-            record = records.get(instance_id)
-            out[RECORD + instance_id.encode()] = None if record is None else encode_value(record)
-        for instance_id in self._dirty_memory:
-            entry = memory.get(instance_id)
-            out[MEMORY + instance_id.encode()] = None if entry is None else encode_value(entry)
-        out[META] = encode_value(meta)
-        return out
+        return encode_changes(self.records, self._dirty_records, self.memory,
+                              self._dirty_memory, meta)  # fmt: skip
 
     def commit(
         self,
@@ -421,6 +428,17 @@ class DiskState:
             queue.committed()
         self.commit({}, position, sealed)
 
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every key a changelog holds of this store (records, memory, waiting events and
+        scalars; not the time queues, which follow from the records)."""
+        it = self.db.iter()
+        it.seek_to_first()
+        while it.valid():
+            key = it.key()
+            if key[:1] in (RECORD, MEMORY, EVENT, META, b"t"):
+                yield key, it.value()
+            it.next()
+
     def __iter__(self) -> Iterator[tuple[str, list]]:
         it = self.db.iter()
         it.seek(RECORD)
@@ -429,8 +447,8 @@ class DiskState:
             it.next()
 
     def disk_bytes(self) -> int:
-        """Bytes the database takes on disk."""
-        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        """Bytes the database takes on disk (its files, the write-ahead log included)."""
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
 
     def close(self) -> None:
         for queue in self.queues.values():  # an open iterator keeps the database (and its lock)

@@ -39,11 +39,13 @@ def load_topics(
     path: Path | None = None,
     partitions: int | None = None,
     app_id: str = "streameval",
+    changelog_configs: dict[str, str] | None = None,
 ) -> list[TopicSpec]:
     """The declared topics with ``prefix`` prepended to every name.
 
     ``partitions`` overrides the declared partition count (e.g. 1 for a laptop). Internal
     topics belong to one worker group: their leading ``streameval`` becomes ``app_id``.
+    ``changelog_configs`` go over the declared configs of the changelog topics.
     """
     path = path or topics_dir() / "topics.toml"
     data = tomllib.loads(path.read_text())
@@ -65,11 +67,9 @@ def load_topics(
                 configs={k: str(v) for k, v in entry.get("configs", {}).items()},
             )
         )
+        if changelog_configs and entry["name"].endswith("-changelog"):
+            specs[-1].configs.update({k: str(v) for k, v in changelog_configs.items()})
     return specs
-
-
-def _name(base: str, role: str, app_id: str) -> str:
-    return base.replace("streameval", app_id, 1) if role == "internal" else base
 
 
 def _name(base: str, role: str, app_id: str) -> str:

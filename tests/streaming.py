@@ -37,10 +37,12 @@ def make_config(**overrides: Any) -> EvaluationConfig:
     return load_config(**settings)
 
 
-def replay_finals(stream: ScriptedStream, config: EvaluationConfig) -> dict[str, Any]:
+def replay_finals(
+    stream: ScriptedStream, config: EvaluationConfig, join_partitions: int = 1
+) -> dict[str, Any]:
     """Final metrics, comparisons and the alarms of ``streameval replay`` on the stream."""
     source = io.BytesIO(b"".join(line + b"\n" for line in stream.lines()))
-    result = replay(source, config, io.BytesIO())
+    result = replay(source, config, io.BytesIO(), join_partitions=join_partitions)
     return {
         "metrics": {k: _canon(v) for k, v in result.final_metrics.items()},
         "comparisons": {k: _canon(v) for k, v in result.final_comparisons.items()},

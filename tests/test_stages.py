@@ -32,7 +32,7 @@ from pipeline.engine import Engine
 from pipeline.schemas import NO_TS, StoredMessage, decode_event
 from pipeline.simulate.malformed import Record, mix
 from pipeline.simulate.scripted import TOPIC_OF
-from tests.streaming import finals, make_config
+from tests.streaming import finals, make_config, replay_finals
 
 
 def _compacted(log, cleaned, rng):
@@ -274,6 +274,20 @@ def test_malformed_and_odd_records_change_no_number(stream, expected, seed):
     counted = sum((j.join.counters for j in harness.joins), Counter())
     for reason in ("duplicate_label", "conflicting_label", "orphan_label", "duplicate_instance"):
         assert counted[reason] > 0, reason
+
+
+@pytest.mark.parametrize(
+    "limit", [{"max_pending": 40}, {"label_ttl_ms": 900}], ids=["max_pending", "label_ttl"]
+)
+def test_limits_that_bind_mean_what_they_mean_in_replay(stream, limit):
+    """With ``max_pending`` or ``label_ttl`` binding (outcomes lost to them), the worker's
+    stages still give replay's numbers — replay split into the worker's join partitions."""
+    config = make_config(join={"label_grace_ms": 1_000, **limit})
+    expected = replay_finals(stream, config, join_partitions=4)
+    unlimited = replay_finals(stream, make_config())
+    assert expected["metrics"] != unlimited["metrics"]  # the limit does bind
+    harness = Harness(stream, config, joins=4, seed=3)
+    assert harness.run(crashes=0.03) == expected
 
 
 def test_one_partition_each(stream, expected):

@@ -49,7 +49,7 @@ def test_disk_and_memory_states_give_the_same_outcomes(tmp_path_factory, events,
             if action == "restart":  # from what the disk holds
                 disk.state.close()
                 state = DiskState(path, cache_mb=1, cache_entries=3)
-                disk = Join.resume(Join(grace, ttl, max_pending).meta() | _meta(state), state)
+                disk = Join.resume(_meta(state), state, state.waiting())
     want += memory.advance(10**6)
     got += disk.advance(10**6)
     assert got == want

@@ -50,7 +50,8 @@ __all__ = [
 
 #: The changelog format; a worker refuses a changelog of another version.
 CHECKPOINT_VERSION = 1
-#: Largest intent chunk (bytes of encoded pairs): far below the topics' message limit.
+#: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
+#: the changelog topics' message limit.
 CHUNK_BYTES = 512 * 1024
 STATE, INTENT, SEAL = b"s", b"i", b"S"
 _NUMBERS = struct.Struct(">QI")
@@ -79,17 +80,15 @@ def checkpoint_records(
     >>> [key[:1] for key, _ in records], chunks
     ([b'i', b'S', b's', b's', b'i'], 1)
     """
-    records: list[tuple[bytes, bytes | None]] = []
-    chunk: list[tuple[bytes, bytes | None]] = []
-    size = 0
-    for key, value in changes.items():
-        chunk.append((key, value))
-        size += len(key) + (len(value) if value is not None else 0) + 8
-        if size >= CHUNK_BYTES:
-            records.append((_intent_key(number, len(records)), _encode(chunk)))
-            chunk, size = [], 0
-    if chunk or not records:
-        records.append((_intent_key(number, len(records)), _encode(chunk)))
+    pairs = list(changes.items())
+    encoded = _encode(pairs)
+    parts = max(1, -(-len(encoded) // CHUNK_BYTES))  # about CHUNK_BYTES each
+    if parts == 1:
+        records: list[tuple[bytes, bytes | None]] = [(_intent_key(number, 0), encoded)]
+    else:
+        step = -(-len(pairs) // parts)
+        records = [(_intent_key(number, i), _encode(pairs[start : start + step]))
+                   for i, start in enumerate(range(0, len(pairs), step))]  # fmt: skip
     chunks = len(records)
     records.append((SEAL, _encode({**seal, "n": number, "chunks": chunks})))
     records += [(STATE + key, value) for key, value in changes.items()]
@@ -197,6 +196,7 @@ class _Partition:
     writing: tuple[int, int] | None = None  # (number, chunks) written, not yet acknowledged
     failed: str | None = None  # the first delivery error of the checkpoint being written
     end: int = 0  # the offset after the latest record acknowledged
+    recreated: bool = False  # the topic was deleted and created again under us
 
 
 class Changelog:
@@ -233,11 +233,14 @@ class Changelog:
             number, changes, part.chunks, {"v": CHECKPOINT_VERSION, "config": self.fingerprint}
         )
         part.writing, part.failed = (number, chunks), None
+        known_end = part.end
 
         def delivered(err: Any, message: Any) -> None:
             if err is not None:
                 if part.failed is None:
                     part.failed = str(err)
+            elif message.offset() < known_end:  # offsets went back: a new topic of that name
+                part.recreated = True
             elif message.offset() >= part.end:
                 part.end = message.offset() + 1
 
@@ -249,17 +252,39 @@ class Changelog:
                     break
                 except BufferError:  # the local queue is full: let deliveries drain
                     poll(0.05)
+                except Exception as err:  # KafkaException: the topic is gone
+                    raise self._gone(partition, err) from None
         return len(records)
+
+    def _gone(self, partition: int, err: Any) -> ChangelogError:
+        return ChangelogError(
+            f"the changelog {self.topic} (partition {partition}) is gone from Kafka ({err}): "
+            "was it deleted? No checkpoint can be written, so the worker stops without "
+            "writing more; its last checkpoint stands and nothing is lost. Start the worker "
+            "again: it creates the topic, writes the join partitions it has on disk into it "
+            "whole, and stops with a message if a partition cannot be recovered exactly"
+        )
 
     def confirm(self, partition: int) -> str | None:
         """After the producer's flush: None if the checkpoint being written is sealed and
         whole (the stage may commit), else the error (the next checkpoint writes it all again
         under the same number)."""
         part = self._partitions[partition]
+        if part.recreated:
+            raise ChangelogError(
+                f"the changelog {self.topic} was deleted and created again while this worker "
+                f"wrote to it (partition {partition}'s offsets started again below "
+                f"{part.end}): the checkpoints it held are gone, and continuing would leave "
+                "state that no checkpoint holds. The worker stops without writing more; join "
+                "partitions on disk are written into the new changelog whole when it restarts, "
+                "evaluation partitions cannot be: start over with a new app_id"
+            )
         if part.writing is None:
             return "nothing was written"
         if part.failed is not None:
             part.writing = None
+            if "UNKNOWN_PARTITION" in part.failed or "UNKNOWN_TOPIC" in part.failed:
+                raise self._gone(partition, part.failed)
             return part.failed
         part.sealed, part.chunks = part.writing
         part.writing = None
@@ -275,6 +300,13 @@ class Changelog:
         """The offset after the latest checkpoint record of ``partition`` acknowledged."""
         return self._partitions[partition].end
 
+    def carry_all(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Write ``items`` (a whole state) with the partition's next checkpoint: its changelog
+        lost what it held."""
+        part = self._partitions.setdefault(partition, _Partition())
+        part.carry.update(items)
+        part.sealed, part.chunks, part.end = 0, 0, 0
+
     def forget(self, partition: int) -> None:
         """The partition moved away."""
         self._partitions.pop(partition, None)
@@ -285,19 +317,24 @@ class Changelog:
         start: int | None = None,
         sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None,
         lookup: Callable[[list[bytes]], list[bytes | None]] | None = None,
+        lag: Callable[[int], None] | None = None,
     ) -> tuple[dict[bytes, bytes | None], bool, int]:
         """Read ``partition`` from ``start`` (default: its beginning) to its end and fold it
         (:class:`Restorer`, with ``sink`` and ``lookup`` if given): the state's changes up to
-        the latest seal (None: deleted), whether a seal was read, and the next offset."""
+        the latest seal (None: deleted), whether a seal was read, and the next offset. ``lag``
+        hears how many records are left to read, now and then."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
         reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
-                           "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+                           "enable.auto.commit": False, "enable.partition.eof": True,
+                           "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 50})  # fmt: skip
         restorer = Restorer(sink=sink, lookup=lookup)
         try:
-            low, high = _watermarks(reader, self.topic, partition)
+            low, high = watermarks(reader, self.topic, partition)
             position = max(low, start if start is not None else low)
-            if position < high:
+            if start is not None and start > high:  # not the topic ``start`` was read from
+                position = high  # (it was deleted and created again): the caller sees it
+            elif position < high:
                 reader.assign(
                     [
                         TopicPartition(
@@ -305,18 +342,31 @@ class Changelog:
                         )
                     ]
                 )
-                add, done = restorer.add, False
-                while not done:
-                    for message in reader.consume(10_000, timeout=1.0):
+                add, quiet = restorer.add, 0
+                while position < high:
+                    if lag is not None:
+                        lag(high - position)
+                    # consume() waits its whole timeout unless the batch fills: keep it short
+                    messages = reader.consume(10_000, timeout=0.05)
+                    quiet = 0 if messages else quiet + 1
+                    for message in messages:
                         error = message.error()
                         if error is None:
                             add(message.key(), message.value())
                             position = message.offset() + 1
                         elif error.code() == KafkaError._PARTITION_EOF:
-                            done = message.offset() >= high
-                            position = max(position, message.offset())
+                            # at the end: the offsets between here and ``high`` are gone
+                            # (compacted away, or control records)
+                            position = max(position, message.offset(), high)
+                    if quiet >= 100:  # no end reported for 5 s: ask where the end is now
+                        low, now_high = watermarks(reader, self.topic, partition)
+                        if position >= now_high or position < low:
+                            break
+                        quiet = 0
         finally:
             reader.close()
+            if lag is not None:
+                lag(0)
         seal = restorer.seal
         if seal is not None:
             if seal.get("v") != CHECKPOINT_VERSION:
@@ -346,7 +396,7 @@ class Changelog:
         part.sealed, part.chunks, part.end = sealed, chunks, end
 
 
-def _watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
+def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
     """The low and high offsets of a partition (a topic just created may have no leader yet)."""
     import time
 

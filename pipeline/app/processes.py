@@ -107,6 +107,16 @@ class ExporterProxy:
     def set_lag(self, topic: str, partition: str, lag: int) -> None:
         self._call("set_lag", topic, partition, lag)
 
+    def set_store(self, size: int, hits: int, reads: int, source: int = 0) -> None:
+        self._call("set_store", size, hits, reads, self._source)
+
+    def set_checkpoint(self, seconds: float) -> None:
+        self._call("set_checkpoint", seconds)
+
+    def set_changelog_lag(self, stage: str, records: int) -> None:
+        self._call("set_changelog_lag", stage, records)
+        self.flush()  # a restore blocks the data path: say so now
+
     def remove_lag(self, topic: str, partition: str) -> None:
         self._call("remove_lag", topic, partition)
 

@@ -14,13 +14,14 @@ protocol spreads their partitions over the workers and moves them when a worker 
   :class:`~pipeline.app.stages.EvalStage` publishes to ``metrics``, ``drift-alarms`` and
   ``comparisons``.
 
-Checkpoints (every ``snapshot_interval_s``, when partitions are revoked, at shutdown): wait for
-every produced message to be acknowledged, then write each owned stage's state — which names
-the input offset it covers — to its snapshot partition, then commit the input offsets. A
-partition assigned to a worker starts from its latest snapshot and re-reads from the offset
-after it; the events and outcome batches it re-sends carry the offsets they came from, and the
-next stage skips what it has already applied. Published records re-sent after a crash are
-identical to the first copies (same model, ``n`` and values).
+Checkpoints (every ``snapshot_interval_s``, when partitions are revoked, at shutdown, and for a
+join partition as soon as it has ``checkpoint_max_changes`` changes): wait for every produced
+message to be acknowledged, then write what changed in each stage since its last checkpoint —
+with the offset it covers — to its changelog partition (:mod:`pipeline.app.checkpoint`), then
+commit the input offsets. A partition assigned to a worker starts from its latest checkpoint
+and re-reads from the offset after it; the events and outcome batches it re-sends carry the
+offsets they came from, and the next stage skips what it has already applied. Published records
+re-sent after a crash are identical to the first copies (same model, ``n`` and values).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pipeline.schemas import encode_record
 from pipeline.store import DiskState, StoreError
 from pipeline.topics import load_topics
 
-from .checkpoint import Changelog, live
+from .checkpoint import Changelog, ChangelogError, live, watermarks
 from .settings import WorkerSettings
 from .stages import EvalStage, JoinStage, Router, config_fingerprint, model_partitioner
 from .wire import WIRE_VERSION, EventBatch, WireError, decode_events, decode_outcomes, encode
@@ -144,6 +145,7 @@ class Pipeline:
         self.stats = Stats()
         self.stopping = threading.Event()
         self.failure: BaseException | None = None
+        self._callback_error: BaseException | None = None  # raised by a rebalance callback
         self.ready = threading.Event()  # set once the consumer has joined the group
         self.router: Router | None = None
         self.joins: dict[int, JoinStage] = {}
@@ -177,7 +179,8 @@ class Pipeline:
             return {}
         from pipeline.topics import create_topics
 
-        specs = load_topics(prefix=self.settings.topic_prefix, app_id=self.settings.app_id)
+        specs = load_topics(prefix=self.settings.topic_prefix, app_id=self.settings.app_id,
+                            changelog_configs=self.settings.changelog_configs)  # fmt: skip
         missing = [s for s in specs if s.name not in metadata.topics]
         if missing:
             report = create_topics(admin, missing)
@@ -248,7 +251,8 @@ class Pipeline:
         })  # fmt: skip
         self.consumer.subscribe(
             [*t.inputs, t.events, t.outcomes],
-            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost,
+            on_assign=self._guarded(self._on_assign), on_revoke=self._guarded(self._on_revoke),
+            on_lost=self._guarded(self._on_lost),
         )  # fmt: skip
         log.info(
             "worker %s: %d input partitions, %d join and %d evaluation partitions",
@@ -256,7 +260,14 @@ class Pipeline:
         )  # fmt: skip
         try:
             self._loop()
-        finally:
+        except (StoreError, ChangelogError) as err:  # no checkpoint can be written: stop
+            log.critical("%s", err)
+            self._shutdown(checkpoint=False)
+            raise
+        except BaseException:
+            self._shutdown()
+            raise
+        else:
             self._shutdown()
 
     def _loop(self) -> None:
@@ -271,6 +282,8 @@ class Pipeline:
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
         while not self.stopping.is_set():
             messages = consume(s.max_batch, timeout)
+            if self._callback_error is not None:
+                raise self._callback_error
             wall = time.monotonic()
             wall_ms = wall * 1000.0
             batch: list[Any] = []
@@ -386,6 +399,8 @@ class Pipeline:
                 self.stats.outcome_batches += 1
         if self.exporter is not None:
             self._count_join(q, stage)
+        if stage.join.changed >= self.settings.checkpoint_max_changes:
+            self._checkpoint([q], [])  # a short pause now rather than a long one later
 
     def _evaluate(self, message: Any) -> None:
         r = message.partition()
@@ -453,6 +468,10 @@ class Pipeline:
         if self.exporter is None:
             return
         self.exporter.set_pending(sum(stage.join.pending for stage in self.joins.values()))
+        stores = [s.join.state for s in self.joins.values() if isinstance(s.join.state, DiskState)]
+        if stores:
+            size = sum(s.disk_bytes() for s in stores)
+            self.exporter.set_store(size, sum(s.hits for s in stores), sum(s.reads for s in stores))
 
     def _on_stats(self, raw: str) -> None:
         if self.exporter is None:
@@ -478,6 +497,25 @@ class Pipeline:
         self._lag_shown = shown
 
     # -- ownership and checkpoints ------------------------------------------------------------
+    def _guarded(self, handler: Any) -> Any:
+        """A rebalance callback whose exception is raised again after ``consume`` returns.
+
+        Upstream: confluent-kafka 2.16 re-raises an exception from a rebalance callback out of
+        ``consume()`` as a ``KafkaError`` object that no ``except`` clause matches (seen with a
+        ``KafkaException`` from ``get_watermark_offsets``): the data-path thread died without
+        the worker noticing. The callback therefore keeps its exception, and the loop raises
+        it as it is (a ChangelogError stops the worker cleanly; anything else is a crash that
+        the worker reports with its exit status)."""
+
+        def call(consumer: Any, partitions: list[Any]) -> None:
+            try:
+                handler(consumer, partitions)
+            except BaseException as err:
+                if self._callback_error is None:
+                    self._callback_error = err
+
+        return call
+
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         from confluent_kafka import OFFSET_BEGINNING
 
@@ -608,6 +646,8 @@ class Pipeline:
                 log.error("checkpoint of %s[%d] not written (%s); retrying at the next one",
                           changelog.topic, q, error)  # fmt: skip
         self.stats.checkpoint_seconds = time.monotonic() - started
+        if self.exporter is not None:
+            self.exporter.set_checkpoint(self.stats.checkpoint_seconds)
         tps = list(self._input_next) if commit_all else (commit or [])
         progress = self.router.progress
         offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp],
@@ -629,7 +669,7 @@ class Pipeline:
         its disk store, which only catches up from the changelog offset it is at."""
         changelog = self.join_changelog
         if self.settings.store == "memory":
-            changes, sealed, _ = changelog.read(q)
+            changes, sealed, _ = changelog.read(q, lag=self._lag("join"))
             if not sealed:
                 return JoinStage(q, self.config, self.inputs)
             return JoinStage.restore(live(changes), self.config, self.inputs)
@@ -638,7 +678,13 @@ class Pipeline:
         entries = lambda record: queue_entries(record, ttl)  # noqa: E731
         sink = lambda items: state.apply(items, entries)  # noqa: E731
         start = state.position
-        changes, sealed, end = changelog.read(q, start, sink=sink, lookup=state.get_many)
+        changes, sealed, end = changelog.read(q, start, sink=sink, lookup=state.get_many,
+                                              lag=self._lag("join"))  # fmt: skip
+        if start is not None and end < start:  # the changelog is not the one the store knew
+            log.warning("join %d: the changelog ends at %d, before the store's position %d: it "
+                        "was deleted and created again; writing the whole store into it",
+                        q, end, start)  # fmt: skip
+            changelog.carry_all(q, state.items())
         if changes:  # the latest checkpoint's intent, over the values read
             state.apply(list(changes.items()), entries)
         if not sealed and state.sealed is not None:  # the store is at the latest checkpoint
@@ -651,6 +697,12 @@ class Pipeline:
         if not scalars:
             return JoinStage(q, self.config, self.inputs, state)
         return JoinStage.resume(scalars, self.config, self.inputs, state)
+
+    def _lag(self, stage: str) -> Any:
+        """A restore's progress, to /metrics (records of the changelog left to read)."""
+        if self.exporter is None:
+            return None
+        return lambda records: self.exporter.set_changelog_lag(stage, records)
 
     def _open_store(self, q: int) -> DiskState:
         """Join partition ``q``'s disk store, rebuilt (emptied, then filled from the
@@ -677,17 +729,31 @@ class Pipeline:
 
     def _restore_eval(self, r: int) -> EvalStage:
         """An evaluation partition from its changelog (a new one if it has none)."""
-        changes, sealed, _ = self.eval_changelog.read(r)
+        changes, sealed, _ = self.eval_changelog.read(r, lag=self._lag("evaluate"))
         if not sealed:
+            low, _ = watermarks(self.consumer, self.topics.outcomes, r)
+            if low > 0:  # a fresh start would miss the outcomes before it
+                raise ChangelogError(
+                    f"evaluation partition {r} has no checkpoint in {self.eval_changelog.topic}, "
+                    f"but {self.topics.outcomes}[{r}] starts at offset {low}: its earlier "
+                    "outcomes are gone, so its models' numbers cannot be recomputed (was the "
+                    "changelog deleted?). Start over with a new app_id"
+                )
             return EvalStage(r, self.config, self.join_partitions)
         return EvalStage.restore(live(changes), self.config, self.join_partitions)
 
-    def _shutdown(self) -> None:
-        log.info("shutting down: final records and a checkpoint")
+    def _shutdown(self, checkpoint: bool = True) -> None:
         try:
-            for stage in list(self.evals.values()):
-                self._publish(stage.tick())
-            self._checkpoint(list(self.joins), list(self.evals), commit_all=True)
+            if checkpoint:
+                log.info("shutting down: final records and a checkpoint")
+                for stage in list(self.evals.values()):
+                    self._publish(stage.tick())
+                self._checkpoint(list(self.joins), list(self.evals), commit_all=True)
+            else:  # nothing more is written: the last checkpoint stands, and is resumed from
+                log.info("shutting down without a checkpoint")
+                self._flush()
             self._drop(list(self.joins), list(self.evals), list(self._input_next))
         finally:
             self.consumer.close()  # leaves the group: the partitions move on at once
+            if self._callback_error is not None and checkpoint:
+                log.error("leaving the group failed: %s", self._callback_error)

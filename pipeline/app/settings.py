@@ -72,6 +72,11 @@ class WorkerSettings(BaseSettings):
     metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics (0: off)")
     publish_interval_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
     snapshot_interval_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
+    checkpoint_max_changes: int = Field(
+        20_000, ge=100, le=10_000_000, description="a join partition with this many changes "
+        "since its last checkpoint takes one at once, between the periodic ones: bounds how "
+        "long a checkpoint pauses the data path (a few microseconds per change)",
+    )  # fmt: skip
     idle_ms: int = Field(
         1000, ge=1, description="an input partition read to its end and quiet this long no "
         "longer holds back the watermark",

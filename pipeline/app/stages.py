@@ -50,7 +50,7 @@ from typing import Any
 import orjson
 
 from pipeline.config import EvaluationConfig
-from pipeline.core.join import Join, Outcome
+from pipeline.core.join import Join, Outcome, join_partition
 from pipeline.core.state import decode_value, encode_value
 from pipeline.engine import Engine
 from pipeline.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
@@ -83,15 +83,6 @@ STAGE = b"t"
 TopicPartition = tuple[str, int]
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
 EVALUATE_CHUNK = 4096
-
-
-def join_partition(instance_id: str, partitions: int) -> int:
-    """The join partition of an instance (CRC-32 of its UTF-8 id; stable across processes).
-
-    >>> join_partition("inst-00001", 6)
-    3
-    """
-    return zlib.crc32(instance_id.encode()) % partitions
 
 
 def model_partitioner(config: EvaluationConfig, partitions: int) -> Callable[[str], int]:
@@ -388,7 +379,9 @@ class JoinStage:
         return low
 
     def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
-        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.frontier, outcomes)
+        """The outcomes of the latest event batch, with the join's clock as the frontier:
+        every outcome this partition sends later has a later ``due``."""
+        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes)
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
@@ -421,7 +414,7 @@ class JoinStage:
         meta = decode_value(scalars[STAGE])
         stage = cls(meta["partition"], config, inputs, state)
         stage._take(meta)
-        stage.join = Join.resume(decode_value(scalars[b"m"]), state)
+        stage.join = Join.resume(decode_value(scalars[b"m"]), state, state.waiting())
         return stage
 
     def _take(self, meta: dict[str, Any]) -> None:

@@ -1,9 +1,10 @@
 """The join of instances, predictions and late labels into outcomes.
 
 A plain class driven by event time. Events are applied **in the order of their timestamps**
-(ties by content), whatever order they arrive in: an event waits until the clock — the
-streaming join's watermark, replay's largest timestamp, minus one — has passed it, and the
-timed rules (a label's grace, ``label_ttl``, ``max_pending``, how long a resolved instance is
+(ties by content), whatever order they arrive in: an event waits until the clock has passed
+it — the streaming join's watermark, or replay's largest timestamp, minus one and minus
+``label_grace``, the most that event time may run out of order within one input partition —
+and the timed rules (``label_ttl``, ``max_pending``, how long a resolved instance is
 remembered) act at their own event times between the events. So every decision is a function
 of the events alone: the same for any keying of the input topics, any interleaving of their
 partitions, a replay of a file, or a restart. docs/replay.md states the rules for users.
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import bisect
 import sys
+import zlib
 from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from pipeline.core.state import META, MemoryState, decode_value
+from pipeline.core.state import EVENT, META, MemoryState, decode_value, encode_value, event_key
 
 __all__ = [
     "DROP_REASONS",
@@ -30,6 +32,7 @@ __all__ = [
     "EventRow",
     "Join",
     "Outcome",
+    "join_partition",
     "label_order",
     "queue_entries",
 ]
@@ -73,8 +76,8 @@ class Outcome(NamedTuple):
     labels: tuple[Label, ...]
     t_instance: int
     t_label: int
-    #: when the join resolved it (the label's time plus ``label_grace``): with
-    #: ``instance_id`` the key that orders outcomes
+    #: when the join resolved it on its clock (the label's time; for a label that came late,
+    #: the clock when it came): with ``instance_id`` the key that orders outcomes
     due: int = 0
 
     @property
@@ -89,7 +92,8 @@ class Outcome(NamedTuple):
 # What the join holds for one pending instance: one flat list, the fewest objects per instance
 #   [created, t_instance, has_record, label, label_ts, due, model, ts, label, model, ts, ...]
 # created is the time of its first event (its expiry and eviction order); t_instance is None
-# until the instance record or a prediction gives it; due is the label's time plus the grace.
+# until the instance record or a prediction gives it; label, label_ts and due are set when the
+# label comes, which resolves the instance at once (its events up to then are all in).
 # The predictions follow as (model_id, ts, label) triples. Model ids and string labels are
 # interned, so a pending instance shares them with every other one.
 CREATED, T_INSTANCE, HAS_RECORD, LABEL_, LABEL_TS, DUE, PREDICTIONS = range(7)
@@ -101,13 +105,20 @@ _Waiting = tuple[int, int, str, str, bool, Label, int]
 _NEVER = 2**62
 
 
+def join_partition(instance_id: str, partitions: int) -> int:
+    """The join partition of an instance (CRC-32 of its UTF-8 id; stable across processes):
+    the worker routes by it, and a replay that emulates the worker's partitions too.
+
+    >>> join_partition("inst-00001", 6)
+    3
+    """
+    return zlib.crc32(instance_id.encode()) % partitions
+
+
 def queue_entries(record: list, label_ttl: int) -> list[tuple[str, int]]:
     """The time-queue entries (queue, time) a pending instance's record stands for: its
-    expiry, and the end of its label's grace if it has one."""
-    entries = [("expiry", record[CREATED] + label_ttl + 1)]
-    if record[DUE] is not None:
-        entries.append(("grace", record[DUE] + 1))
-    return entries
+    expiry."""
+    return [("expiry", record[CREATED] + label_ttl + 1)]
 
 
 def label_order(label: Label) -> tuple[int, Label]:
@@ -159,8 +170,10 @@ class Join:
       *leaky*: dropped and counted. Several predictions of one model are its evolving
       predictions (first = initial, last = final), ordered by ``ts``, then by label. An exact
       repeat (same model, ``ts`` and label) is a duplicate, dropped and counted.
-    * A label resolves the instance ``label_grace`` after its own time, once every event
-      stamped up to then is in; every model that predicted it gets an outcome. A label nobody
+    * A label resolves the instance when the clock passes it, every event stamped up to then
+      being in; every model that predicted it gets an outcome. The clock runs
+      ``label_grace`` behind what is known to be in, so a prediction that reaches the join up to
+      that much later than its label's time, in event time, still counts. A label nobody
       predicted is an *orphan*. A second label of an instance is ignored and counted: a
       duplicate if equal, else a conflict (the latest conflicts are kept in
       :attr:`conflicts` for logging).
@@ -182,7 +195,8 @@ class Join:
     Parameters
     ----------
     label_grace
-        How long (ms of event time) a label waits for predictions it may have overtaken.
+        How far (ms of event time) the clock stays behind what is known to be in: how much
+        later than its time an event may come and still be applied in its place.
     label_ttl
         How long (ms) an instance may wait for its label, and a resolved one is remembered.
     max_pending
@@ -217,7 +231,7 @@ class Join:
         self,
         label_grace: int = 5_000,
         label_ttl: int = 7 * 86_400_000,
-        max_pending: int = 1_000_000,
+        max_pending: int = 100_000_000,
         state: Any = None,
     ) -> None:
         for name, value, low in (
@@ -232,8 +246,7 @@ class Join:
         self.max_pending = max_pending
         self.state = state = MemoryState() if state is None else state
         #: whether a queue entry still stands (the state drops stale ones when it compacts)
-        state.valid = {"expiry": self._expiry_valid, "grace": self._grace_valid,
-                       "forget": self._forget_valid}  # fmt: skip
+        state.valid = {"expiry": self._expiry_valid, "forget": self._forget_valid}
         # the state's parts the hot path uses, bound once (the dicts never change identity)
         self._records, self._memory, self._touch = state.records, state.memory, state.touch
         #: whether the state wants stale queue entries discarded at once (a disk store does;
@@ -241,6 +254,10 @@ class Join:
         self._discards = getattr(state, "discards", False)
         self._clock = -(2**62)  # every event stamped <= clock is applied
         self._runs: list[list[_Waiting]] = []  # waiting events, sorted runs
+        # waiting events since the last commit: taken in (not in a checkpoint yet), and those
+        # of a checkpoint applied since (their keys go)
+        self._added: dict[int, _Waiting] = {}
+        self._applied: list[tuple[int, int]] = []
         self._seq = 0
         self._next = _NEVER  # the earliest queue time at which something is due
         #: the latest conflicting labels (instance_id, kept, ignored), for an adapter to log
@@ -253,6 +270,11 @@ class Join:
     def pending(self) -> int:
         """Instances currently held, waiting for a label."""
         return self.state.pending_count()
+
+    @property
+    def changed(self) -> int:
+        """How many keys :meth:`changes` would give now: what a checkpoint costs."""
+        return self.state.changed() + len(self._added) + len(self._applied)
 
     @property
     def waiting(self) -> int:
@@ -305,6 +327,9 @@ class Join:
         if run:
             run.sort()
             self._runs.append(run)
+            added = self._added
+            for entry in run:
+                added[entry[6]] = entry
         self.advance(now, out)
         return out, repeats
 
@@ -314,6 +339,7 @@ class Join:
         ``out`` if given)."""
         if out is None:
             out = []
+        now -= self.label_grace  # the join's own clock
         if now < self._clock:
             now = self._clock
         if self._runs:
@@ -326,19 +352,18 @@ class Join:
         return out
 
     def flush(self) -> list[Outcome]:
-        """The end of a finite stream (replay): apply every waiting event, then resolve every
-        instance that has its label now, without waiting for its grace (nothing more can
+        """The end of a finite stream (replay): apply every waiting event (nothing more can
         come). Instances without a label stay pending."""
         out: list[Outcome] = []
         if self._runs:
             last = max(run[-1][0] for run in self._runs)
-            self.advance(last, out)
-        state = self.state
-        while (top := state.peek("grace")) is not None:
-            state.pop("grace")
-            self._resolve_due(top[0], top[1], out)
-        self._schedule()
+            self.advance(last + self.label_grace, out)
         return out
+
+    @property
+    def clock(self) -> int:
+        """Every event stamped up to this time is applied: later outcomes have a later due."""
+        return self._clock
 
     # -- time order -------------------------------------------------------------------------
     def _take(self, now: int) -> list[_Waiting]:
@@ -356,6 +381,10 @@ class Join:
             else:
                 kept.append(run)
         self._runs = kept
+        added, applied = self._added, self._applied
+        for entry in taken:  # no longer waiting: a checkpoint that has it must drop it
+            if added.pop(entry[6], None) is None:
+                applied.append((entry[0], entry[6]))
         if len(taken) > 1:
             taken.sort()  # sorted runs: timsort merges them
         return taken
@@ -385,26 +414,17 @@ class Join:
 
     def _rules(self, until: int, out: list[Outcome]) -> None:
         """Everything timed that acts before events stamped ``until``, in time order (at equal
-        times: resolutions of labels whose grace has passed, expiries, forgetting resolved
-        instances)."""
+        times: expiries, then forgetting resolved instances)."""
         state = self.state
         peek, pop, prefetch, records = state.peek, state.pop, state.prefetch, self._records
-        grace, expiry, forget = peek("grace"), peek("expiry"), peek("forget")
+        expiry, forget = peek("expiry"), peek("forget")
         while True:
-            if (grace is not None and grace[0] <= until and (expiry is None or grace <= expiry)
-                    and (forget is None or grace <= forget)):  # fmt: skip
-                pop("grace")
-                if grace[1] not in records:
-                    prefetch((grace[1],))
-                self._resolve_due(grace[0], grace[1], out)
-                grace, forget = peek("grace"), peek("forget")  # a resolution remembers
-                expiry = peek("expiry")  # ... and may discard an expiry entry
-            elif expiry is not None and expiry[0] <= until and (forget is None or expiry <= forget):
+            if expiry is not None and expiry[0] <= until and (forget is None or expiry <= forget):
                 pop("expiry")
                 if expiry[1] not in records:
                     prefetch((expiry[1],))
                 self._expire(expiry[0], expiry[1])
-                expiry, grace = peek("expiry"), peek("grace")
+                expiry = peek("expiry")
             elif forget is not None and forget[0] <= until:
                 pop("forget")
                 prefetch((forget[1],))
@@ -412,25 +432,16 @@ class Join:
                 forget = peek("forget")
             else:
                 break
-        times = [entry[0] for entry in (grace, expiry, forget) if entry is not None]
+        times = [entry[0] for entry in (expiry, forget) if entry is not None]
         self._next = min(times) if times else _NEVER
 
     def _schedule(self) -> None:
         state = self.state
-        times = [entry[0] for entry in (state.peek("grace"), state.peek("expiry"),
-                                         state.peek("forget")) if entry is not None]  # fmt: skip
+        times = [entry[0] for entry in (state.peek("expiry"), state.peek("forget"))
+                 if entry is not None]  # fmt: skip
         self._next = min(times, default=_NEVER)
 
-    def _push(self, queue: str, t: int, instance_id: str) -> None:
-        self.state.push(queue, t, instance_id)
-        if t < self._next:
-            self._next = t
-
     # -- queue entries that still stand (stale ones are skipped) ------------------------------
-    def _grace_valid(self, t: int, instance_id: str) -> bool:
-        record = self.state.records.get(instance_id)
-        return record is not None and record[DUE] is not None and record[DUE] + 1 == t
-
     def _expiry_valid(self, t: int, instance_id: str) -> bool:
         record = self.state.records.get(instance_id)
         return record is not None and record[CREATED] + self.label_ttl + 1 == t
@@ -508,10 +519,10 @@ class Join:
             return
         if type(label) is str:
             label = _intern(label)
-        due = (ts if ts > self._clock else self._clock) + self.label_grace
-        record[LABEL_], record[LABEL_TS], record[DUE] = label, ts, due
-        self._touch(instance_id)
-        self._push("grace", due + 1, instance_id)
+        clock = self._clock
+        record[LABEL_], record[LABEL_TS] = label, ts
+        record[DUE] = ts if ts > clock else clock + 1  # a late label: resolved when it comes
+        self._resolve(instance_id, out)
 
     def _second_label(self, instance_id: str, kept: Label, other: Label) -> None:
         """Count a label that came after ``kept``: a duplicate, or a conflict (logged)."""
@@ -522,20 +533,12 @@ class Join:
             self.conflicts.append((instance_id, kept, other))
 
     # -- the timed rules ------------------------------------------------------------------------
-    def _resolve_due(self, t: int, instance_id: str, out: list[Outcome]) -> None:
-        if self._grace_valid(t, instance_id):
-            self._resolve(instance_id, out)
-
     def _expire(self, t: int, instance_id: str) -> None:
         state = self.state
         if not self._expiry_valid(t, instance_id):
             return
         record = state.records[instance_id]
-        if record[LABEL_] is not None and record[LABEL_TS] < t:
-            return  # its label came in time: it resolves when its grace has passed
         state.drop(instance_id)
-        if record[DUE] is not None and self._discards:
-            state.discard("grace", record[DUE] + 1, instance_id)
         self._drop_pending(record, "expired_unlabelled")
 
     def _forget(self, t: int, instance_id: str) -> None:
@@ -551,11 +554,8 @@ class Join:
             if not self._expiry_valid(t, instance_id):
                 continue
             record = state.records[instance_id]
-            if record[LABEL_] is not None:  # only waiting out its grace: resolved early
-                self._resolve(instance_id, out)
-            else:
-                state.drop(instance_id)
-                self._drop_pending(record, "evicted_max_pending")
+            state.drop(instance_id)
+            self._drop_pending(record, "evicted_max_pending")
         while state.memory_count() > self.max_pending:
             t, instance_id = state.pop("forget")
             state.prefetch((instance_id,))
@@ -580,7 +580,6 @@ class Join:
         label, label_ts, due = record[LABEL_], record[LABEL_TS], record[DUE]
         if self._discards:
             state.discard("expiry", record[CREATED] + self.label_ttl + 1, instance_id)
-            state.discard("grace", due + 1, instance_id)
         # dropped, remembered until due + ttl (its queue entry is later than anything now)
         state.resolved(instance_id, label, due + self.label_ttl)
         if state.memory_count() > self.max_pending:
@@ -643,21 +642,29 @@ class Join:
     # -- checkpoints --------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
         """What changed since the last :meth:`commit`, as the state's encoded key/value pairs
-        (None: deleted) plus the join's scalars under the meta key: a checkpoint writes these,
-        and the pairs of every checkpoint so far, latest value per key, restore the join."""
-        return self.state.changes(self.meta())
+        (None: deleted) plus the join's scalars under the meta key and the events waiting for
+        the clock under keys of their own: a checkpoint writes these, and the pairs of every
+        checkpoint so far, latest value per key, restore the join."""
+        changes = self.state.changes(self.meta())
+        for ts, seq in self._applied:
+            changes[event_key(ts, seq)] = None
+        for entry in self._added.values():
+            changes[event_key(entry[0], entry[6])] = encode_value(entry)
+        return changes
 
     def commit(self, *where: Any) -> None:
         """The changes so far are durable (written to a checkpoint); ``where`` tells a disk
         store what to write with them."""
         self.state.commit(*where)
+        self._added.clear()
+        self._applied.clear()
 
     @classmethod
-    def resume(cls, meta: dict[str, Any], state: Any) -> Join:
+    def resume(cls, meta: dict[str, Any], state: Any, waiting: Iterable[list]) -> Join:
         """A join over a ``state`` that holds its instances already (a disk store), with its
-        scalars (:meth:`meta`)."""
+        scalars (:meth:`meta`) and the events that were waiting for the clock."""
         join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state)
-        join.restore_meta(meta)
+        join.restore_meta(meta, waiting)
         return join
 
     @classmethod
@@ -667,7 +674,7 @@ class Join:
         meta = next(decode_value(v) for k, v in items if k == META)
         join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state)
         join.state.load(items, join.queue_entries, PREDICTIONS)
-        join.restore_meta(meta)
+        join.restore_meta(meta, [decode_value(v) for k, v in items if k[:1] == EVENT])
         join.commit()
         return join
 
@@ -679,18 +686,17 @@ class Join:
             "max_pending": self.max_pending,
             "clock": self._clock,
             "seq": self._seq,
-            "waiting": [list(e) for e in sorted(e for run in self._runs for e in run)],
             "counters": dict(self.counters),
             "model_counters": [[r, m, c] for (r, m), c in self.model_counters.items()],
         }
 
-    def restore_meta(self, meta: dict[str, Any]) -> None:
-        """Take back the scalars of :meth:`meta` (the instances are already in the state, and
-        its time queues)."""
+    def restore_meta(self, meta: dict[str, Any], waiting: Iterable[list]) -> None:
+        """Take back the scalars of :meth:`meta` and the ``waiting`` events (the instances
+        are already in the state, and its time queues)."""
         self._clock = meta["clock"]
         self._seq = meta["seq"]
-        waiting = sorted(tuple(e) for e in meta["waiting"])
-        self._runs = [waiting] if waiting else []
+        runs = sorted(tuple(e) for e in waiting)
+        self._runs = [runs] if runs else []
         self.counters = Counter(meta["counters"])
         self.model_counters = Counter({(r, m): c for r, m, c in meta["model_counters"]})
         self._schedule()

@@ -32,6 +32,7 @@ __all__ = [
     "RECORD",
     "MemoryState",
     "decode_value",
+    "encode_changes",
     "encode_value",
     "event_key",
     "intern_record",
@@ -70,6 +71,29 @@ def intern_record(record: list, predictions_at: int) -> list:
     return record
 
 
+def encode_changes(
+    records: Any,
+    dirty_records: Iterable[str],
+    memory: Any,
+    dirty_memory: Iterable[str],
+    meta: dict[str, Any],
+) -> dict[bytes, bytes | None]:
+    """The changes of a state as key/value pairs (a checkpoint's; None: deleted): every dirty
+    record and memory entry as it is now, and the join's scalars. Written as comprehensions: a
+    checkpoint stalls the data path for as long as this takes."""
+    encode, get_record, get_memory = encode_value, records.get, memory.get
+    out: dict[bytes, bytes | None] = {
+        RECORD + i.encode(): None if (r := get_record(i)) is None else encode(r)
+        for i in dirty_records
+    }
+    out.update({
+        MEMORY + i.encode(): None if (e := get_memory(i)) is None else encode(e)
+        for i in dirty_memory
+    })  # fmt: skip
+    out[META] = encode(meta)
+    return out
+
+
 class MemoryState:
     """Everything in RAM: dicts for records and remembered instances, heaps for the time
     queues (stale entries are skipped when they reach the top, and compacted now and then).
@@ -85,7 +109,7 @@ class MemoryState:
         # Each time queue: entries pushed in time order (the usual case: the join applies
         # events in time order, so expiries, graces and memories come due in the order they
         # are made) in a deque, the others in a heap; the smallest is at the front of either.
-        names = ("expiry", "grace", "forget")
+        names = ("expiry", "forget")
         self.queues: dict[str, deque[tuple[int, str]]] = {name: deque() for name in names}
         self._late: dict[str, list[tuple[int, str]]] = {name: [] for name in names}
         self._compact_at = dict.fromkeys(names, 4096)
@@ -213,18 +237,14 @@ class MemoryState:
         self._compact_at[queue] = 2 * len(fifo) + 4096
 
     # -- checkpoints -------------------------------------------------------------------------
+    def changed(self) -> int:
+        """How many keys the next checkpoint writes (records and remembered instances)."""
+        return len(self._dirty_records) + len(self._dirty_memory)
+
     def changes(self, meta: dict[str, Any]) -> dict[bytes, bytes | None]:
         """What changed since the last :meth:`commit`, encoded (None: deleted), with ``meta``."""
-        out: dict[bytes, bytes | None] = {}
-        records, memory = self.records, self.memory
-        for instance_id in self._dirty_records:
-            record = records.get(instance_id)
-            out[RECORD + instance_id.encode()] = None if record is None else encode_value(record)
-        for instance_id in self._dirty_memory:
-            entry = memory.get(instance_id)
-            out[MEMORY + instance_id.encode()] = None if entry is None else encode_value(entry)
-        out[META] = encode_value(meta)
-        return out
+        return encode_changes(self.records, self._dirty_records, self.memory,
+                              self._dirty_memory, meta)  # fmt: skip
 
     def commit(self, *_: Any) -> None:
         """The changes so far are written (the arguments are a disk store's)."""

@@ -52,16 +52,16 @@ CASES = {
         outcomes=[("m", "i1", "c", ("a", "b", "c"), 10, 40)],
         counters={},
     ),
-    "leaky prediction arriving after the label": dict(
+    "a prediction stamped after its label is late, whenever it arrives": dict(
         grace=100,
         events=[
             ("p", "i1", "m", 10, "a", 10),
+            ("p", "i1", "m", 60, "b", 20),  # arrives before the label
             ("l", "i1", 50, "a", 50),
-            ("p", "i1", "m", 60, "b", 60),
             ("a", 200),
         ],
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
-        counters={"leaky_prediction": 1},
+        counters={"late_prediction": 1},
     ),
     "a prediction stamped after its label comes after it, whatever arrives first": dict(
         grace=0,
@@ -74,8 +74,8 @@ CASES = {
         outcomes=[("m", "i1", "a", ("a",), 10, 50)],
         counters={"late_prediction": 1},
     ),
-    "a late label before a prediction stamped after it: leaky": dict(
-        grace=100,
+    "a label that came late, before a prediction stamped after it: leaky": dict(
+        grace=0,
         events=[("p", "i1", "m", 60, "a", 60), ("l", "i1", 50, "a", 61), ("a", 500)],
         outcomes=[],
         counters={"leaky_prediction": 1, "orphan_label": 1},
@@ -225,22 +225,9 @@ CASES = {
             ("l", "i1", 20, "a", 20),
             ("l", "i3", 21, "b", 21),
         ],
-        # i3 pushes i1 out; i1's label then needs a slot and pushes i2 out, and is an orphan
+        # i3 pushes i1 out; i1's label then finds nobody that predicted it: an orphan
         outcomes=[("m", "i3", "b", ("a",), 12, 21)],
-        counters={"evicted_max_pending": 2, "orphan_label": 1},
-    ),
-    "max_pending resolves the oldest early if it has its label": dict(
-        grace=100,
-        max_pending=2,
-        events=[
-            ("p", "i1", "m", 10, "a", 0),
-            ("l", "i1", 11, "a", 0),
-            ("p", "i2", "m", 12, "a", 0),
-            ("p", "i3", "m", 13, "a", 0),
-            ("a", 50),
-        ],
-        outcomes=[("m", "i1", "a", ("a",), 10, 11)],
-        counters={},
+        counters={"evicted_max_pending": 1, "orphan_label": 1},
     ),
     "label before the instance time is a data error": dict(
         grace=0,

@@ -63,7 +63,7 @@ SCHEMAS = {
 class Deployment:
     """Topics with a fresh prefix, the stream produced to them, and workers to start."""
 
-    def __init__(self, bootstrap: str, tmp_path: Path, stream) -> None:
+    def __init__(self, bootstrap: str, tmp_path: Path, stream, config: str = CONFIG) -> None:
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
@@ -71,13 +71,17 @@ class Deployment:
         self.prefix = f"w{uuid.uuid4().hex[:8]}-"
         self.tmp = tmp_path
         self.config = tmp_path / "worker.toml"
-        self.config.write_text(CONFIG)
+        self.config.write_text(config)
         self.workers: list[tuple[subprocess.Popen, int, Path]] = []
+        self.started = 0
         admin = AdminClient({"bootstrap.servers": bootstrap})
         specs = load_topics(self.prefix, partitions=3)
-        for spec in specs:  # room for the oversized records of the malformed-input test
+        for spec in specs:
             if spec.role == "input":
-                spec.configs["max.message.bytes"] = "4194304"
+                # room for the oversized records of the malformed-input test, whose records are
+                # sent with their (January 2026) event times as Kafka timestamps: retention by
+                # time would delete them before the worker reads them
+                spec.configs.update({"max.message.bytes": "4194304", "retention.ms": "-1"})
         create_topics(admin, specs)
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                                   "message.max.bytes": 4_000_000})  # fmt: skip
@@ -88,10 +92,15 @@ class Deployment:
         """Produce the next part of the stream (all that is left by default)."""
         count = len(self.pending) if fraction >= 1 else int(len(self.pending) * fraction)
         for topic, key, value in self.pending[:count]:
-            self.producer.produce(self.prefix + topic, value, key)
+            while True:
+                try:
+                    self.producer.produce(self.prefix + topic, value, key)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain
+                    self.producer.poll(0.05)
             self.producer.poll(0)
         del self.pending[:count]
-        assert self.producer.flush(30) == 0
+        assert self.producer.flush(120) == 0
 
     def produce_records(self, records) -> dict[tuple[str, int, int], str | None]:
         """Produce :class:`~pipeline.simulate.malformed.Record` s, each with its key and Kafka
@@ -137,7 +146,8 @@ class Deployment:
 
     def start_worker(self) -> tuple[subprocess.Popen, int]:
         port = free_port()
-        log = self.tmp / f"worker-{len(self.workers)}.log"
+        log = self.tmp / f"worker-{self.started}.log"
+        self.started += 1
         env = {**os.environ, "STREAMEVAL_BOOTSTRAP": self.bootstrap,
                "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
                "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1",

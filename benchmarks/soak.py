@@ -1,0 +1,153 @@
+"""A long run of one worker under steady live traffic: does anything grow that should not?
+
+    .venv/bin/python benchmarks/soak.py                       # 30 minutes at 60 k events/s
+    .venv/bin/python benchmarks/soak.py --minutes 5 --rate 20000
+
+A load generator sends live traffic — an instance, a prediction from each of three models and
+a label about two seconds later, 36-character ids — to a worker with the disk store and the
+default ``label_ttl`` of 7 days, so the resolved instances it remembers grow all run long.
+Every ``--sample-s`` seconds it reads the worker's /metrics: the duration of the latest
+checkpoint, resident memory, the store's size, pending instances. It prints a line per minute
+and, at the end, the checkpoint durations of the first and the last fifth of the run side by
+side, and whether the worker ran through (it must: exit 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pipeline_throughput import (  # noqa: E402
+    MODELS,
+    bootstrap,
+    make_topics,
+    scrape,
+    series,
+    start_worker,
+    stop,
+)
+
+from pipeline.devkafka import free_port  # noqa: E402
+
+CONFIG = """
+publish_every = 100000
+[join]
+label_grace_ms = 1000
+[worker]
+idle_ms = 1000
+snapshot_interval_s = 5.0
+processes = {processes}
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--rate", type=float, default=60_000, help="input events/s")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--sample-s", type=float, default=5.0)
+    args = parser.parse_args()
+    from confluent_kafka import Producer
+
+    boot = bootstrap()
+    prefix = make_topics(boot, 6)
+    tmp = Path(tempfile.mkdtemp(prefix="soak-"))
+    config = tmp / "soak.toml"
+    config.write_text(CONFIG.format(processes=args.processes))
+    port = free_port()
+    worker = start_worker(boot, prefix, config, port, tmp / "worker.log")
+    producer = Producer({"bootstrap.servers": boot, "linger.ms": 50,
+                         "queue.buffering.max.messages": 2_000_000})  # fmt: skip
+    per_s = args.rate / 5
+    rng = np.random.default_rng(7)
+    topics = prefix + "instances", prefix + "predictions", prefix + "labels"
+    models = [m.encode() for m in MODELS]
+    word = (b"no", b"yes")
+    samples: list[tuple[float, float, float, float, float]] = []
+    seconds = args.minutes * 60
+    time.sleep(8)  # the worker joins its group
+    start = time.monotonic()
+    next_sample, next_line, i, sent = start, start + 60, 0, 0
+    waiting: deque[tuple[float, bytes, bytes]] = deque()
+    alive = True
+    try:
+        while time.monotonic() - start < seconds:
+            now = time.monotonic()
+            target = int((now - start) * per_s)
+            ts = int(time.time() * 1000)
+            if target > i:
+                truths = rng.random(target - i) < 0.5
+                right = rng.random((target - i, 3)) < 0.8
+                delays = rng.exponential(2.0, target - i)
+                for n in range(target - i):
+                    iid = str(uuid.UUID(int=int(rng.integers(1 << 62)) << 64 | i)).encode()
+                    y = bool(truths[n])
+                    producer.produce(topics[0], b'{"instance_id":"%s","ts":%d}' % (iid, ts), iid)
+                    for model, ok in zip(models, right[n], strict=True):
+                        producer.produce(
+                            topics[1],
+                            b'{"instance_id":"%s","model_id":"%s","ts":%d,"label":"%s"}'
+                            % (iid, model, ts, word[y if ok else not y]),
+                            iid,
+                        )
+                    waiting.append((now + 0.2 + float(delays[n]), iid, word[y]))
+                    i += 1
+                    sent += 4
+            while waiting and waiting[0][0] <= now:
+                _, iid, y = waiting.popleft()
+                producer.produce(
+                    topics[2], b'{"instance_id":"%s","ts":%d,"label":"%s"}' % (iid, ts, y), iid
+                )
+                sent += 1
+            producer.poll(0)
+            if now >= next_sample:
+                next_sample = now + args.sample_s
+                if worker.poll() is not None:
+                    alive = False
+                    break
+                try:
+                    text = scrape(port)
+                except OSError:
+                    continue
+                samples.append((now - start, series(text, "streameval_checkpoint_seconds") or 0,
+                                series(text, "process_resident_memory_bytes") or 0,
+                                series(text, "streameval_store_bytes") or 0,
+                                series(text, "streameval_pending_instances") or 0))  # fmt: skip
+            if now >= next_line and samples:
+                next_line = now + 60
+                t, _, rss, store, pending = samples[-1]
+                recent = [s[1] for s in samples if s[0] > t - 60]
+                print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
+                      f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
+                      f"pending {pending:>9,.0f}", flush=True)  # fmt: skip
+            time.sleep(0.001)
+        producer.flush(60)
+    finally:
+        alive = alive and worker.poll() is None
+        stop(worker)
+    fifth = len(samples) // 5
+    first, last = [s[1] for s in samples[:fifth]], [s[1] for s in samples[-fifth:]]
+    rate = sent / seconds
+    print(f"sent {sent:,} events in {seconds / 60:.0f} min ({rate:,.0f}/s)")
+    if first and last:
+        print(
+            f"checkpoint duration, first fifth: mean {np.mean(first):.3f} s, max "
+            f"{max(first):.3f} s; last fifth: mean {np.mean(last):.3f} s, max {max(last):.3f} s"
+        )
+    print("the worker ran through" if alive else "THE WORKER STOPPED: see " + str(tmp))
+    sys.exit(0 if alive else 1)
+
+
+if __name__ == "__main__":
+    main()
