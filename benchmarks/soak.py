@@ -1,15 +1,16 @@
 """A long run of one worker under steady live traffic: does anything grow that should not?
 
-    .venv/bin/python benchmarks/soak.py                       # 30 minutes at 60 k events/s
+    .venv/bin/python benchmarks/soak.py                       # 30 minutes at 40 k events/s
     .venv/bin/python benchmarks/soak.py --minutes 5 --rate 20000
 
-A load generator sends live traffic — an instance, a prediction from each of three models and
-a label about two seconds later, 36-character ids — to a worker with the disk store and the
+A load generator sends live traffic — an instance, a prediction from each of three models and a
+label about two seconds later, 36-character ids — to a worker with the disk store and the
 default ``label_ttl`` of 7 days, so the resolved instances it remembers grow all run long.
 Every ``--sample-s`` seconds it reads the worker's /metrics: the duration of the latest
-checkpoint, resident memory, the store's size, pending instances. It prints a line per minute
-and, at the end, the checkpoint durations of the first and the last fifth of the run side by
-side, and whether the worker ran through (it must: exit 1 otherwise).
+checkpoint, resident memory, the store's size, pending instances and the input messages not yet
+consumed (a lag that grows means the worker does not keep up with ``--rate``). It prints a line
+per minute and, at the end, the checkpoint durations of the first and the last fifth of the run
+side by side, and whether the worker ran through (it must: exit 1 otherwise).
 """
 
 from __future__ import annotations
@@ -51,10 +52,16 @@ processes = {processes}
 """
 
 
+def _total(text: str, name: str) -> float:
+    """The sum of every series of a metric (all its labels)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--rate", type=float, default=60_000, help="input events/s")
+    parser.add_argument("--rate", type=float, default=40_000, help="input events/s")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--sample-s", type=float, default=5.0)
     args = parser.parse_args()
@@ -123,14 +130,15 @@ def main() -> None:
                 samples.append((now - start, series(text, "streameval_checkpoint_seconds") or 0,
                                 series(text, "process_resident_memory_bytes") or 0,
                                 series(text, "streameval_store_bytes") or 0,
-                                series(text, "streameval_pending_instances") or 0))  # fmt: skip
+                                series(text, "streameval_pending_instances") or 0,
+                                _total(text, "streameval_consumer_lag")))  # fmt: skip
             if now >= next_line and samples:
                 next_line = now + 60
-                t, _, rss, store, pending = samples[-1]
+                t, _, rss, store, pending, lag = samples[-1]
                 recent = [s[1] for s in samples if s[0] > t - 60]
                 print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
                       f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
-                      f"pending {pending:>9,.0f}", flush=True)  # fmt: skip
+                      f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}", flush=True)  # fmt: skip
             time.sleep(0.001)
         producer.flush(60)
     finally:
@@ -138,6 +146,10 @@ def main() -> None:
         stop(worker)
     fifth = len(samples) // 5
     first, last = [s[1] for s in samples[:fifth]], [s[1] for s in samples[-fifth:]]
+    if fifth:
+        print(f"input lag, end of the first fifth: {samples[fifth - 1][5]:,.0f} messages; "
+              f"at the end: {samples[-1][5]:,.0f}; RSS {samples[fifth - 1][2] / 1e6:,.0f} → "
+              f"{samples[-1][2] / 1e6:,.0f} MB")  # fmt: skip
     rate = sent / seconds
     print(f"sent {sent:,} events in {seconds / 60:.0f} min ({rate:,.0f}/s)")
     if first and last:

@@ -66,9 +66,11 @@ class _Queue:
         self.removed: set[tuple[int, str]] = set()
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, start: tuple[int, str] | None = None) -> None:
         self._it = self.db.iter()
-        self._it.seek(self.prefix)
+        # from the first live entry: the ones taken before it are deleted, and a seek from
+        # the prefix would step over all their tombstones until compaction drops them
+        self._it.seek(self.prefix if start is None else time_key(self.prefix, *start))
         self._head: tuple[int, str] | None = None
         self._advance()
 
@@ -125,8 +127,9 @@ class _Queue:
                 batch.put(time_key(prefix, t, instance_id), b"")
 
     def committed(self) -> None:
+        start = self.peek()  # everything before it is taken (and deleted by the commit)
         self.heap, self.removed = [], set()
-        self._reset()
+        self._reset(start)
 
 
 class DiskState:
@@ -424,8 +427,9 @@ class DiskState:
     def settle(self, position: int | None, sealed: tuple[int, int] | None) -> None:
         """The changes applied so far make checkpoint ``sealed`` ending at changelog
         ``position``."""
-        for queue in self.queues.values():
-            queue.committed()
+        for queue in self.queues.values():  # read again from the start: apply() wrote
+            queue.heap, queue.removed = [], set()  # under iterators made before it
+            queue._reset()
         self.commit({}, position, sealed)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:

@@ -73,7 +73,7 @@ class WorkerSettings(BaseSettings):
     publish_interval_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
     snapshot_interval_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
     checkpoint_max_changes: int = Field(
-        20_000, ge=100, le=10_000_000, description="a join partition with this many changes "
+        10_000, ge=100, le=10_000_000, description="a join partition with this many changes "
         "since its last checkpoint takes one at once, between the periodic ones: bounds how "
         "long a checkpoint pauses the data path (a few microseconds per change)",
     )  # fmt: skip

@@ -38,7 +38,6 @@ which the next stage skips. Nothing is lost or counted twice.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import logging
 import struct
@@ -50,7 +49,7 @@ from typing import Any
 import orjson
 
 from pipeline.config import EvaluationConfig
-from pipeline.core.join import Join, Outcome, join_partition
+from pipeline.core.join import Join, Outcome, join_partition, split_runs
 from pipeline.core.state import decode_value, encode_value
 from pipeline.engine import Engine
 from pipeline.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
@@ -505,19 +504,7 @@ class EvalStage:
         if limit <= self._limit:
             return [], []
         self._limit = limit
-        key = (limit,)
-        taken: list[tuple[int, str, str, int, Outcome]] = []
-        kept = []
-        for run in self._runs:
-            cut = bisect.bisect_left(run, key)
-            if cut == len(run):
-                taken += run
-            elif cut:
-                taken += run[:cut]
-                kept.append(run[cut:])
-            else:
-                kept.append(run)
-        self._runs = kept
+        taken, self._runs = split_runs(self._runs, (limit,))
         if not taken:
             return [], []
         taken.sort()  # sorted runs: timsort merges them

@@ -158,6 +158,27 @@ def _models(record: list) -> list[str]:
     return list(dict.fromkeys(record[PREDICTIONS::3]))
 
 
+def split_runs(runs: list[list], key: tuple) -> tuple[list, list[list]]:
+    """Sorted runs cut at ``key``: the entries before it (concatenated run by run, so not
+    sorted as a whole) and the runs of what is left.
+
+    >>> split_runs([[(1,), (5,)], [(2,), (3,)], [(7,)]], (4,))
+    ([(1,), (2,), (3,)], [[(5,)], [(7,)]])
+    """
+    taken: list = []
+    kept = []
+    for run in runs:
+        cut = bisect.bisect_left(run, key)
+        if cut == len(run):
+            taken += run
+        elif cut:
+            taken += run[:cut]
+            kept.append(run[cut:])
+        else:
+            kept.append(run)
+    return taken, kept
+
+
 class Join:
     """Buffer predictions per instance and model until the label arrives; emit outcomes.
 
@@ -368,19 +389,7 @@ class Join:
     # -- time order -------------------------------------------------------------------------
     def _take(self, now: int) -> list[_Waiting]:
         """The waiting events stamped up to ``now``, in order."""
-        key = (now + 1,)
-        taken: list[_Waiting] = []
-        kept = []
-        for run in self._runs:
-            cut = bisect.bisect_left(run, key)
-            if cut == len(run):
-                taken += run
-            elif cut:
-                taken += run[:cut]
-                kept.append(run[cut:])
-            else:
-                kept.append(run)
-        self._runs = kept
+        taken, self._runs = split_runs(self._runs, (now + 1,))
         added, applied = self._added, self._applied
         for entry in taken:  # no longer waiting: a checkpoint that has it must drop it
             if added.pop(entry[6], None) is None:

@@ -1,6 +1,7 @@
 """The join's state on disk and its incremental checkpoints, on a real broker: limits that
-bind, SIGKILL during checkpoints and restores, restarts on an empty disk, and a partition with
-many pending instances moving to another worker — each ends with replay's numbers."""
+bind, SIGKILL during checkpoints and restores, restarts on an empty disk, a partition with many
+pending instances moving to another worker, a changelog deleted under a running worker and a
+full disk — each ends with replay's numbers (after a clean stop where one is due)."""
 
 from __future__ import annotations
 
@@ -129,6 +130,25 @@ def test_a_changelog_deleted_under_a_running_worker(deploy, stream, expected, ka
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
     assert "writing the whole store into it" in deployment.workers[0][2].read_text()
+
+
+def test_a_full_disk_stops_the_worker_and_it_continues_once_freed(deploy, stream, expected):
+    """The store cannot write (every file the worker writes is capped, as on a full disk):
+    the worker stops with a message saying what to do, without a traceback; started again
+    with room, it catches up from the changelog and ends with replay's numbers."""
+    deployment = deploy(stream)
+    deployment.env["STREAMEVAL_IDLE_MS"] = "15000"  # the restart is not the end of the stream
+    deployment.produce()
+    process, _ = deployment.start_worker(max_file_bytes=100_000)
+    log = deployment.workers[-1][2]
+    assert process.wait(timeout=180) != 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    assert re.search(r"CRITICAL.*cannot write the store.*is the disk full", text), text[-3000:]
+    deployment.workers.clear()  # it stopped as it should (exit status 1, for a supervisor)
+    deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
 
 
 def _topics(bootstrap: str) -> list[str]:

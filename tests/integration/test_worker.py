@@ -144,7 +144,9 @@ class Deployment:
             consumer.close()
         return letters
 
-    def start_worker(self) -> tuple[subprocess.Popen, int]:
+    def start_worker(self, max_file_bytes: int | None = None) -> tuple[subprocess.Popen, int]:
+        """A worker process (``max_file_bytes``: no file it writes may grow past this, as if
+        the disk were full)."""
         port = free_port()
         log = self.tmp / f"worker-{self.started}.log"
         self.started += 1
@@ -152,9 +154,16 @@ class Deployment:
                "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
                "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1",
                "STREAMEVAL_STATE_DIR": str(self.tmp / "state"), **self.env}  # fmt: skip
+
+        def limit() -> None:  # writes past it fail with EFBIG (Python ignores SIGXFSZ)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+
         process = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(self.config)],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            preexec_fn=None if max_file_bytes is None else limit,
         )  # fmt: skip
         self.workers.append((process, port, log))
         return process, port
