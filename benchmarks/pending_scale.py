@@ -13,11 +13,13 @@ Phases:
    then a steady phase of ``--events`` events in which every new instance's label comes N
    instances later, so that N stay pending. Checkpoints as the worker takes them: every
    ``--checkpoint-s`` seconds, and of the join alone as soon as it has
-   ``checkpoint_max_changes`` changes; the changes encoded as changelog records
-   (pipeline.app.checkpoint) and committed (the disk store's batch). Printed: events/s of the
-   steady phase, peak resident memory, bytes on disk per pending instance (after the fill, when
-   the store holds pending instances only), checkpoint time p50/p99/max (the data path is one
-   thread: a checkpoint is a stall of it), how many outcomes were evaluated, and the store's
+   ``checkpoint_max_changes`` changes, in the worker's steps — changes cut, encoded as
+   changelog records (pipeline.app.checkpoint), the disk store's batch written — without the
+   produce to Kafka and the waits for its acknowledgements (the worker goes on during those).
+   Printed: events/s of the steady phase, peak resident memory, bytes on disk per pending
+   instance (after the fill, when the store holds pending instances only), the pause of the
+   data path per stage checkpoint p50/p99/max (the data path is one thread: the longest of
+   those steps stops it), how many outcomes were evaluated, and the store's
    size at the end, resolved instances being remembered for ``label_ttl`` (7 days) too. The in-
    memory store is measured up to ``--memory-max`` pending (RAM: about 1 KB each).
 2. **store alone** (``--store-only N``): the disk store filled with N pending instances and
@@ -114,19 +116,24 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
         offset += 1
 
     def checkpoint(join_only=False):
+        """As the worker takes one, stage by stage: the changes cut, then encoded as changelog
+        records, then (once Kafka would have them) the disk store's batch written. Each step
+        stops the data path; the worker goes on between them: the pause is the longest."""
         nonlocal number, chunks
-        started = time.perf_counter()
         stages = ((join, True),) if join_only else ((join, True), (evaluate, False))
         for stage, is_join in stages:
-            changes = stage.changes()
-            records, new_chunks = checkpoint_records(number + 1, changes, chunks, {"v": 1})
+            t0 = time.perf_counter()
+            cut = stage.cut()
+            t1 = time.perf_counter()
+            records, new_chunks = checkpoint_records(number + 1, cut.changes, chunks, {"v": 1})
+            t2 = time.perf_counter()
             if is_join:
-                stage.commit(changes, offset, (number + 1, new_chunks))
+                stage.written(cut, offset, (number + 1, new_chunks))
                 number, chunks = number + 1, new_chunks
             else:
-                stage.commit()
+                stage.written(cut)
             del records
-        checkpoints.append(time.perf_counter() - started)
+            checkpoints.append(max(t1 - t0, t2 - t1, time.perf_counter() - t2))
 
     started = time.perf_counter()
     due = time.monotonic() + checkpoint_s
@@ -322,7 +329,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="pending-scale-"))
     rows = []
     print(f"{'store':7} {'pending':>11} {'events/s':>9} {'RSS MB':>7} {'B/pend':>7} "
-          f"{'ckpt p50':>8} {'p99':>6} {'max ms':>7} {'outcomes':>9} {'end MB':>7} "
+          f"{'pause p50':>9} {'p99':>6} {'max ms':>7} {'outcomes':>9} {'end MB':>7} "
           f"{'remembered':>10}")  # fmt: skip
     for n in args.pending:
         for store in args.stores:
@@ -335,7 +342,7 @@ def main() -> None:
             rows.append(r)
             p50, p99, worst = r["checkpoint_ms"]
             print(f"{store:7} {r['pending']:>11,} {r['events_per_s']:>9,.0f} {r['rss_mb']:>7,.0f} "
-                  f"{r.get('bytes_per_pending') or float('nan'):>7.1f} {p50:>8.1f} {p99:>6.1f} "
+                  f"{r.get('bytes_per_pending') or float('nan'):>7.1f} {p50:>9.1f} {p99:>6.1f} "
                   f"{worst:>7.1f} {r['outcomes']:>9,} {r.get('bytes_at_end', 0) / 1e6:>7.0f} "
                   f"{r.get('remembered', 0):>10,}", flush=True)  # fmt: skip
     memory = [r for r in rows if r["store"] == "memory"]

@@ -7,10 +7,12 @@ A load generator sends live traffic — an instance, a prediction from each of t
 label about two seconds later, 36-character ids — to a worker with the disk store and the
 default ``label_ttl`` of 7 days, so the resolved instances it remembers grow all run long.
 Every ``--sample-s`` seconds it reads the worker's /metrics: the duration of the latest
-checkpoint, resident memory, the store's size, pending instances and the input messages not yet
-consumed (a lag that grows means the worker does not keep up with ``--rate``). It prints a line
-per minute and, at the end, the checkpoint durations of the first and the last fifth of the run
-side by side, and whether the worker ran through (it must: exit 1 otherwise).
+checkpoint (from its cut to durable; the data path goes on meanwhile), the pauses checkpoints
+made in the data path (a histogram), resident memory, the store's size, pending instances and
+the input messages not yet consumed (a lag that grows means the worker does not keep up with
+``--rate``). It prints a line per minute and, at the end, the checkpoint durations of the first
+and the last fifth of the run side by side, how many pauses passed 100 ms, and whether the
+worker ran through (it must: exit 1 otherwise).
 """
 
 from __future__ import annotations
@@ -58,6 +60,28 @@ def _total(text: str, name: str) -> float:
                if line.startswith(name + "{") or line.startswith(name + " "))  # fmt: skip
 
 
+def _pauses(text: str) -> dict[float, float]:
+    """The checkpoint pause histogram: cumulative count per upper bound (inf: all)."""
+    name = "streameval_checkpoint_pause_seconds_bucket{"
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float(le)] = out.get(float(le), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _pause_line(hist: dict[float, float]) -> str:
+    """How many checkpoint pauses, how many over 100 ms, and the bucket the longest is in."""
+    total = hist.get(float("inf"), 0.0)
+    over = total - hist.get(0.1, 0.0)
+    bounds = sorted(hist)
+    longest = next((b for b in bounds if hist[b] >= total), float("inf"))
+    below = max((b for b in bounds if b < longest), default=0.0)
+    return (f"{total:,.0f} checkpoint pauses, {over:,.0f} over 100 ms; the longest between "
+            f"{below * 1000:.0f} and {longest * 1000:.0f} ms")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -81,7 +105,8 @@ def main() -> None:
     topics = prefix + "instances", prefix + "predictions", prefix + "labels"
     models = [m.encode() for m in MODELS]
     word = (b"no", b"yes")
-    samples: list[tuple[float, float, float, float, float]] = []
+    samples: list[tuple[float, float, float, float, float, float]] = []
+    pauses: dict[float, float] = {}
     seconds = args.minutes * 60
     time.sleep(8)  # the worker joins its group
     start = time.monotonic()
@@ -132,11 +157,14 @@ def main() -> None:
                                 series(text, "streameval_store_bytes") or 0,
                                 series(text, "streameval_pending_instances") or 0,
                                 _total(text, "streameval_consumer_lag")))  # fmt: skip
+                pauses = _pauses(text)
             if now >= next_line and samples:
                 next_line = now + 60
                 t, _, rss, store, pending, lag = samples[-1]
                 recent = [s[1] for s in samples if s[0] > t - 60]
+                total = pauses.get(float("inf"), 0.0)
                 print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
+                      f"pauses > 100 ms {total - pauses.get(0.1, 0.0):>4,.0f} of {total:>6,.0f}  "
                       f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
                       f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}", flush=True)  # fmt: skip
             time.sleep(0.001)
@@ -154,9 +182,11 @@ def main() -> None:
     print(f"sent {sent:,} events in {seconds / 60:.0f} min ({rate:,.0f}/s)")
     if first and last:
         print(
-            f"checkpoint duration, first fifth: mean {np.mean(first):.3f} s, max "
+            f"checkpoint duration (cut to durable), first fifth: mean {np.mean(first):.3f} s, max "
             f"{max(first):.3f} s; last fifth: mean {np.mean(last):.3f} s, max {max(last):.3f} s"
         )
+    if pauses:
+        print(_pause_line(pauses))
     print("the worker ran through" if alive else "THE WORKER STOPPED: see " + str(tmp))
     sys.exit(0 if alive else 1)
 

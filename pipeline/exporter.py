@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -209,8 +209,16 @@ class Exporter:
         )
         self.checkpoint_seconds = Gauge(
             "streameval_checkpoint_seconds",
-            "How long the latest checkpoint took: outputs acknowledged, changes written to the "
-            "changelogs and acknowledged, stores committed (the data path waits for it).",
+            "How long the latest checkpoint took from its cut to durable: outputs acknowledged, "
+            "changes written to the changelogs and acknowledged, stores written (the data path "
+            "goes on meanwhile).",
+            registry=registry,
+        )
+        self.checkpoint_pause = Histogram(
+            "streameval_checkpoint_pause_seconds",
+            "How long the data path stopped for a checkpoint: the longest of its steps "
+            "(cutting the changes, producing them, writing a disk store's batch).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=registry,
         )
         self.changelog_lag = Gauge(
@@ -290,8 +298,9 @@ class Exporter:
         if hits + reads:
             self.cache_hits.set(hits / (hits + reads))
 
-    def set_checkpoint(self, seconds: float) -> None:
+    def set_checkpoint(self, seconds: float, pause: float = 0.0) -> None:
         self.checkpoint_seconds.set(seconds)
+        self.checkpoint_pause.observe(pause)
 
     def set_changelog_lag(self, stage: str, records: int) -> None:
         self.changelog_lag.labels(stage).set(records)

@@ -34,6 +34,7 @@ from pipeline.core.state import (
     MEMORY,
     META,
     RECORD,
+    Cut,
     decode_value,
     encode_changes,
     encode_value,
@@ -64,6 +65,8 @@ class _Queue:
         self.db, self.prefix = db, prefix
         self.heap: list[tuple[int, str]] = []
         self.removed: set[tuple[int, str]] = set()
+        #: pushed again after being taken from the database: it may still be there
+        self.shadowed: set[tuple[int, str]] = set()
         self._reset()
 
     def _reset(self, start: tuple[int, str] | None = None) -> None:
@@ -89,7 +92,9 @@ class _Queue:
 
     def push(self, t: int, instance_id: str) -> None:
         entry = (t, instance_id)
-        self.removed.discard(entry)
+        if entry in self.removed:  # taken from the database, and back: it may be there still
+            self.removed.discard(entry)
+            self.shadowed.add(entry)
         heapq.heappush(self.heap, entry)
 
     def discard(self, t: int, instance_id: str) -> None:
@@ -113,22 +118,39 @@ class _Queue:
             raise IndexError("pop from an empty queue")
         if self.heap and self.heap[0] == entry:
             heapq.heappop(self.heap)
+            if entry in self.shadowed:  # the database may have it: delete it there too
+                self.shadowed.discard(entry)
+                self.removed.add(entry)
         else:
             self.removed.add(entry)
             self._advance()
         return entry
 
-    def changes(self, batch: Any) -> None:
-        prefix = self.prefix
-        for t, instance_id in self.removed:
-            batch.delete(time_key(prefix, t, instance_id))
-        for t, instance_id in self.heap:
-            if (t, instance_id) not in self.removed:
-                batch.put(time_key(prefix, t, instance_id), b"")
+    def freeze(self) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:
+        """What the database lacks of the queue now: entries to put, entries to delete. The
+        queue goes on as it is until :meth:`written` says the database has them."""
+        removed = self.removed
+        return {e for e in self.heap if e not in removed}, set(removed)
 
-    def committed(self) -> None:
-        start = self.peek()  # everything before it is taken (and deleted by the commit)
-        self.heap, self.removed = [], set()
+    @staticmethod
+    def write(batch: Any, prefix: bytes, puts: set, deletes: set) -> None:
+        for t, instance_id in deletes:
+            batch.delete(time_key(prefix, t, instance_id))
+        for t, instance_id in puts:
+            batch.put(time_key(prefix, t, instance_id), b"")
+
+    def written(self, puts: set, deletes: set) -> None:
+        """The database now holds ``puts`` and no longer ``deletes`` (a :meth:`freeze`'s):
+        keep in RAM only what it still lacks, and read it again from the live head."""
+        start = self.peek()  # everything before it is taken (deleted, or in ``removed``)
+        heap, removed = self.heap, self.removed
+        held = set(heap)
+        # taken since the freeze, but written by it: the next batch deletes them
+        self.removed = {e for e in removed if e not in deletes} | {e for e in puts
+                                                                   if e not in held}  # fmt: skip
+        self.heap = [e for e in heap if e not in puts and e not in removed]
+        heapq.heapify(self.heap)
+        self.shadowed -= puts
         self._reset(start)
 
 
@@ -258,6 +280,8 @@ class DiskState:
             records[instance_id] = (None if value is None
                                     else intern_record(decode_value(value), 6))  # fmt: skip
         for instance_id, value in zip(missing, values[n:], strict=True):
+            if instance_id in memory:  # changed since the database was written: RAM has it
+                continue
             if value is None:
                 memory[instance_id] = None
             else:
@@ -332,43 +356,69 @@ class DiskState:
         return encode_changes(self.records, self._dirty_records, self.memory,
                               self._dirty_memory, meta)  # fmt: skip
 
-    def commit(
-        self,
-        changes: dict[bytes, bytes | None] | None = None,
-        position: int | None = None,
-        sealed: tuple[int, int] | None = None,
+    def freeze(self, changes: dict[bytes, bytes | None]) -> Cut:
+        """Close the changes since the last freeze: ``changes`` (those of :meth:`changes`,
+        plus the stage's keys) and the time queues' changes, as they are now, make the next
+        batch; what changes from now on goes into the one after. The join goes on while the
+        checkpoint is written to Kafka, and :meth:`written` then writes the batch."""
+        cut = Cut(changes, {name: q.freeze() for name, q in self.queues.items()},
+                  (self._pending, self._remembered))  # fmt: skip
+        self._dirty_records.clear()
+        self._dirty_memory.clear()
+        self._fresh_records.clear()
+        self._fresh_memory.clear()
+        return cut
+
+    def written(
+        self, cut: Cut, position: int | None = None, sealed: tuple[int, int] | None = None
     ) -> None:
-        """Write ``changes`` (those of :meth:`changes`, plus the stage's keys) and the time
-        queues' changes in one atomic batch, with the changelog ``position`` they end at and
-        the number and intent chunks of the checkpoint (``sealed``)."""
+        """The checkpoint of ``cut`` is in the changelog: write its batch in one atomic write,
+        with the changelog ``position`` it ends at and the number and intent chunks of the
+        checkpoint (``sealed``)."""
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
-        for key, value in (changes or {}).items():
+        for key, value in cut.changes.items():
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        for queue in self.queues.values():
-            queue.changes(batch)
+        for name, (puts, deletes) in cut.queues.items():
+            _Queue.write(batch, _QUEUES[name], puts, deletes)
         local = self._local()
-        local.update(format=FORMAT, fingerprint=self.fingerprint, pending=self._pending,
-                     remembered=self._remembered, at=time.time())  # fmt: skip
+        pending, remembered = cut.counts
+        local.update(format=FORMAT, fingerprint=self.fingerprint, pending=pending,
+                     remembered=remembered, at=time.time())  # fmt: skip
         if position is not None:
             local["position"] = position
         if sealed is not None:
             local["sealed"] = list(sealed)
         batch.put(_LOCAL, encode_value(local))
         self._write(batch)
-        for queue in self.queues.values():
-            queue.committed()
-        self._dirty_records.clear()
-        self._dirty_memory.clear()
-        self._fresh_records.clear()
-        self._fresh_memory.clear()
+        for name, (puts, deletes) in cut.queues.items():
+            self.queues[name].written(puts, deletes)
         if len(self.records) + len(self.memory) > self.cache_entries:
-            self.records.clear()  # nothing is dirty now: start the cache again
-            self.memory.clear()
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """Start the cache again, but for what changed since the last freeze (the database
+        does not have it yet): both entries of an instance, as :meth:`prefetch` reads both."""
+        dirty = self._dirty_records | self._dirty_memory
+        for cache in (self.records, self.memory):
+            keep = {k: cache[k] for k in dirty if k in cache}
+            cache.clear()  # the same dicts: the join holds them
+            cache.update(keep)
+
+    def commit(
+        self,
+        changes: dict[bytes, bytes | None] | None = None,
+        position: int | None = None,
+        sealed: tuple[int, int] | None = None,
+    ) -> None:
+        """:meth:`freeze` and :meth:`written` in one: write ``changes`` (those of
+        :meth:`changes`, plus the stage's keys) and the time queues' changes in one atomic
+        batch."""
+        self.written(self.freeze(changes or {}), position, sealed)
 
     def _write(self, batch: Any) -> None:
         try:
@@ -427,8 +477,8 @@ class DiskState:
     def settle(self, position: int | None, sealed: tuple[int, int] | None) -> None:
         """The changes applied so far make checkpoint ``sealed`` ending at changelog
         ``position``."""
-        for queue in self.queues.values():  # read again from the start: apply() wrote
-            queue.heap, queue.removed = [], set()  # under iterators made before it
+        for queue in self.queues.values():  # apply() wrote under iterators made before it:
+            queue.heap, queue.removed, queue.shadowed = [], set(), set()  # read them again
             queue._reset()
         self.commit({}, position, sealed)
 

@@ -96,3 +96,96 @@ def test_a_store_rebuilt_from_its_changelog_is_the_store(tmp_path_factory, event
     assert dict(state) == sealed_at[1]
     assert state.pending_count() == len(sealed_at[1])
     state.close()
+
+
+def _database(state: DiskState) -> tuple[dict, dict, set]:
+    """What a disk store's database holds: records, remembered instances, queue keys."""
+    from pipeline.core.state import MEMORY, RECORD, decode_value
+
+    records, memory, queues = {}, {}, set()
+    it = state.db.iter()
+    it.seek_to_first()
+    while it.valid():
+        key = it.key()
+        if key[:1] == RECORD:
+            records[key[1:].decode()] = decode_value(it.value())
+        elif key[:1] == MEMORY:
+            memory[key[1:].decode()] = tuple(decode_value(it.value()))
+        elif key[:1] in (b"x", b"f"):
+            queues.add(key)
+        it.next()
+    return records, memory, queues
+
+
+def _queue_keys(records: dict, memory: dict, ttl: int) -> set:
+    """The time-queue keys a database of these records and remembered instances must hold."""
+    from pipeline.core.state import time_key
+
+    keys = {time_key(b"x", t, i) for i, r in records.items() for _, t in queue_entries(r, ttl)}
+    return keys | {time_key(b"f", until + 1, i) for i, (_, until) in memory.items()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from([INSTANCE, PREDICTION, PREDICTION, LABEL]),
+            st.sampled_from([f"i{i}" for i in range(12)]),
+            st.sampled_from(["m", "n"]),
+            st.integers(0, 80),
+            st.sampled_from(["a", "b", 7]),
+            st.integers(-5, 40),
+            st.sampled_from([None, None, "cut", "cut", "written", "crash"]),
+        ),
+        max_size=60,
+    ),
+    ttl=st.integers(1, 80),
+    max_pending=st.integers(1, 6),
+)
+def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, ttl,
+                                                     max_pending):  # fmt: skip
+    """The worker cuts a checkpoint, goes on, and writes the cut's batch once Kafka has it:
+    the join's outcomes are those of a join that stops for each checkpoint, the database
+    holds exactly the state at the cut written last (its time queues those of its records),
+    and a crash with a cut not yet written leaves the database at the one before."""
+    path = tmp_path_factory.mktemp("cuts")
+    memory = Join(2, ttl, max_pending)
+    disk = Join(2, ttl, max_pending, DiskState(path, cache_mb=1, cache_entries=3))
+    cut, at_cut, at_written, clock = None, None, ({}, {}), 0
+    got, want = [], []
+    for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
+        clock = max(clock, ts - behind)
+        row = (kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)
+        want += memory.add_events([row], clock)[0]
+        got += disk.add_events([row], clock)[0]
+        assert got == want
+        if action == "cut" and cut is None:
+            changes = disk.changes()
+            assert changes == memory.changes()
+            cut = disk.freeze(changes)
+            memory.commit()
+            at_cut = ({i: list(r) for i, r in memory.state.records.items()},
+                      dict(memory.state.memory))  # fmt: skip
+        elif action == "written" and cut is not None:
+            disk.written(cut, n, (n, 1))
+            cut, at_written = None, at_cut
+            records, remembered, queues = _database(disk.state)
+            assert (records, remembered) == at_written
+            assert queues == _queue_keys(records, remembered, ttl)
+        elif action == "crash":  # the cut not written is lost: back to the last one written
+            disk.state.close()
+            state = DiskState(path, cache_mb=1, cache_entries=3)
+            records, remembered, queues = _database(state)
+            assert (records, remembered) == at_written
+            if state.scalars():
+                disk = Join.resume(_meta(state), state, state.waiting())
+                memory = Join.restore(state.items())
+            else:  # nothing written yet
+                disk = Join(2, ttl, max_pending, state)
+                memory = Join(2, ttl, max_pending)
+            cut, clock = None, 0
+    want += memory.advance(10**6)
+    got += disk.advance(10**6)
+    assert got == want
+    assert disk.counters == memory.counters
+    disk.state.close()

@@ -196,6 +196,7 @@ class _Partition:
     writing: tuple[int, int] | None = None  # (number, chunks) written, not yet acknowledged
     failed: str | None = None  # the first delivery error of the checkpoint being written
     end: int = 0  # the offset after the latest record acknowledged
+    unacked: int = 0  # records of the checkpoint being written not yet acknowledged
     recreated: bool = False  # the topic was deleted and created again under us
 
 
@@ -236,6 +237,7 @@ class Changelog:
         known_end = part.end
 
         def delivered(err: Any, message: Any) -> None:
+            part.unacked -= 1
             if err is not None:
                 if part.failed is None:
                     part.failed = str(err)
@@ -249,6 +251,7 @@ class Changelog:
             while True:
                 try:
                     produce(self.topic, value, key, partition, on_delivery=delivered)
+                    part.unacked += 1
                     break
                 except BufferError:  # the local queue is full: let deliveries drain
                     poll(0.05)
@@ -264,6 +267,11 @@ class Changelog:
             "again: it creates the topic, writes the join partitions it has on disk into it "
             "whole, and stops with a message if a partition cannot be recovered exactly"
         )
+
+    def acknowledged(self, partition: int) -> bool:
+        """Whether Kafka has answered for every record of the checkpoint being written."""
+        part = self._partitions.get(partition)
+        return part is None or part.unacked <= 0
 
     def confirm(self, partition: int) -> str | None:
         """After the producer's flush: None if the checkpoint being written is sealed and

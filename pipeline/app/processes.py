@@ -110,8 +110,8 @@ class ExporterProxy:
     def set_store(self, size: int, hits: int, reads: int, source: int = 0) -> None:
         self._call("set_store", size, hits, reads, self._source)
 
-    def set_checkpoint(self, seconds: float) -> None:
-        self._call("set_checkpoint", seconds)
+    def set_checkpoint(self, seconds: float, pause: float = 0.0) -> None:
+        self._call("set_checkpoint", seconds, pause)
 
     def set_changelog_lag(self, stage: str, records: int) -> None:
         self._call("set_changelog_lag", stage, records)

@@ -15,13 +15,17 @@ protocol spreads their partitions over the workers and moves them when a worker 
   ``comparisons``.
 
 Checkpoints (every ``snapshot_interval_s``, when partitions are revoked, at shutdown, and for a
-join partition as soon as it has ``checkpoint_max_changes`` changes): wait for every produced
-message to be acknowledged, then write what changed in each stage since its last checkpoint —
-with the offset it covers — to its changelog partition (:mod:`pipeline.app.checkpoint`), then
-commit the input offsets. A partition assigned to a worker starts from its latest checkpoint
-and re-reads from the offset after it; the events and outcome batches it re-sends carry the
-offsets they came from, and the next stage skips what it has already applied. Published records
-re-sent after a crash are identical to the first copies (same model, ``n`` and values).
+join partition as soon as it has ``checkpoint_max_changes`` changes) go in three steps, and the
+data path does not wait between them (:class:`_Round`): a stage's changes since its last
+checkpoint are *cut* (encoded; what changes from then on goes into the next one); once every
+message produced before the cut is acknowledged, they are *written* — with the offset they
+cover — to the stage's changelog partition (:mod:`pipeline.app.checkpoint`); once Kafka
+acknowledges those records, the stage is told (a disk store writes its batch) and the input
+offsets are committed. Revocation and shutdown wait for all of it. A partition assigned to a
+worker starts from its latest checkpoint and re-reads from the offset after it; the events and
+outcome batches it re-sends carry the offsets they came from, and the next stage skips what it
+has already applied. Published records re-sent after a crash are identical to the first copies
+(same model, ``n`` and values).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import gc
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,8 +125,23 @@ class Stats:
     records: Counter[str] = field(default_factory=Counter)
     dead_letters: int = 0
     checkpoints: int = 0
-    checkpoint_seconds: float = 0.0  # how long the latest checkpoint took
+    checkpoint_seconds: float = 0.0  # the latest checkpoint, from its cut to durable
+    pauses: list[float] = field(default_factory=list)  # each checkpoint's longest step
     skipped_batches: int = 0
+
+
+@dataclass
+class _Round:
+    """A checkpoint on its way (see the module doc): the stages' cuts, the input offsets to
+    commit after them, and the data path's time spent on it (its longest single step)."""
+
+    epoch: int  # messages produced before the cut have a smaller epoch
+    cuts: list[tuple[Changelog, int, Any, Any]]  # changelog, partition, stage, cut
+    offsets: list[Any]  # TopicPartitions to commit once it is durable
+    started: float
+    pause: float = 0.0
+    sent: bool = False  # written to the changelogs (not yet acknowledged)
+    wait: bool = False  # revocation or shutdown: commit the offsets synchronously
 
 
 class Pipeline:
@@ -153,6 +172,15 @@ class Pipeline:
         self._input_next: dict[tuple[str, int], int] = {}  # next offset to commit
         self._join_counters: dict[int, Counter[tuple[str, str]]] = {}
         self._errors: Counter[str] = Counter()
+        # checkpoints on their way (_Round), the stages they hold, the stages due next
+        self._rounds: deque[_Round] = deque()
+        self._busy: set[tuple[str, int]] = set()  # (changelog topic, partition)
+        self._due: deque[tuple[str, int]] = deque()  # ("join" | "eval", partition)
+        # produced messages not yet acknowledged, per epoch (one epoch per cut)
+        self._epoch = 0
+        self._unacked: Counter[int] = Counter()
+        self._ack = self._acknowledger(0)
+        self._output_error: str | None = None
 
     def stop(self) -> None:
         self.stopping.set()
@@ -317,17 +345,39 @@ class Pipeline:
                 self._gauges()
             if wall >= next_checkpoint:
                 next_checkpoint = wall + s.snapshot_interval_s
-                self._checkpoint(list(self.joins), list(self.evals), commit_all=True)
+                # one stage per turn of the loop: the pause of a cut is one stage's
+                self._due.extend([("join", q) for q in self.joins]
+                                 + [("eval", r) for r in self.evals])  # fmt: skip
+            if self._due:
+                kind, p = self._due.popleft()
+                last = not self._due
+                self._begin([p] if kind == "join" else [], [p] if kind == "eval" else [],
+                            list(self._input_next) if last else [])  # fmt: skip
+            if self._rounds:
+                self._advance()
 
     # -- stages ---------------------------------------------------------------------------
     def _produce(self, topic: str, value: bytes, key: bytes | None = None,
                  partition: int = -1, headers: Any = None) -> None:  # fmt: skip
         while True:
             try:
-                self.producer.produce(topic, value, key, partition, headers=headers)
+                self.producer.produce(topic, value, key, partition, headers=headers,
+                                      on_delivery=self._ack)  # fmt: skip
+                self._unacked[self._epoch] += 1
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.05)
+
+    def _acknowledger(self, epoch: int) -> Any:
+        """The delivery callback of the messages produced in ``epoch``."""
+        unacked = self._unacked
+
+        def acknowledged(err: Any, _message: Any) -> None:
+            unacked[epoch] -= 1
+            if err is not None and self._output_error is None:
+                self._output_error = str(err)
+
+        return acknowledged
 
     def _ingest(self, messages: list[Any], wall_ms: float, heartbeat: bool,
                 ends: list[tuple[str, int]]) -> None:  # fmt: skip
@@ -399,8 +449,9 @@ class Pipeline:
                 self.stats.outcome_batches += 1
         if self.exporter is not None:
             self._count_join(q, stage)
-        if stage.join.changed >= self.settings.checkpoint_max_changes:
-            self._checkpoint([q], [])  # a short pause now rather than a long one later
+        if (stage.join.changed >= self.settings.checkpoint_max_changes
+                and (self.join_changelog.topic, q) not in self._busy):  # fmt: skip
+            self._begin([q], [])  # a short pause now rather than a long one later
 
     def _evaluate(self, message: Any) -> None:
         r = message.partition()
@@ -586,6 +637,13 @@ class Pipeline:
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         t = self.topics
         log.warning("partitions lost (this worker was too slow or cut off); dropping them")
+        lost = {(self.join_changelog.topic, tp.partition) for tp in partitions
+                if tp.topic == t.events}  # fmt: skip
+        lost |= {(self.eval_changelog.topic, tp.partition) for tp in partitions
+                 if tp.topic == t.outcomes}  # fmt: skip
+        for round_ in self._rounds:  # their checkpoints are someone else's now
+            round_.cuts = [c for c in round_.cuts if (c[0].topic, c[1]) not in lost]
+        self._busy -= lost
         self._drop(
             [tp.partition for tp in partitions if tp.topic == t.events],
             [tp.partition for tp in partitions if tp.topic == t.outcomes],
@@ -618,47 +676,104 @@ class Pipeline:
         commit: list[tuple[str, int]] | None = None,
         commit_all: bool = False,
     ) -> None:
-        """Outputs acknowledged → changes since the last checkpoint written to the changelogs
-        and acknowledged → stages committed → input offsets committed, in that order
-        (pipeline.app.checkpoint)."""
+        """A checkpoint of these stages and input offsets, waited for (revocation, shutdown):
+        the checkpoints on their way first, then this one."""
+        self._drain()
+        self._due.clear()
+        tps = list(self._input_next) if commit_all else (commit or [])
+        self._begin(joins, evals, tps, wait=True)
+        self._drain()
+
+    def _begin(self, joins: list[int], evals: list[int], tps: list[tuple[str, int]] = (),
+               wait: bool = False) -> None:  # fmt: skip
+        """Cut the changes of these stages (those with no checkpoint on its way) and start a
+        round that writes them (:meth:`_advance`), then commits the offsets ``tps``."""
         from confluent_kafka import TopicPartition
 
         started = time.monotonic()
-        self._flush()
-        written = []
+        cuts = []
         parts = ((self.join_changelog, self.joins, joins), (self.eval_changelog, self.evals, evals))
         for changelog, stages, partitions in parts:
             for q in partitions:
                 stage = stages.get(q)
-                if stage is not None:
-                    changes = stage.changes()
-                    changelog.write(q, changes)
-                    written.append((changelog, q, stage, changes))
-        self._flush()
-        for changelog, q, stage, changes in written:
-            error = changelog.confirm(q)
-            if error is None:
-                if changelog is self.join_changelog:  # a disk store writes its batch now
-                    stage.commit(changes, changelog.position(q), changelog.sealed(q))
-                else:
-                    stage.commit()
-            else:  # nothing lost: the stage keeps its changes for the next checkpoint
-                log.error("checkpoint of %s[%d] not written (%s); retrying at the next one",
-                          changelog.topic, q, error)  # fmt: skip
-        self.stats.checkpoint_seconds = time.monotonic() - started
-        if self.exporter is not None:
-            self.exporter.set_checkpoint(self.stats.checkpoint_seconds)
-        tps = list(self._input_next) if commit_all else (commit or [])
+                if stage is not None and (changelog.topic, q) not in self._busy:
+                    cuts.append((changelog, q, stage, stage.cut()))
+                    self._busy.add((changelog.topic, q))
         progress = self.router.progress
         offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp],
                                   metadata=_progress_metadata(progress(tp)))
                    for tp in tps if tp in self._input_next]  # fmt: skip
-        if offsets:
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except Exception as err:  # the group is rebalancing: the next checkpoint commits
-                log.warning("offset commit failed (%s); input may be re-read, never lost", err)
-        self.stats.checkpoints += 1
+        if not cuts and not offsets:
+            return
+        self._epoch += 1
+        self._ack = self._acknowledger(self._epoch)
+        self._rounds.append(_Round(self._epoch, cuts, offsets, started,
+                                   time.monotonic() - started, wait=wait))  # fmt: skip
+        self._advance()
+
+    def _advance(self) -> None:
+        """Take the checkpoints on their way as far as Kafka's acknowledgements allow, in
+        order: a round's changes go to the changelogs once every message produced before its
+        cut is acknowledged (a restored stage must not miss an output of what it covers);
+        once those records are acknowledged, the stages are told and the offsets committed."""
+        while self._rounds:
+            round_ = self._rounds[0]
+            if not round_.sent:
+                if self._output_error is not None:
+                    raise ChangelogError(
+                        f"Kafka did not acknowledge a message the worker produced "
+                        f"({self._output_error}). The worker stops without writing another "
+                        "checkpoint: its last one stands, and when it is started again it "
+                        "re-reads from there and sends what was lost again"
+                    )
+                epoch, unacked = round_.epoch, self._unacked
+                if any(n for e, n in unacked.items() if e < epoch):
+                    return
+                for e in [e for e, n in unacked.items() if e < epoch and not n]:
+                    del unacked[e]
+                started = time.monotonic()
+                for changelog, q, _stage, cut in round_.cuts:
+                    changelog.write(q, cut.changes)
+                round_.sent = True
+                round_.pause = max(round_.pause, time.monotonic() - started)
+            if not all(changelog.acknowledged(q) for changelog, q, _, _ in round_.cuts):
+                return
+            started = time.monotonic()
+            for changelog, q, stage, cut in round_.cuts:
+                error = changelog.confirm(q)
+                if error is not None:
+                    raise ChangelogError(
+                        f"Kafka did not acknowledge the checkpoint of {changelog.topic}[{q}] "
+                        f"({error}). The worker stops without writing more: its last "
+                        "checkpoint stands, and a restart continues exactly from it"
+                    )
+                if changelog is self.join_changelog:  # a disk store writes its batch now
+                    stage.written(cut, changelog.position(q), changelog.sealed(q))
+                else:
+                    stage.written(cut)
+                self._busy.discard((changelog.topic, q))
+            if round_.offsets:
+                try:
+                    self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
+                except Exception as err:  # the group is rebalancing: the next round commits
+                    log.warning("offset commit failed (%s); input may be re-read, never lost",
+                                err)  # fmt: skip
+            round_.pause = max(round_.pause, time.monotonic() - started)
+            self._rounds.popleft()
+            self.stats.checkpoints += 1
+            self.stats.checkpoint_seconds = time.monotonic() - round_.started
+            self.stats.pauses.append(round_.pause)
+            if self.exporter is not None:
+                self.exporter.set_checkpoint(self.stats.checkpoint_seconds, round_.pause)
+
+    def _drain(self) -> None:
+        """Wait until every checkpoint on its way is durable."""
+        while self._rounds:
+            self._flush()
+            before = (len(self._rounds), self._rounds[0].sent)
+            self._advance()
+            if self._rounds and (len(self._rounds), self._rounds[0].sent) == before:
+                raise RuntimeError("a checkpoint makes no progress with everything acknowledged")
 
     def _flush(self) -> None:
         while self.producer.flush(10) > 0:

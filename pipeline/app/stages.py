@@ -44,6 +44,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -401,6 +402,14 @@ class JoinStage:
         """The last :meth:`changes` are durable (``where``: for a disk store)."""
         self.join.commit(*where)
 
+    def cut(self) -> Any:
+        """Close a checkpoint while the stage goes on: its changes are the cut's
+        ``changes``; :meth:`written` once they are durable."""
+        return self.join.freeze(self.changes())
+
+    def written(self, cut: Any, *where: Any) -> None:
+        self.join.written(cut, *where)
+
     @classmethod
     def resume(
         cls,
@@ -441,6 +450,16 @@ class JoinStage:
 
 
 # ------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class EvalCut:
+    """What one checkpoint of an evaluation partition writes (``changes``), and what its
+    changelog then holds: ``parts`` of the models and pairs in ``touched``."""
+
+    changes: dict[bytes, bytes | None]
+    parts: dict[bytes, bytes]
+    touched: set[str]
+
+
 class EvalStage:
     """Stage 2, one evaluation partition: merge the join partitions' outcome batches in event
     order and run the models and comparisons (:class:`~pipeline.engine.Engine`) on them.
@@ -563,13 +582,29 @@ class EvalStage:
 
     def commit(self) -> None:
         """The last :meth:`changes` are durable."""
-        written = self._written
-        for key in [k for k in written if k[:1] == BUFFER or _owner(k) in self.engine.touched]:
-            if key not in self._pending:
-                del written[key]
-        written.update(self._pending)
-        self._pending = {}
+        touched = set(self.engine.touched)
         self.engine.touched.clear()
+        self._settle(self._pending, touched)
+        self._pending = {}
+
+    def cut(self) -> Any:
+        """Close a checkpoint while the stage goes on: its changes are the cut's
+        ``changes``; :meth:`written` once they are durable."""
+        cut = EvalCut(self.changes(), self._pending, set(self.engine.touched))
+        self.engine.touched.clear()
+        self._pending = {}
+        return cut
+
+    def written(self, cut: EvalCut) -> None:
+        self._settle(cut.parts, cut.touched)
+
+    def _settle(self, parts: dict[bytes, bytes], touched: set[str]) -> None:
+        """``parts`` (of the models and pairs in ``touched``, and the buffer) are durable."""
+        written = self._written
+        for key in [k for k in written if k[:1] == BUFFER or _owner(k) in touched]:
+            if key not in parts:
+                del written[key]
+        written.update(parts)
 
     @classmethod
     def restore(

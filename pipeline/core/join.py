@@ -661,6 +661,21 @@ class Join:
             changes[event_key(entry[0], entry[6])] = encode_value(entry)
         return changes
 
+    def freeze(self, changes: dict[bytes, bytes | None]) -> Any:
+        """Close a checkpoint: ``changes`` (those of :meth:`changes`, with the caller's keys)
+        are what it writes, and what changes from now on goes into the next one. Give the
+        returned cut to :meth:`written` once the checkpoint is durable; the join goes on
+        meanwhile."""
+        cut = self.state.freeze(changes)
+        self._added.clear()
+        self._applied.clear()
+        return cut
+
+    def written(self, cut: Any, *where: Any) -> None:
+        """The checkpoint of ``cut`` (:meth:`freeze`'s) is durable; ``where`` tells a disk
+        store what to write with it."""
+        self.state.written(cut, *where)
+
     def commit(self, *where: Any) -> None:
         """The changes so far are durable (written to a checkpoint); ``where`` tells a disk
         store what to write with them."""

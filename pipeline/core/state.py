@@ -30,6 +30,7 @@ __all__ = [
     "MEMORY",
     "META",
     "RECORD",
+    "Cut",
     "MemoryState",
     "decode_value",
     "encode_changes",
@@ -92,6 +93,20 @@ def encode_changes(
     })  # fmt: skip
     out[META] = encode(meta)
     return out
+
+
+class Cut:
+    """What one checkpoint writes of a state, closed by ``freeze`` while the join goes on:
+    the encoded ``changes`` (for the changelog and a disk store's batch), and for a disk store
+    the time queues' changes and its counts as they were then."""
+
+    __slots__ = ("changes", "counts", "queues")
+
+    def __init__(self, changes: dict[bytes, bytes | None], queues: Any = None,
+                 counts: tuple[int, int] = (0, 0)) -> None:  # fmt: skip
+        self.changes = changes
+        self.queues = queues
+        self.counts = counts
 
 
 class MemoryState:
@@ -246,12 +261,24 @@ class MemoryState:
         return encode_changes(self.records, self._dirty_records, self.memory,
                               self._dirty_memory, meta)  # fmt: skip
 
-    def commit(self, *_: Any) -> None:
-        """The changes so far are written (the arguments are a disk store's)."""
+    def freeze(self, changes: dict[bytes, bytes | None]) -> Cut:
+        """Close the changes since the last freeze: ``changes`` (those of :meth:`changes`, with
+        the caller's own keys) are what a checkpoint writes; what changes from now on goes
+        into the next one. The checkpoint is written (Kafka acknowledges it) later, while
+        the join goes on: then :meth:`written` is called with the cut."""
         self._dirty_records.clear()
         self._dirty_memory.clear()
         self._fresh_records.clear()
         self._fresh_memory.clear()
+        return Cut(changes)
+
+    def written(self, cut: Cut, *_: Any) -> None:
+        """The checkpoint of ``cut`` is durable (nothing to do in RAM; the arguments are a
+        disk store's)."""
+
+    def commit(self, *_: Any) -> None:
+        """The changes so far are written (:meth:`freeze` and :meth:`written` in one)."""
+        self.freeze({})
 
     def load(
         self,
