@@ -406,6 +406,68 @@ def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
     return {"pending": held, "base_rss": base, "rss": rss, "per_instance": (rss - base) / held}
 
 
+# -- live traffic (phase 5, and benchmarks/soak.py) ---------------------------------------------
+class LiveTraffic:
+    """A load generator with live timestamps: per instance, the instance record, a prediction
+    from each of :data:`MODELS` (80 % right) and its label, ``label_delays(rng, n)`` (n delays
+    in seconds) later. Instance ``i`` is called ``ids(i, r)``, ``r`` a random 62-bit integer.
+
+    It shares the machine's cores with the worker: the random draws are made in blocks and
+    the JSON is formatted from byte templates, so that it takes as little CPU as it can.
+    Call :meth:`step` often; it produces what is due and says how many records it sent.
+    """
+
+    BLOCK = 100_000
+
+    def __init__(self, producer, prefix: str, rate: float, seed: int, ids, label_delays) -> None:
+        self.producer, self.ids, self.label_delays = producer, ids, label_delays
+        self.per_s = rate / (2 + len(MODELS))  # an instance, a prediction per model, a label
+        self.topics = prefix + "instances", prefix + "predictions", prefix + "labels"
+        self.models = [model.encode() for model in MODELS]
+        self.rng = np.random.default_rng(seed)
+        self.i, self.sent, self.start = 0, 0, None
+        self.waiting: deque[tuple[float, bytes, bytes]] = deque()  # (label due, id, label)
+        self._block_at = -self.BLOCK
+
+    def _draw(self) -> None:
+        self._block_at = self.i
+        rng, n = self.rng, self.BLOCK
+        self.truths = rng.random(n) < 0.5
+        self.right = rng.random((n, len(MODELS))) < 0.8
+        self.keys = rng.integers(1 << 62, size=n).tolist()
+        self.delays = np.asarray(self.label_delays(rng, n)).tolist()
+
+    def step(self) -> int:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = now
+        produce, (instances, predictions, labels) = self.producer.produce, self.topics
+        word = (b"no", b"yes")
+        target = int((now - self.start) * self.per_s)
+        ts = int(time.time() * 1000)
+        while self.i < target:
+            i = self.i
+            if i - self._block_at >= self.BLOCK:
+                self._draw()
+            k = i - self._block_at
+            iid, y = self.ids(i, self.keys[k]), bool(self.truths[k])
+            produce(instances, b'{"instance_id":"%s","ts":%d}' % (iid, ts), iid)
+            for model, ok in zip(self.models, self.right[k], strict=True):
+                produce(predictions,
+                        b'{"instance_id":"%s","model_id":"%s","ts":%d,"label":"%s"}'
+                        % (iid, model, ts, word[y if ok else not y]), iid)  # fmt: skip
+            self.waiting.append((now + self.delays[k], iid, word[y]))
+            self.i += 1
+            self.sent += 1 + len(self.models)  # the label is counted when it goes
+        waiting = self.waiting
+        while waiting and waiting[0][0] <= now:
+            _, iid, y = waiting.popleft()
+            produce(labels, b'{"instance_id":"%s","ts":%d,"label":"%s"}' % (iid, ts, y), iid)
+            self.sent += 1
+        self.producer.poll(0)
+        return self.sent
+
+
 # -- phase 5 ----------------------------------------------------------------------------------
 def phase_latency(boot: str, rate: float, seconds: float, tmp: Path, processes: int = 1) -> dict:
     from confluent_kafka import Producer
@@ -416,50 +478,15 @@ def phase_latency(boot: str, rate: float, seconds: float, tmp: Path, processes: 
     port = free_port()
     process = start_worker(boot, prefix, config, port, tmp / "worker-latency.log")
     producer = Producer({"bootstrap.servers": boot, "linger.ms": 50})
-    instances_per_s = rate / 5  # an instance, a prediction from each model, a label
-    # The load generator shares the machine's cores with the worker: everything random is
-    # drawn up front and the JSON is formatted from byte templates, so that it takes as
-    # little CPU as it can while it produces.
-    rng = np.random.default_rng(5)
-    most = int(instances_per_s * (seconds + 1)) + 1
-    truths = rng.random(most) < 0.5
-    right = rng.random((most, len(MODELS))) < 0.8
-    word = {True: b"yes", False: b"no"}
-    topics = prefix + "instances", prefix + "predictions", prefix + "labels"
-    models = [model.encode() for model in MODELS]
+    traffic = LiveTraffic(producer, prefix, rate, 5, lambda i, _: b"L%09d" % i,
+                          lambda _, n: np.full(n, 0.5))  # labels come 0.5 s later  # fmt: skip
     try:
         time.sleep(6)  # the worker joins its group
         start = time.monotonic()
-        sent = 0
-        waiting: deque[tuple[float, bytes, bytes]] = deque()  # (label due, id, label)
-        i = 0
         while time.monotonic() - start < seconds:
-            now = time.monotonic() - start
-            target = min(int(now * instances_per_s), most)
-            ts = int(time.time() * 1000)
-            while i < target:
-                iid = b"L%09d" % i
-                y = bool(truths[i])
-                producer.produce(topics[0], b'{"instance_id":"%s","ts":%d}' % (iid, ts), iid)
-                for model, ok in zip(models, right[i], strict=True):
-                    guess = word[y if ok else not y]
-                    producer.produce(
-                        topics[1],
-                        b'{"instance_id":"%s","model_id":"%s","ts":%d,"label":"%s"}'
-                        % (iid, model, ts, guess),
-                        iid,
-                    )
-                waiting.append((now + 0.5, iid, word[y]))  # labels come 0.5 s later
-                i += 1
-                sent += 4
-            while waiting and waiting[0][0] <= now:
-                _, iid, y = waiting.popleft()
-                producer.produce(
-                    topics[2], b'{"instance_id":"%s","ts":%d,"label":"%s"}' % (iid, ts, y), iid
-                )
-                sent += 1
-            producer.poll(0)
+            traffic.step()
             time.sleep(0.002)
+        sent = traffic.sent
         producer.flush(30)
         time.sleep(3)
     finally:

@@ -8,11 +8,11 @@ label about two seconds later, 36-character ids — to a worker with the disk st
 default ``label_ttl`` of 7 days, so the resolved instances it remembers grow all run long.
 Every ``--sample-s`` seconds it reads the worker's /metrics: the duration of the latest
 checkpoint (from its cut to durable; the data path goes on meanwhile), the pauses checkpoints
-made in the data path (a histogram), resident memory, the store's size, pending instances and
-the input messages not yet consumed (a lag that grows means the worker does not keep up with
-``--rate``). It prints a line per minute and, at the end, the checkpoint durations of the first
-and the last fifth of the run side by side, how many pauses passed 100 ms, and whether the
-worker ran through (it must: exit 1 otherwise).
+made in the data path (a histogram), resident memory, the store's size and compaction debt,
+pending instances and the input messages not yet consumed (a lag that grows means the worker
+does not keep up with ``--rate``). It prints a line per minute and, at the end, the checkpoint
+durations of the first and the last fifth of the run side by side, how many pauses passed
+100 ms, and whether the worker ran through (it must: exit 1 otherwise).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pipeline_throughput import (  # noqa: E402
-    MODELS,
+    LiveTraffic,
     bootstrap,
     make_topics,
     scrape,
@@ -100,49 +99,22 @@ def main() -> None:
     worker = start_worker(boot, prefix, config, port, tmp / "worker.log")
     producer = Producer({"bootstrap.servers": boot, "linger.ms": 50,
                          "queue.buffering.max.messages": 2_000_000})  # fmt: skip
-    per_s = args.rate / 5
-    rng = np.random.default_rng(7)
-    topics = prefix + "instances", prefix + "predictions", prefix + "labels"
-    models = [m.encode() for m in MODELS]
-    word = (b"no", b"yes")
-    samples: list[tuple[float, float, float, float, float, float]] = []
+    traffic = LiveTraffic(
+        producer, prefix, args.rate, 7,
+        lambda i, r: str(uuid.UUID(int=r << 64 | i)).encode(),  # 36 characters
+        lambda rng, n: 0.2 + rng.exponential(2.0, n),  # labels about two seconds later
+    )  # fmt: skip
+    samples: list[tuple[float, ...]] = []
     pauses: dict[float, float] = {}
     seconds = args.minutes * 60
     time.sleep(8)  # the worker joins its group
     start = time.monotonic()
-    next_sample, next_line, i, sent = start, start + 60, 0, 0
-    waiting: deque[tuple[float, bytes, bytes]] = deque()
+    next_sample, next_line = start, start + 60
     alive = True
     try:
         while time.monotonic() - start < seconds:
+            sent = traffic.step()
             now = time.monotonic()
-            target = int((now - start) * per_s)
-            ts = int(time.time() * 1000)
-            if target > i:
-                truths = rng.random(target - i) < 0.5
-                right = rng.random((target - i, 3)) < 0.8
-                delays = rng.exponential(2.0, target - i)
-                for n in range(target - i):
-                    iid = str(uuid.UUID(int=int(rng.integers(1 << 62)) << 64 | i)).encode()
-                    y = bool(truths[n])
-                    producer.produce(topics[0], b'{"instance_id":"%s","ts":%d}' % (iid, ts), iid)
-                    for model, ok in zip(models, right[n], strict=True):
-                        producer.produce(
-                            topics[1],
-                            b'{"instance_id":"%s","model_id":"%s","ts":%d,"label":"%s"}'
-                            % (iid, model, ts, word[y if ok else not y]),
-                            iid,
-                        )
-                    waiting.append((now + 0.2 + float(delays[n]), iid, word[y]))
-                    i += 1
-                    sent += 4
-            while waiting and waiting[0][0] <= now:
-                _, iid, y = waiting.popleft()
-                producer.produce(
-                    topics[2], b'{"instance_id":"%s","ts":%d,"label":"%s"}' % (iid, ts, y), iid
-                )
-                sent += 1
-            producer.poll(0)
             if now >= next_sample:
                 next_sample = now + args.sample_s
                 if worker.poll() is not None:
@@ -156,22 +128,26 @@ def main() -> None:
                                 series(text, "process_resident_memory_bytes") or 0,
                                 series(text, "streameval_store_bytes") or 0,
                                 series(text, "streameval_pending_instances") or 0,
-                                _total(text, "streameval_consumer_lag")))  # fmt: skip
+                                _total(text, "streameval_consumer_lag"),
+                                _total(text, "streameval_store_compaction_pending_bytes"),
+                                ))  # fmt: skip
                 pauses = _pauses(text)
             if now >= next_line and samples:
                 next_line = now + 60
-                t, _, rss, store, pending, lag = samples[-1]
+                t, _, rss, store, pending, lag, debt = samples[-1]
                 recent = [s[1] for s in samples if s[0] > t - 60]
                 total = pauses.get(float("inf"), 0.0)
                 print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
                       f"pauses > 100 ms {total - pauses.get(0.1, 0.0):>4,.0f} of {total:>6,.0f}  "
                       f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
-                      f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}", flush=True)  # fmt: skip
+                      f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}  "
+                      f"compaction debt {debt / 1e6:6.0f} MB", flush=True)  # fmt: skip
             time.sleep(0.001)
         producer.flush(60)
     finally:
         alive = alive and worker.poll() is None
         stop(worker)
+    sent = traffic.sent
     fifth = len(samples) // 5
     first, last = [s[1] for s in samples[:fifth]], [s[1] for s in samples[-fifth:]]
     if fifth:

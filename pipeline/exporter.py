@@ -202,6 +202,12 @@ class Exporter:
             "streameval_store_bytes", "Bytes the join's disk stores take on disk.",
             registry=registry,
         )  # fmt: skip
+        self.compaction_debt = Gauge(
+            "streameval_store_compaction_pending_bytes",
+            "Bytes RocksDB estimates it still has to rewrite in compactions (a debt that grows "
+            "means compaction does not keep up with the writes).",
+            registry=registry,
+        )
         self.cache_hits = Gauge(
             "streameval_store_cache_hit_ratio",
             "Share of the join's reads of pending instances served from RAM, since start.",
@@ -231,7 +237,7 @@ class Exporter:
         registry.register(_SnapshotCollector(self))
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
         self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
-        self._store: dict[int, tuple[int, int, int]] = {}  # per process: bytes, hits, reads
+        self._store: dict[int, tuple[int, ...]] = {}  # per process: bytes, hits, reads, debt
 
     def _child(self, metric, *values: str):
         self._children.setdefault(metric._name, set()).add(values)
@@ -288,13 +294,14 @@ class Exporter:
             total = sum(self._pending.values())
         self.pending.set(total)
 
-    def set_store(self, size: int, hits: int, reads: int, source: int = 0) -> None:
+    def set_store(self, size: int, hits: int, reads: int, debt: int = 0, source: int = 0) -> None:
         """One data-path process's disk stores: bytes on disk, reads served from RAM, reads
-        that went to disk; the gauges show the sums."""
+        that went to disk, bytes RocksDB still has to compact; the gauges show the sums."""
         with self._lock:
-            self._store[source] = (size, hits, reads)
-            size, hits, reads = (sum(v[i] for v in self._store.values()) for i in range(3))
+            self._store[source] = (size, hits, reads, debt)
+            size, hits, reads, debt = (sum(v[i] for v in self._store.values()) for i in range(4))
         self.store_bytes.set(size)
+        self.compaction_debt.set(debt)
         if hits + reads:
             self.cache_hits.set(hits / (hits + reads))
 

@@ -504,6 +504,10 @@ class DiskState:
         """Bytes the database takes on disk (its files, the write-ahead log included)."""
         return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
 
+    def compaction_debt(self) -> int:
+        """Bytes RocksDB estimates its compactions still have to rewrite."""
+        return self.db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0
+
     def close(self) -> None:
         for queue in self.queues.values():  # an open iterator keeps the database (and its lock)
             queue._it = None

@@ -195,6 +195,7 @@ class _Partition:
     carry: dict[bytes, bytes | None] = field(default_factory=dict)
     writing: tuple[int, int] | None = None  # (number, chunks) written, not yet acknowledged
     failed: str | None = None  # the first delivery error of the checkpoint being written
+    gone: bool = False  # ... says the topic or partition does not exist
     end: int = 0  # the offset after the latest record acknowledged
     unacked: int = 0  # records of the checkpoint being written not yet acknowledged
     recreated: bool = False  # the topic was deleted and created again under us
@@ -233,7 +234,8 @@ class Changelog:
         records, chunks = checkpoint_records(
             number, changes, part.chunks, {"v": CHECKPOINT_VERSION, "config": self.fingerprint}
         )
-        part.writing, part.failed = (number, chunks), None
+        part.writing, part.failed, part.gone = (number, chunks), None, False
+        missing = _missing_codes()
         known_end = part.end
 
         def delivered(err: Any, message: Any) -> None:
@@ -241,6 +243,7 @@ class Changelog:
             if err is not None:
                 if part.failed is None:
                     part.failed = str(err)
+                    part.gone = err.code() in missing
             elif message.offset() < known_end:  # offsets went back: a new topic of that name
                 part.recreated = True
             elif message.offset() >= part.end:
@@ -291,7 +294,7 @@ class Changelog:
             return "nothing was written"
         if part.failed is not None:
             part.writing = None
-            if "UNKNOWN_PARTITION" in part.failed or "UNKNOWN_TOPIC" in part.failed:
+            if part.gone:
                 raise self._gone(partition, part.failed)
             return part.failed
         part.sealed, part.chunks = part.writing
@@ -402,6 +405,14 @@ class Changelog:
         is up to date with the changelog)."""
         part = self._partitions.setdefault(partition, _Partition())
         part.sealed, part.chunks, part.end = sealed, chunks, end
+
+
+def _missing_codes() -> frozenset[int]:
+    """librdkafka's error codes for a topic or partition that does not exist."""
+    from confluent_kafka import KafkaError
+
+    return frozenset((KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                      KafkaError._UNKNOWN_PARTITION))  # fmt: skip
 
 
 def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:

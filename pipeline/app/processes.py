@@ -107,8 +107,8 @@ class ExporterProxy:
     def set_lag(self, topic: str, partition: str, lag: int) -> None:
         self._call("set_lag", topic, partition, lag)
 
-    def set_store(self, size: int, hits: int, reads: int, source: int = 0) -> None:
-        self._call("set_store", size, hits, reads, self._source)
+    def set_store(self, size: int, hits: int, reads: int, debt: int = 0, source: int = 0) -> None:
+        self._call("set_store", size, hits, reads, debt, self._source)
 
     def set_checkpoint(self, seconds: float, pause: float = 0.0) -> None:
         self._call("set_checkpoint", seconds, pause)

@@ -139,9 +139,20 @@ class _Round:
     cuts: list[tuple[Changelog, int, Any, Any]]  # changelog, partition, stage, cut
     offsets: list[Any]  # TopicPartitions to commit once it is durable
     started: float
-    pause: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)  # the data path's time per step
     sent: bool = False  # written to the changelogs (not yet acknowledged)
     wait: bool = False  # revocation or shutdown: commit the offsets synchronously
+
+    @property
+    def pause(self) -> float:
+        """The longest the data path stopped for it (the steps are apart)."""
+        return max(self.steps.values(), default=0.0)
+
+    def describe(self) -> str:
+        stages = ", ".join(f"{changelog.topic.rsplit('-', 2)[-2]} {q} ({len(cut.changes):,} "
+                           "changes)" for changelog, q, _, cut in self.cuts)  # fmt: skip
+        steps = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.steps.items())
+        return f"checkpoint of {stages or 'offsets'}: {steps}"
 
 
 class Pipeline:
@@ -181,6 +192,8 @@ class Pipeline:
         self._unacked: Counter[int] = Counter()
         self._ack = self._acknowledger(0)
         self._output_error: str | None = None
+        self._held: set[int] = set()  # join partitions paused until their checkpoint is done
+        self._held_said = -1e9
 
     def stop(self) -> None:
         self.stopping.set()
@@ -449,9 +462,11 @@ class Pipeline:
                 self.stats.outcome_batches += 1
         if self.exporter is not None:
             self._count_join(q, stage)
-        if (stage.join.changed >= self.settings.checkpoint_max_changes
-                and (self.join_changelog.topic, q) not in self._busy):  # fmt: skip
-            self._begin([q], [])  # a short pause now rather than a long one later
+        if stage.join.changed >= self.settings.checkpoint_max_changes:
+            if (self.join_changelog.topic, q) not in self._busy:
+                self._begin([q], [])  # a short pause now rather than a long one later
+            elif q not in self._held:  # its last checkpoint is still on its way (Kafka is
+                self._hold(q)  # slow to answer): take no more of its events until it is
 
     def _evaluate(self, message: Any) -> None:
         r = message.partition()
@@ -521,8 +536,9 @@ class Pipeline:
         self.exporter.set_pending(sum(stage.join.pending for stage in self.joins.values()))
         stores = [s.join.state for s in self.joins.values() if isinstance(s.join.state, DiskState)]
         if stores:
-            size = sum(s.disk_bytes() for s in stores)
-            self.exporter.set_store(size, sum(s.hits for s in stores), sum(s.reads for s in stores))
+            self.exporter.set_store(sum(s.disk_bytes() for s in stores),
+                                    sum(s.hits for s in stores), sum(s.reads for s in stores),
+                                    sum(s.compaction_debt() for s in stores))  # fmt: skip
 
     def _on_stats(self, raw: str) -> None:
         if self.exporter is None:
@@ -653,6 +669,7 @@ class Pipeline:
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
         models: set[str] = set()
         for q in joins:
+            self._held.discard(q)  # a partition assigned again is fetched again
             stage = self.joins.pop(q, None)
             if stage is not None:
                 stage.join.state.close()  # a disk store: free it for whoever takes it next
@@ -708,71 +725,105 @@ class Pipeline:
         self._epoch += 1
         self._ack = self._acknowledger(self._epoch)
         self._rounds.append(_Round(self._epoch, cuts, offsets, started,
-                                   time.monotonic() - started, wait=wait))  # fmt: skip
+                                   {"cut": time.monotonic() - started}, wait=wait))  # fmt: skip
         self._advance()
 
     def _advance(self) -> None:
-        """Take the checkpoints on their way as far as Kafka's acknowledgements allow, in
-        order: a round's changes go to the changelogs once every message produced before its
-        cut is acknowledged (a restored stage must not miss an output of what it covers);
-        once those records are acknowledged, the stages are told and the offsets committed."""
-        while self._rounds:
-            round_ = self._rounds[0]
+        """Take the checkpoints on their way as far as Kafka's acknowledgements allow: a
+        round's changes go to the changelogs once every message produced before its cut is
+        acknowledged (a restored stage must not miss an output of what it covers); once those
+        records are acknowledged, the stages are told and the offsets committed. Rounds are
+        independent of each other (a stage has one at a time); one step that takes time
+        (producing a round's records, writing a disk store's batch) per call, so that the
+        data path stops for one at a time."""
+        if self._output_error is not None:
+            raise ChangelogError(
+                f"Kafka did not acknowledge a message the worker produced ({self._output_error})"
+                ". The worker stops without writing another checkpoint: its last one stands, "
+                "and when it is started again it re-reads from there and sends what was lost "
+                "again"
+            )
+        unacked = self._unacked
+        for e in [e for e, n in unacked.items() if not n and e < self._epoch]:
+            del unacked[e]
+        oldest = min((e for e, n in unacked.items() if n), default=self._epoch + 1)
+        for round_ in self._rounds:
             if not round_.sent:
-                if self._output_error is not None:
-                    raise ChangelogError(
-                        f"Kafka did not acknowledge a message the worker produced "
-                        f"({self._output_error}). The worker stops without writing another "
-                        "checkpoint: its last one stands, and when it is started again it "
-                        "re-reads from there and sends what was lost again"
-                    )
-                epoch, unacked = round_.epoch, self._unacked
-                if any(n for e, n in unacked.items() if e < epoch):
-                    return
-                for e in [e for e, n in unacked.items() if e < epoch and not n]:
-                    del unacked[e]
+                if round_.epoch > oldest:  # an output produced before its cut is unanswered
+                    continue
                 started = time.monotonic()
                 for changelog, q, _stage, cut in round_.cuts:
                     changelog.write(q, cut.changes)
                 round_.sent = True
-                round_.pause = max(round_.pause, time.monotonic() - started)
-            if not all(changelog.acknowledged(q) for changelog, q, _, _ in round_.cuts):
+                round_.steps["changelog"] = time.monotonic() - started
                 return
-            started = time.monotonic()
-            for changelog, q, stage, cut in round_.cuts:
-                error = changelog.confirm(q)
-                if error is not None:
-                    raise ChangelogError(
-                        f"Kafka did not acknowledge the checkpoint of {changelog.topic}[{q}] "
-                        f"({error}). The worker stops without writing more: its last "
-                        "checkpoint stands, and a restart continues exactly from it"
-                    )
-                if changelog is self.join_changelog:  # a disk store writes its batch now
-                    stage.written(cut, changelog.position(q), changelog.sealed(q))
-                else:
-                    stage.written(cut)
-                self._busy.discard((changelog.topic, q))
-            if round_.offsets:
-                try:
-                    self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
-                except Exception as err:  # the group is rebalancing: the next round commits
-                    log.warning("offset commit failed (%s); input may be re-read, never lost",
-                                err)  # fmt: skip
-            round_.pause = max(round_.pause, time.monotonic() - started)
-            self._rounds.popleft()
-            self.stats.checkpoints += 1
-            self.stats.checkpoint_seconds = time.monotonic() - round_.started
-            self.stats.pauses.append(round_.pause)
-            if self.exporter is not None:
-                self.exporter.set_checkpoint(self.stats.checkpoint_seconds, round_.pause)
+            if all(changelog.acknowledged(q) for changelog, q, _, _ in round_.cuts):
+                self._complete(round_)
+                self._rounds.remove(round_)
+                return
+
+    def _hold(self, q: int) -> None:
+        """Stop fetching join partition ``q``'s events until its checkpoint on its way is
+        done: what changes in a stage between two checkpoints — and so the next one's pause —
+        stays bounded however slow Kafka is to acknowledge. (librdkafka drops what it had
+        fetched of the partition and fetches it again, from the next offset, on resume.)"""
+        from confluent_kafka import TopicPartition
+
+        self._held.add(q)
+        self.consumer.pause([TopicPartition(self.topics.events, q)])
+        now = time.monotonic()
+        if now - self._held_said >= 60:  # once a minute at most
+            self._held_said = now
+            log.info("join %d: its last checkpoint is not acknowledged yet, and it has %d "
+                     "changes since: its events wait until it is", q,
+                     self.joins[q].join.changed)  # fmt: skip
+
+    def _release(self, q: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._held.discard(q)
+        self.consumer.resume([TopicPartition(self.topics.events, q)])
+
+    def _complete(self, round_: _Round) -> None:
+        """The round's records are acknowledged: tell its stages, commit its offsets."""
+        started = time.monotonic()
+        for changelog, q, stage, cut in round_.cuts:
+            error = changelog.confirm(q)
+            if error is not None:
+                raise ChangelogError(
+                    f"Kafka did not acknowledge the checkpoint of {changelog.topic}[{q}] "
+                    f"({error}). The worker stops without writing more: its last "
+                    "checkpoint stands, and a restart continues exactly from it"
+                )
+            if changelog is self.join_changelog:  # a disk store writes its batch now
+                stage.written(cut, changelog.position(q), changelog.sealed(q))
+            else:
+                stage.written(cut)
+            self._busy.discard((changelog.topic, q))
+            if changelog is self.join_changelog and q in self._held:
+                self._release(q)
+        if round_.offsets:
+            try:
+                self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
+            except Exception as err:  # the group is rebalancing: the next round commits
+                log.warning("offset commit failed (%s); input may be re-read, never lost",
+                            err)  # fmt: skip
+        round_.steps["store"] = time.monotonic() - started
+        self.stats.checkpoints += 1
+        self.stats.checkpoint_seconds = time.monotonic() - round_.started
+        self.stats.pauses.append(round_.pause)
+        if round_.pause > 0.1:
+            log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
+        if self.exporter is not None:
+            self.exporter.set_checkpoint(self.stats.checkpoint_seconds, round_.pause)
 
     def _drain(self) -> None:
         """Wait until every checkpoint on its way is durable."""
         while self._rounds:
             self._flush()
-            before = (len(self._rounds), self._rounds[0].sent)
+            before = (len(self._rounds), sum(r.sent for r in self._rounds))
             self._advance()
-            if self._rounds and (len(self._rounds), self._rounds[0].sent) == before:
+            if (len(self._rounds), sum(r.sent for r in self._rounds)) == before:
                 raise RuntimeError("a checkpoint makes no progress with everything acknowledged")
 
     def _flush(self) -> None:

@@ -121,11 +121,7 @@ def test_a_changelog_deleted_under_a_running_worker(deploy, stream, expected, ka
         time.sleep(0.2)
     time.sleep(3.0)  # the brokers drop its partitions a moment after the controller
     deployment.produce()  # so the next checkpoint has something to write
-    assert process.wait(timeout=120) != 0
-    text = log.read_text()
-    assert "Traceback" not in text, text[-3000:]
-    assert re.search(r"CRITICAL.*join-changelog.*is gone from Kafka", text), text[-3000:]
-    deployment.workers.clear()  # it stopped as it should (exit status 1, for a supervisor)
+    _stops_cleanly(deployment, process, r"CRITICAL.*join-changelog.*is gone from Kafka", 120)
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
@@ -140,15 +136,21 @@ def test_a_full_disk_stops_the_worker_and_it_continues_once_freed(deploy, stream
     deployment.env["STREAMEVAL_IDLE_MS"] = "15000"  # the restart is not the end of the stream
     deployment.produce()
     process, _ = deployment.start_worker(max_file_bytes=100_000)
-    log = deployment.workers[-1][2]
-    assert process.wait(timeout=180) != 0, log.read_text()[-3000:]
-    text = log.read_text()
-    assert "Traceback" not in text, text[-3000:]
-    assert re.search(r"CRITICAL.*cannot write the store.*is the disk full", text), text[-3000:]
-    deployment.workers.clear()  # it stopped as it should (exit status 1, for a supervisor)
+    _stops_cleanly(deployment, process, r"CRITICAL.*cannot write the store.*is the disk full")
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
+
+
+def _stops_cleanly(deployment, process, message: str, timeout: float = 180) -> None:
+    """The worker stops by itself with a non-zero status (for a supervisor to see) and a log
+    line matching ``message``, without a traceback."""
+    log = deployment.workers[-1][2]
+    assert process.wait(timeout=timeout) != 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    assert re.search(message, text), text[-3000:]
+    deployment.workers.clear()  # it stopped as it should
 
 
 def _topics(bootstrap: str) -> list[str]:
