@@ -126,7 +126,8 @@ class Stats:
     dead_letters: int = 0
     checkpoints: int = 0
     checkpoint_seconds: float = 0.0  # the latest checkpoint, from its cut to durable
-    pauses: list[float] = field(default_factory=list)  # each checkpoint's longest step
+    #: the longest step of each of the latest checkpoints (bounded: the worker runs for months)
+    pauses: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     skipped_batches: int = 0
 
 
@@ -194,6 +195,7 @@ class Pipeline:
         self._output_error: str | None = None
         self._held: set[int] = set()  # join partitions paused until their checkpoint is done
         self._held_said = -1e9
+        self._stepped = False  # a checkpoint step was taken in this turn of the loop
 
     def stop(self) -> None:
         self.stopping.set()
@@ -322,6 +324,7 @@ class Pipeline:
         eof = KafkaError._PARTITION_EOF
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
         while not self.stopping.is_set():
+            self._stepped = False  # one checkpoint step per turn (see _advance)
             messages = consume(s.max_batch, timeout)
             if self._callback_error is not None:
                 raise self._callback_error
@@ -726,16 +729,19 @@ class Pipeline:
         self._ack = self._acknowledger(self._epoch)
         self._rounds.append(_Round(self._epoch, cuts, offsets, started,
                                    {"cut": time.monotonic() - started}, wait=wait))  # fmt: skip
-        self._advance()
+        self._stepped = True
 
-    def _advance(self) -> None:
+    def _advance(self, wait: bool = False) -> None:
         """Take the checkpoints on their way as far as Kafka's acknowledgements allow: a
         round's changes go to the changelogs once every message produced before its cut is
         acknowledged (a restored stage must not miss an output of what it covers); once those
         records are acknowledged, the stages are told and the offsets committed. Rounds are
         independent of each other (a stage has one at a time); one step that takes time
-        (producing a round's records, writing a disk store's batch) per call, so that the
-        data path stops for one at a time."""
+        (producing a round's records, writing a disk store's batch) per turn of the loop, a
+        cut included, so that the data path stops for one at a time (``wait``: the caller
+        waits anyway, for all of them)."""
+        if self._stepped and not wait:
+            return
         if self._output_error is not None:
             raise ChangelogError(
                 f"Kafka did not acknowledge a message the worker produced ({self._output_error})"
@@ -756,10 +762,12 @@ class Pipeline:
                     changelog.write(q, cut.changes)
                 round_.sent = True
                 round_.steps["changelog"] = time.monotonic() - started
+                self._stepped = True
                 return
             if all(changelog.acknowledged(q) for changelog, q, _, _ in round_.cuts):
                 self._complete(round_)
                 self._rounds.remove(round_)
+                self._stepped = True
                 return
 
     def _hold(self, q: int) -> None:
@@ -822,7 +830,7 @@ class Pipeline:
         while self._rounds:
             self._flush()
             before = (len(self._rounds), sum(r.sent for r in self._rounds))
-            self._advance()
+            self._advance(wait=True)
             if (len(self._rounds), sum(r.sent for r in self._rounds)) == before:
                 raise RuntimeError("a checkpoint makes no progress with everything acknowledged")
 
