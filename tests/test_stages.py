@@ -22,12 +22,14 @@ from pipeline.app.wire import (
     PREDICTION,
     WIRE_VERSION,
     EventBatch,
+    OutcomeBatch,
     Source,
     WireError,
     decode_events,
     decode_outcomes,
     encode,
 )
+from pipeline.core.join import Outcome
 from pipeline.engine import Engine
 from pipeline.schemas import NO_TS, StoredMessage, decode_event
 from pipeline.simulate.malformed import Record, mix
@@ -52,9 +54,12 @@ class Harness:
     lists, driven in a random order with random crashes."""
 
     def __init__(self, stream, config, *, inputs=3, joins=4, evals=3, routers=2, seed=0,
-                 records=None):  # fmt: skip
+                 records=None, slice_events=None):  # fmt: skip
         self.rng = random.Random(seed)
         self.config = config
+        self.slice_events = slice_events
+        self.steps = 0  # join steps taken after an event batch (slice_events)
+        self.cut_behind = 0  # join checkpoints taken between two such steps
         self.inputs = {}
         if records is None:  # the stream, keyed by instance id, no Kafka timestamps
             records = [
@@ -83,7 +88,7 @@ class Harness:
         self.committed_progress = {}  # what the worker keeps in the commit's metadata
         self.events = [[] for _ in range(joins)]
         self.outcomes = [[] for _ in range(evals)]
-        self.joins = [JoinStage(q, config, tps) for q in range(joins)]
+        self.joins = [JoinStage(q, config, tps, slice_events=slice_events) for q in range(joins)]
         self.join_pos = [0] * joins
         self.evals = [EvalStage(r, config, joins) for r in range(evals)]
         self.eval_pos = [0] * evals
@@ -135,17 +140,22 @@ class Harness:
     def join(self, q):
         stage, log = self.joins[q], self.events[q]
         for _ in range(self.rng.randint(1, 3)):
-            if self.join_pos[q] >= len(log):
+            before = (stage.frontier, stage.join.clock)
+            if stage.behind:  # the next step of what the last batch set off, first
+                outcomes = stage.proceed()
+                self.steps += 1
+            elif self.join_pos[q] < len(log):
+                offset = self.join_pos[q]
+                self.join_pos[q] += 1
+                outcomes = stage.apply(offset, decode_events(log[offset]))
+            else:
                 return
-            offset = self.join_pos[q]
-            self.join_pos[q] += 1
-            before = stage.frontier
-            outcomes = stage.apply(offset, decode_events(log[offset]))
+            moved = (stage.frontier, stage.join.clock) != before
             per_eval = [[] for _ in self.evals]
             for outcome in outcomes:
                 per_eval[self.partition_of(outcome.model_id)].append(outcome)
             for r, own in enumerate(per_eval):
-                if own or stage.frontier != before:
+                if own or moved:
                     self.outcomes[r].append(encode(stage.batch(own)))
 
     def evaluate(self, r):
@@ -165,6 +175,7 @@ class Harness:
         log = self.changelogs.setdefault((kind, index), [])
         number, chunks = self.sealed.get((kind, index), (0, 0))
         changes = {**self.carry.pop((kind, index), {}), **stage.changes()}
+        self.cut_behind += kind == "join" and stage.behind
         records, new_chunks = checkpoint_records(number + 1, changes, chunks, {"v": 1})
         if self.rng.random() < 0.2:  # a crash in the middle of the checkpoint
             log.extend(records[: self.rng.randrange(len(records))])
@@ -187,8 +198,9 @@ class Harness:
         if restorer.seal is not None:
             self.sealed[kind, index] = (restorer.seal["n"], restorer.seal["chunks"])
         if kind == "join":
-            stage = (JoinStage.restore(items, self.config, tps) if items
-                     else JoinStage(index, self.config, tps))  # fmt: skip
+            slices = self.slice_events
+            stage = (JoinStage.restore(items, self.config, tps, slice_events=slices) if items
+                     else JoinStage(index, self.config, tps, slice_events=slices))  # fmt: skip
             self.joins[index] = stage
             self.join_pos[index] = stage.offset + 1
         else:
@@ -224,7 +236,8 @@ class Harness:
             for i in range(len(self.routers)):
                 self.ingest(i, heartbeat=True)
             while any(
-                self.join_pos[q] < len(self.events[q]) for q in range(len(self.joins))
+                self.join_pos[q] < len(self.events[q]) or self.joins[q].behind
+                for q in range(len(self.joins))
             ) or any(
                 self.eval_pos[r] < len(self.outcomes[r]) for r in range(len(self.evals))
             ):  # until every stage has caught up with its input
@@ -255,6 +268,15 @@ def test_crashes_restores_and_duplicates_give_replays_numbers(stream, expected, 
     harness = Harness(stream, make_config(), seed=100 + seed)
     assert harness.run(crashes=0.05) == expected
     assert sum(j.duplicates for j in harness.joins) > 0  # resent events were skipped
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_joins_applying_due_events_in_steps_give_replays_numbers(stream, expected, seed):
+    """Joins that apply a few due events per step (``slice_events``), their outcome batches
+    numbered by step, checkpointed and crashed between steps: replay's numbers."""
+    harness = Harness(stream, make_config(), seed=200 + seed, slice_events=3)
+    assert harness.run(crashes=0.05) == expected
+    assert harness.steps > 100 and harness.cut_behind > 0
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -461,3 +483,76 @@ def test_the_router_holds_event_times_to_when_they_were_sent_and_to_their_partit
     restarted.assign([("labels", 0)], {("labels", 0): router.progress(("labels", 0))})
     router = restarted
     assert route(9, t0 + 10 * day, t0 + 30 * day) == ["ts_too_old"]  # as before the restart
+
+
+def _outcomes(n, due=1_000):
+    return [Outcome("champion", f"i{i:03}", "yes", (10,), ("yes" if i % 3 else "no",), 10,
+                    due + i, due + i) for i in range(n)]  # fmt: skip
+
+
+def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
+    """Outcomes waiting for another join partition's frontier are kept in runs, one per
+    outcome batch, each under a key of its own: a checkpoint writes the runs that came or
+    shrank since the last one and deletes those that went, never the whole buffer; a stage
+    restored from it holds the same outcomes, and so does one restored from a checkpoint of
+    before the runs had keys (their chunks are deleted)."""
+    from pipeline.app.stages import BUFFER, OUTCOME, STAGE, _chunks
+    from pipeline.core.state import decode_value, encode_value
+
+    def runs(changes):
+        return {k: v for k, v in changes.items() if k[:1] == OUTCOME}
+
+    config = make_config()
+    stage = EvalStage(0, config, join_partitions=2)
+    stage.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 5_000, _outcomes(100)))
+    stage.apply(1, OutcomeBatch(WIRE_VERSION, 0, 1, 5_000, _outcomes(10, due=2_000)))
+    assert stage.waiting == 110  # join partition 1 has not spoken: they wait
+    log = {}
+    first = stage.changes()
+    assert len(runs(first)) == 2  # one key per batch
+    log.update(first)
+    stage.commit()
+    assert runs(stage.changes()) == {}  # nothing came or went
+    stage.apply(2, OutcomeBatch(WIRE_VERSION, 0, 2, 5_000, _outcomes(1, due=3_000)))
+    second = stage.changes()
+    assert list(runs(second)) == [OUTCOME + (111).to_bytes(8, "big")]
+    log.update(second)
+    stage.commit()
+    restored = EvalStage.restore(live(log), config, 2)
+    assert restored.waiting == stage.waiting == 111
+    # partition 1's frontier releases the first 50 of the first batch: that run shrinks
+    _, released = stage.apply(3, OutcomeBatch(WIRE_VERSION, 1, 0, 1_050, []))
+    assert len(released) == 50
+    third = runs(stage.changes())
+    assert list(third) == [OUTCOME + (1).to_bytes(8, "big")] and third[OUTCOME + bytes(7) + b"\x01"]
+    log.update(stage.changes())
+    stage.commit()
+    # and then the rest of it and all of the second: their keys go
+    stage.apply(4, OutcomeBatch(WIRE_VERSION, 1, 1, 2_500, []))
+    fourth = runs(stage.changes())
+    assert len(fourth) == 2 and set(fourth.values()) == {None}
+    log.update(stage.changes())
+    stage.commit()
+    again = EvalStage.restore(live(log), config, 2)
+    assert again.waiting == stage.waiting == 1
+    assert again.apply(5, OutcomeBatch(WIRE_VERSION, 1, 2, 10_000, []))[1] == \
+        stage.apply(5, OutcomeBatch(WIRE_VERSION, 1, 2, 10_000, []))[1]  # fmt: skip
+
+    # a checkpoint of the previous release: the waiting outcomes in chunks, no "seq"
+    old = EvalStage(0, config, join_partitions=2)
+    old.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 5_000, _outcomes(100)))
+    items = {k: v for k, v in old.changes().items() if k[:1] != OUTCOME}
+    meta = decode_value(items[STAGE])
+    del meta["seq"]
+    meta["applied"] = [[q, o] for q, o, _ in meta["applied"]]
+    items[STAGE] = encode_value(meta)
+    items.update(_chunks(BUFFER, encode_value([list(o) for o in _outcomes(100)])))
+    upgraded = EvalStage.restore(items.items(), config, 2)
+    assert upgraded.waiting == 100
+    changes = upgraded.changes()
+    assert len(runs(changes)) == 1 and None not in runs(changes).values()
+    assert [v for k, v in changes.items() if k[:1] == BUFFER] == [None]
+    upgraded.commit()
+    got = upgraded.apply(1, OutcomeBatch(WIRE_VERSION, 1, 0, 10_000, []))[1]
+    assert got == _outcomes(100)
+    assert runs(upgraded.changes()) == {OUTCOME + (1).to_bytes(8, "big"): None}

@@ -25,21 +25,23 @@ _events = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 80),
-       max_pending=st.integers(1, 6))  # fmt: skip
+       max_pending=st.integers(1, 6), budget=st.sampled_from([None, 1, 2]))  # fmt: skip
 def test_disk_and_memory_states_give_the_same_outcomes(tmp_path_factory, events, grace, ttl,
-                                                       max_pending):  # fmt: skip
+                                                       max_pending, budget):  # fmt: skip
     """The same events through a join in RAM and a join on RocksDB — with checkpoints (the
-    store's batch written) and restarts (the store reopened from disk) — give the same
+    store's batch written) and restarts (the store reopened from disk), also between the
+    steps of a clock that passes more waiting events than its ``budget`` — give the same
     outcomes, counters and checkpoint changes."""
     path = tmp_path_factory.mktemp("store")
     memory = Join(grace, ttl, max_pending)
     disk = Join(grace, ttl, max_pending, DiskState(path, cache_mb=1, cache_entries=3))
     got, want, clock = [], [], 0
     for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
-        clock = max(clock, ts - behind)
+        if behind > 10:  # else the clock stays: waiting events pile up
+            clock = max(clock, ts - behind + 10)
         row = (kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)
-        want += memory.add_events([row], clock)[0]
-        got += disk.add_events([row], clock)[0]
+        want += memory.add_events([row], clock, budget=budget)[0]
+        got += disk.add_events([row], clock, budget=budget)[0]
         if action is not None:
             expected = memory.changes()
             changes = disk.changes()
@@ -50,6 +52,11 @@ def test_disk_and_memory_states_give_the_same_outcomes(tmp_path_factory, events,
                 disk.state.close()
                 state = DiskState(path, cache_mb=1, cache_entries=3)
                 disk = Join.resume(_meta(state), state, state.waiting())
+                assert disk.behind == memory.behind and disk.waiting == memory.waiting
+        while memory.behind:
+            want += memory.advance(clock, budget=budget)
+            got += disk.advance(clock, budget=budget)
+        assert not disk.behind
     want += memory.advance(10**6)
     got += disk.advance(10**6)
     assert got == want

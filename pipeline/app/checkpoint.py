@@ -31,6 +31,7 @@ Nothing here grows with the state: a checkpoint costs what changed since the las
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -407,6 +408,7 @@ class Changelog:
         part.sealed, part.chunks, part.end = sealed, chunks, end
 
 
+@functools.cache
 def _missing_codes() -> frozenset[int]:
     """librdkafka's error codes for a topic or partition that does not exist."""
     from confluent_kafka import KafkaError

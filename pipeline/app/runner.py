@@ -21,11 +21,14 @@ checkpoint are *cut* (encoded; what changes from then on goes into the next one)
 message produced before the cut is acknowledged, they are *written* — with the offset they
 cover — to the stage's changelog partition (:mod:`pipeline.app.checkpoint`); once Kafka
 acknowledges those records, the stage is told (a disk store writes its batch) and the input
-offsets are committed. Revocation and shutdown wait for all of it. A partition assigned to a
-worker starts from its latest checkpoint and re-reads from the offset after it; the events and
-outcome batches it re-sends carry the offsets they came from, and the next stage skips what it
-has already applied. Published records re-sent after a crash are identical to the first copies
-(same model, ``n`` and values).
+offsets are committed. Revocation and shutdown wait for all of it. An event batch that moves a
+join's clock past many waiting events sets off more work than a checkpoint should hold: the
+join applies them :data:`~pipeline.app.stages.SLICE_EVENTS` at a time, one step per turn of
+the loop, with checkpoints between the steps, and its next event batches wait until it is
+done. A partition assigned to a worker starts from its latest checkpoint and re-reads from the
+offset after it; the events and outcome batches it re-sends carry the offsets (and steps) they
+came from, and the next stage skips what it has already applied. Published records re-sent
+after a crash are identical to the first copies (same model, ``n`` and values).
 """
 
 from __future__ import annotations
@@ -49,7 +52,14 @@ from pipeline.topics import load_topics
 
 from .checkpoint import Changelog, ChangelogError, live, watermarks
 from .settings import WorkerSettings
-from .stages import EvalStage, JoinStage, Router, config_fingerprint, model_partitioner
+from .stages import (
+    SLICE_EVENTS,
+    EvalStage,
+    JoinStage,
+    Router,
+    config_fingerprint,
+    model_partitioner,
+)
 from .wire import WIRE_VERSION, EventBatch, WireError, decode_events, decode_outcomes, encode
 
 __all__ = ["Pipeline", "Topics"]
@@ -126,8 +136,6 @@ class Stats:
     dead_letters: int = 0
     checkpoints: int = 0
     checkpoint_seconds: float = 0.0  # the latest checkpoint, from its cut to durable
-    #: the longest step of each of the latest checkpoints (bounded: the worker runs for months)
-    pauses: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     skipped_batches: int = 0
 
 
@@ -150,8 +158,9 @@ class _Round:
         return max(self.steps.values(), default=0.0)
 
     def describe(self) -> str:
-        stages = ", ".join(f"{changelog.topic.rsplit('-', 2)[-2]} {q} ({len(cut.changes):,} "
-                           "changes)" for changelog, q, _, cut in self.cuts)  # fmt: skip
+        stages = ", ".join(f"{'join' if isinstance(stage, JoinStage) else 'evaluation'} {q} "
+                           f"({len(cut.changes):,} changes)"
+                           for _, q, stage, cut in self.cuts)  # fmt: skip
         steps = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.steps.items())
         return f"checkpoint of {stages or 'offsets'}: {steps}"
 
@@ -194,6 +203,9 @@ class Pipeline:
         self._ack = self._acknowledger(0)
         self._output_error: str | None = None
         self._held: set[int] = set()  # join partitions paused until their checkpoint is done
+        #: join partitions with events due (JoinStage.behind), and the event batches that
+        #: came meanwhile: they are applied, in order, once it has caught up
+        self._queued: dict[int, deque[Any]] = {}
         self._held_said = -1e9
         self._stepped = False  # a checkpoint step was taken in this turn of the loop
 
@@ -364,6 +376,8 @@ class Pipeline:
                 # one stage per turn of the loop: the pause of a cut is one stage's
                 self._due.extend([("join", q) for q in self.joins]
                                  + [("eval", r) for r in self.evals])  # fmt: skip
+            if self._queued:
+                self._catch_up()
             if self._due:
                 kind, p = self._due.popleft()
                 last = not self._due
@@ -440,27 +454,57 @@ class Pipeline:
         stage = self.joins.get(q)
         if stage is None:
             return  # fetched before a revocation
+        queued = self._queued.get(q)
+        if queued is not None:  # it is still applying an earlier batch's events: wait
+            queued.append(message)
+            return
+        self._apply_join(q, stage, message)
+
+    def _apply_join(self, q: int, stage: JoinStage, message: Any) -> None:
         try:
             batch = decode_events(message.value())
         except WireError as err:
             self._skip("join", message, err)
             stage.offset = max(stage.offset, message.offset())
             return
-        before = stage.frontier
+        before = (stage.frontier, stage.join.clock)
         try:
             outcomes = stage.apply(message.offset(), batch)
         except Exception as err:
             self._skip("join", message, err)
             stage.offset = max(stage.offset, message.offset())
             return
+        self._emit(q, stage, outcomes, (stage.frontier, stage.join.clock) != before)
+        if stage.behind:
+            self._queued.setdefault(q, deque())
+
+    def _catch_up(self) -> None:
+        """One step of each join partition that has events due, unless it is held; one that
+        has caught up applies the event batches that waited, until one leaves it behind."""
+        for q, queued in list(self._queued.items()):
+            stage = self.joins[q]
+            while q not in self._held:
+                if stage.behind:
+                    clock = stage.join.clock
+                    self._emit(q, stage, stage.proceed(), stage.join.clock != clock)
+                    break
+                if not queued:
+                    del self._queued[q]
+                    break
+                self._apply_join(q, stage, queued.popleft())
+                if stage.behind:  # its first step is taken: the next one in the next turn
+                    break
+
+    def _emit(self, q: int, stage: JoinStage, outcomes: list[Outcome], moved: bool) -> None:
+        """Send a join step's outcomes (and its clock, if it ``moved``) to the evaluation
+        partitions; cut a checkpoint of the stage, or hold it, if it has changed enough."""
         per_eval: dict[int, list[Outcome]] = defaultdict(list)
         partition_of = self.partition_of
         for outcome in outcomes:
             per_eval[partition_of(outcome.model_id)].append(outcome)
-        changed = stage.frontier != before
         for r in range(self.eval_partitions):
             own = per_eval.get(r)
-            if own or changed:
+            if own or moved:
                 self._produce(self.topics.outcomes, encode(stage.batch(own or [])), partition=r)
                 self.stats.outcome_batches += 1
         if self.exporter is not None:
@@ -597,6 +641,8 @@ class Pipeline:
                 stage = self._restore_join(tp.partition)
                 self.joins[tp.partition] = stage
                 tp.offset = stage.offset + 1 if stage.offset >= 0 else OFFSET_BEGINNING
+                if stage.behind:  # checkpointed between two steps: the rest comes first
+                    self._queued[tp.partition] = deque()
             elif tp.topic == t.outcomes:
                 stage = self._restore_eval(tp.partition)
                 self.evals[tp.partition] = stage
@@ -673,6 +719,7 @@ class Pipeline:
         models: set[str] = set()
         for q in joins:
             self._held.discard(q)  # a partition assigned again is fetched again
+            self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
             stage = self.joins.pop(q, None)
             if stage is not None:
                 stage.join.state.close()  # a disk store: free it for whoever takes it next
@@ -819,7 +866,6 @@ class Pipeline:
         round_.steps["store"] = time.monotonic() - started
         self.stats.checkpoints += 1
         self.stats.checkpoint_seconds = time.monotonic() - round_.started
-        self.stats.pauses.append(round_.pause)
         if round_.pause > 0.1:
             log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
         if self.exporter is not None:
@@ -845,8 +891,9 @@ class Pipeline:
         if self.settings.store == "memory":
             changes, sealed, _ = changelog.read(q, lag=self._lag("join"))
             if not sealed:
-                return JoinStage(q, self.config, self.inputs)
-            return JoinStage.restore(live(changes), self.config, self.inputs)
+                return JoinStage(q, self.config, self.inputs, slice_events=SLICE_EVENTS)
+            return JoinStage.restore(live(changes), self.config, self.inputs,
+                                     slice_events=SLICE_EVENTS)  # fmt: skip
         state = self._open_store(q)
         ttl = self.config.join.label_ttl_ms
         entries = lambda record: queue_entries(record, ttl)  # noqa: E731
@@ -869,8 +916,8 @@ class Pipeline:
             log.info("join %d: %d pending instances in %s, caught up from changelog offset %s",
                      q, state.pending_count(), state.path, start or 0)  # fmt: skip
         if not scalars:
-            return JoinStage(q, self.config, self.inputs, state)
-        return JoinStage.resume(scalars, self.config, self.inputs, state)
+            return JoinStage(q, self.config, self.inputs, state, SLICE_EVENTS)
+        return JoinStage.resume(scalars, self.config, self.inputs, state, SLICE_EVENTS)
 
     def _lag(self, stage: str) -> Any:
         """A restore's progress, to /metrics (records of the changelog left to read)."""

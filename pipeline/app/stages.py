@@ -38,6 +38,7 @@ which the next stage skips. Nothing is lost or counted twice.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import struct
@@ -50,7 +51,7 @@ from typing import Any
 import orjson
 
 from pipeline.config import EvaluationConfig
-from pipeline.core.join import Join, Outcome, join_partition, split_runs
+from pipeline.core.join import Join, Outcome, join_partition
 from pipeline.core.state import decode_value, encode_value
 from pipeline.engine import Engine
 from pipeline.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
@@ -83,6 +84,12 @@ STAGE = b"t"
 TopicPartition = tuple[str, int]
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
 EVALUATE_CHUNK = 4096
+#: The most waiting events the worker's join applies in one step: what one event batch sets
+#: off, and so a checkpoint's size, stays bounded. A constant, not a setting: the steps'
+#: outcome batches are numbered, and a restarted stage must number them as before.
+SLICE_EVENTS = 500
+#: An evaluation checkpoint from before outcome batches were numbered: the whole batch applied
+_WHOLE = 2**62
 
 
 def model_partitioner(config: EvaluationConfig, partitions: int) -> Callable[[str], int]:
@@ -316,6 +323,11 @@ class JoinStage:
         The evaluation configuration (its ``join`` settings are used).
     inputs
         Every input partition that exists: the watermark waits for each one.
+    slice_events
+        The most waiting events one step applies (None: all). With a bound, an event batch
+        that moves the clock past more of them leaves the stage :attr:`behind`, and
+        :meth:`proceed` applies the rest, a step at a time; each step's outcome batch is
+        numbered (:attr:`part`).
     """
 
     def __init__(
@@ -324,27 +336,44 @@ class JoinStage:
         config: EvaluationConfig,
         inputs: Iterable[TopicPartition],
         state: Any = None,
+        slice_events: int | None = None,
     ) -> None:
         j = config.join
         self.partition = partition
         self.grace = j.label_grace_ms
         self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, state)
         self.inputs = set(inputs)
+        self.slice_events = slice_events
         self.progress: dict[TopicPartition, tuple[int, bool]] = {}
         self.applied: dict[TopicPartition, int] = {}
         self.offset = -1  # last events-topic offset applied
+        self.part = 0  # steps taken since that batch (its outcome batches' numbers)
         self.frontier = NO_TS
         self.duplicates = 0
 
+    @property
+    def behind(self) -> bool:
+        """Whether events are due that :meth:`proceed` has yet to apply (take no event batch
+        until they are: the outcomes must come in the order of one step)."""
+        return self.join.behind
+
+    def proceed(self) -> list[Outcome]:
+        """The next step of what the latest event batch set off; its outcomes."""
+        self.part += 1
+        return self.join.advance(self.frontier, budget=self.slice_events)
+
     def apply(self, offset: int, batch: EventBatch) -> list[Outcome]:
-        """Apply the event batch at ``offset``; return the outcomes it resolved, in order."""
+        """Apply the event batch at ``offset`` (the first step of what it sets off, if the
+        stage has a ``slice_events``); return the outcomes it resolved, in order."""
         if offset <= self.offset:
             return []
         self.offset = offset
+        self.part = 0
         applied = self.applied
         sources = [(s.topic, s.partition) for s in batch.sources]
         seen = [applied.get(tp, -1) for tp in sources]
-        out, repeats = self.join.add_events(batch.events, self.frontier, seen)
+        budget = self.slice_events
+        out, repeats = self.join.add_events(batch.events, self.frontier, seen, budget)
         for tp, offset in zip(sources, seen, strict=True):
             if offset >= 0:
                 applied[tp] = offset
@@ -358,7 +387,7 @@ class JoinStage:
         frontier = self._watermark() - 1
         if frontier > self.frontier:
             self.frontier = frontier
-            out.extend(self.join.advance(frontier))
+            self.join.advance(frontier, out, budget)
         return out
 
     def _watermark(self) -> int:
@@ -379,9 +408,10 @@ class JoinStage:
         return low
 
     def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
-        """The outcomes of the latest event batch, with the join's clock as the frontier:
-        every outcome this partition sends later has a later ``due``."""
-        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes)
+        """The outcomes of the latest step, with the join's clock as the frontier: every
+        outcome this partition sends later has a later ``due``."""
+        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes,
+                            self.part)  # fmt: skip
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
@@ -391,6 +421,7 @@ class JoinStage:
         changes[STAGE] = encode_value({
             "partition": self.partition,
             "offset": self.offset,
+            "part": self.part,
             "frontier": self.frontier,
             "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
             "applied": [[t, p, o] for (t, p), o in self.applied.items()],
@@ -417,16 +448,18 @@ class JoinStage:
         config: EvaluationConfig,
         inputs: Iterable[TopicPartition],
         state: Any,
+        slice_events: int | None = None,
     ) -> JoinStage:
         """The stage over a disk store that holds its instances, from their scalars."""
         meta = decode_value(scalars[STAGE])
-        stage = cls(meta["partition"], config, inputs, state)
+        stage = cls(meta["partition"], config, inputs, state, slice_events)
         stage._take(meta)
         stage.join = Join.resume(decode_value(scalars[b"m"]), state, state.waiting())
         return stage
 
     def _take(self, meta: dict[str, Any]) -> None:
         self.offset = meta["offset"]
+        self.part = meta.get("part", 0)  # absent before steps were numbered
         self.frontier = meta["frontier"]
         self.progress = {(t, p): (ts, idle) for t, p, ts, idle in meta["progress"]}
         self.applied = {(t, p): o for t, p, o in meta["applied"]}
@@ -439,11 +472,12 @@ class JoinStage:
         config: EvaluationConfig,
         inputs: Iterable[TopicPartition],
         state: Any = None,
+        slice_events: int | None = None,
     ) -> JoinStage:
         """The stage from the latest value of every key its checkpoints wrote."""
         items = list(items)
         meta = decode_value(next(v for k, v in items if k == STAGE))
-        stage = cls(meta["partition"], config, inputs)
+        stage = cls(meta["partition"], config, inputs, slice_events=slice_events)
         stage._take(meta)
         stage.join = Join.restore((kv for kv in items if kv[0] != STAGE), state)
         return stage
@@ -479,16 +513,22 @@ class EvalStage:
         self.engine = Engine(config)
         self.join_partitions = join_partitions
         self.frontiers: dict[int, int] = {}
-        self.applied: dict[int, int] = {}  # join partition -> last event-batch offset applied
+        #: join partition -> the last outcome batch applied: (event-batch offset, step)
+        self.applied: dict[int, tuple[int, int]] = {}
         self.offset = -1  # last outcomes-topic offset read
-        # what waits for the frontiers: sorted runs, one per outcome batch, of
-        # (due, instance_id, model_id, arrival, outcome)
-        self._runs: list[list[tuple[int, str, str, int, Outcome]]] = []
+        # what waits for the frontiers: sorted runs, one per outcome batch (by the arrival
+        # number of its first outcome), of (due, instance_id, model_id, arrival, outcome)
+        self._runs: dict[int, list[tuple[int, str, str, int, Outcome]]] = {}
         self._waiting = 0
         self._seq = 0
         self._limit = NO_TS  # everything with due below it has been released
         self._written: dict[bytes, bytes] = {}  # every key's value at the last checkpoint
         self._pending: dict[bytes, bytes] = {}  # the parts of the checkpoint being written
+        # each run is under a key of its own in the checkpoints: those that came or shrank
+        # since the last one, those a checkpoint has, and those gone from it since
+        self._dirty: set[int] = set()
+        self._stored: set[int] = set()
+        self._gone: list[int] = []
         self._shown: set[str] = set()  # models and pairs that have reached a checkpoint
 
     @property
@@ -500,16 +540,18 @@ class EvalStage:
         """Take the outcome batch at ``offset``; return (records, outcomes released)."""
         self.offset = max(self.offset, offset)
         q = batch.partition
-        if batch.offset <= self.applied.get(q, -1):
+        number = (batch.offset, batch.part)
+        if number <= self.applied.get(q, (-1, 0)):
             return [], []  # re-sent by a join partition restored from an older snapshot
-        self.applied[q] = batch.offset
+        self.applied[q] = number
         outcomes, seq = batch.outcomes, self._seq
         if outcomes:
             models, instances, *_, dues = zip(*outcomes, strict=True)  # columns, at C speed
             run = list(zip(dues, instances, models, range(seq + 1, seq + len(outcomes) + 1),
                            outcomes, strict=True))  # fmt: skip
             run.sort()  # in due order already but for ties: nearly free
-            self._runs.append(run)
+            self._runs[seq + 1] = run
+            self._dirty.add(seq + 1)
             self._waiting += len(run)
             self._seq = seq + len(outcomes)
         if batch.frontier > self.frontiers.get(q, NO_TS):
@@ -523,7 +565,7 @@ class EvalStage:
         if limit <= self._limit:
             return [], []
         self._limit = limit
-        taken, self._runs = split_runs(self._runs, (limit,))
+        taken = self._take((limit,))
         if not taken:
             return [], []
         taken.sort()  # sorted runs: timsort merges them
@@ -541,6 +583,26 @@ class EvalStage:
             start = end
         return records, released
 
+    def _take(self, key: tuple) -> list[tuple[int, str, str, int, Outcome]]:
+        """The waiting outcomes before ``key``, run by run (not sorted as a whole)."""
+        taken: list = []
+        runs, dirty = self._runs, self._dirty
+        for number, run in list(runs.items()):
+            cut = bisect.bisect_left(run, key)
+            if not cut:
+                continue
+            taken += run[:cut] if cut < len(run) else run
+            if cut < len(run):
+                runs[number] = run[cut:]
+                dirty.add(number)
+            else:
+                del runs[number]
+                dirty.discard(number)
+                if number in self._stored:  # a checkpoint has it: its key goes
+                    self._stored.discard(number)
+                    self._gone.append(number)
+        return taken
+
     def tick(self) -> list[dict[str, Any]]:
         """Latest records of every model and pair that changed since its last record (every
         ``publish_interval``, and at shutdown)."""
@@ -550,8 +612,8 @@ class EvalStage:
     def changes(self) -> dict[bytes, bytes | None]:
         """What changed since the last :meth:`commit` (pipeline.app.checkpoint): each model's
         and pair's state, encoded and cut into chunks of which only the changed ones count —
-        a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes still
-        waiting, and the stage's scalars."""
+        a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes that
+        came or went while waiting for the frontiers, and the stage's scalars."""
         engine = self.engine
         parts: dict[bytes, bytes] = {}
         for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
@@ -560,13 +622,12 @@ class EvalStage:
                     self._shown.add(name)
                     # JSON, as every state() is made to round-trip exactly through
                     parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
-        buffer = [list(entry[4]) for entry in sorted(e for run in self._runs for e in run)]
-        parts.update(_chunks(BUFFER, encode_value(buffer)))
         parts[STAGE] = encode_value({
             "partition": self.partition,
             "offset": self.offset,
             "frontiers": [[q, f] for q, f in self.frontiers.items()],
-            "applied": [[q, o] for q, o in self.applied.items()],
+            "applied": [[q, o, part] for q, (o, part) in self.applied.items()],
+            "seq": self._seq,
             "engine": engine.scalars(),
         })  # fmt: skip
         written = self._written
@@ -575,10 +636,22 @@ class EvalStage:
             if written.get(key) != value:
                 changes[key] = value
         for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
+            # (and the waiting outcomes' chunks of a checkpoint from before they had keys)
             if key[:1] == BUFFER or _owner(key) in engine.touched:
                 changes[key] = None
+        pack, runs = _SEQ.pack, self._runs
+        for number in self._gone:
+            changes[OUTCOME + pack(number)] = None
+        for number in self._dirty:
+            changes[OUTCOME + pack(number)] = encode_value([(e[3], *e[4]) for e in runs[number]])
         self._pending = parts
         return changes
+
+    def _runs_written(self) -> None:
+        """The runs as :meth:`changes` gave them are in a checkpoint."""
+        self._stored |= self._dirty
+        self._dirty.clear()
+        self._gone.clear()
 
     def commit(self) -> None:
         """The last :meth:`changes` are durable."""
@@ -586,6 +659,7 @@ class EvalStage:
         self.engine.touched.clear()
         self._settle(self._pending, touched)
         self._pending = {}
+        self._runs_written()
 
     def cut(self) -> Any:
         """Close a checkpoint while the stage goes on: its changes are the cut's
@@ -593,6 +667,7 @@ class EvalStage:
         cut = EvalCut(self.changes(), self._pending, set(self.engine.touched))
         self.engine.touched.clear()
         self._pending = {}
+        self._runs_written()
         return cut
 
     def written(self, cut: EvalCut) -> None:
@@ -616,12 +691,16 @@ class EvalStage:
         stage = cls(meta["partition"], config, join_partitions)
         stage.offset = meta["offset"]
         stage.frontiers = {q: f for q, f in meta["frontiers"]}
-        stage.applied = {q: o for q, o in meta["applied"]}
+        # (before steps were numbered, one outcome batch held all that an event batch set off)
+        stage.applied = {q: (o, part[0] if part else _WHOLE) for q, o, *part in meta["applied"]}
         engine_state = dict(meta["engine"])
         engine_state["models"], engine_state["pairs"] = {}, {}
         whole: dict[bytes, list[tuple[int, bytes]]] = {}
+        waiting = {}
         for key, value in items.items():
-            if key[:1] in (MODEL, PAIR, BUFFER):
+            if key[:1] == OUTCOME:
+                waiting[_SEQ.unpack(key[1:])[0]] = decode_value(value)
+            elif key[:1] in (MODEL, PAIR, BUFFER):
                 head, index = key[:-4], _INDEX.unpack(key[-4:])[0]
                 whole.setdefault(head, []).append((index, value))
         buffer: list = []
@@ -634,23 +713,30 @@ class EvalStage:
                 kind = "models" if head[:1] == MODEL else "pairs"
                 engine_state[kind][head[3:].decode()] = value
         stage.engine = Engine.from_state(config, engine_state)
-        stage._written = dict(items)
+        stage._written = {k: v for k, v in items.items() if k[:1] != OUTCOME}
         stage._shown = set(stage.engine.models) | set(engine_state["pairs"])
-        run = []
-        for row in buffer:  # in order: one sorted run
-            model_id, instance_id, y_true, times, labels, t_instance, t_label, due = row
-            outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
-                              t_instance, t_label, due)  # fmt: skip
-            stage._seq += 1
-            run.append((outcome.due, outcome.instance_id, outcome.model_id, stage._seq, outcome))
-        if run:
-            stage._runs.append(run)
-            stage._waiting = len(run)
+        stage._seq = meta.get("seq", 0)
+        if buffer:  # from before the runs had keys: one run, written at the next checkpoint
+            number = stage._seq + 1
+            waiting[number] = [(number + i, *row) for i, row in enumerate(buffer)]
+            stage._seq += len(buffer)
+            stage._dirty.add(number)
+        for number, rows in waiting.items():
+            run = []
+            for seq, model_id, instance_id, y_true, times, labels, t_instance, t_label, due in rows:
+                outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
+                                  t_instance, t_label, due)  # fmt: skip
+                run.append((due, instance_id, model_id, seq, outcome))
+            stage._runs[number] = run
+            stage._waiting += len(run)
+        stage._stored = set(waiting) - stage._dirty
         return stage
 
 
-#: keys of an evaluation stage's checkpoint: a model's, a pair's state, the waiting outcomes
-MODEL, PAIR, BUFFER = b"M", b"P", b"B"
+#: keys of an evaluation stage's checkpoint: a model's, a pair's state, a run of waiting
+#: outcomes (by the arrival number of its first); the waiting outcomes in chunks, before that
+MODEL, PAIR, OUTCOME, BUFFER = b"M", b"P", b"O", b"B"
+_SEQ = struct.Struct(">Q")
 #: bytes per chunk of a model's encoded state
 STATE_CHUNK = 16 * 1024
 _INDEX = struct.Struct(">I")

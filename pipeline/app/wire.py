@@ -9,9 +9,10 @@ per-message cost of Kafka and of the framework is paid once per batch:
   the progress of every input partition the sending ingest owns (its largest ``ts`` so far and
   whether it is idle), from which the join computes its watermark.
 * :class:`OutcomeBatch` (join → evaluate, ``<prefix>streameval-outcomes``, partition =
-  evaluation partition of the model): the outcomes a join partition resolved while applying
-  one event batch, identified by that batch's offset (the evaluator drops repeats), and the
-  join partition's frontier: every later outcome from it has ``due`` ≥ the frontier.
+  evaluation partition of the model): the outcomes a join partition resolved in one step —
+  applying one event batch, or one more slice of the events it made due — identified by that
+  batch's offset and the step's number (the evaluator drops repeats), and the join
+  partition's frontier: every later outcome from it has ``due`` ≥ the frontier.
 
 A batch whose ``v`` is not :data:`WIRE_VERSION` is refused with a clear error: the stages of
 one application must run the same version.
@@ -65,6 +66,9 @@ class OutcomeBatch(msgspec.Struct, array_like=True):
     offset: int  # offset of the event batch that caused them, in that join partition
     frontier: int
     outcomes: list[Outcome]  # a named tuple: a msgpack array each, decoded in C
+    #: the step after the event batch (0: applying it); last and defaulted, so a batch of
+    #: the same version without it reads as it did
+    part: int = 0
 
 
 _encoder = msgspec.msgpack.Encoder()

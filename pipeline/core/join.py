@@ -208,7 +208,10 @@ class Join:
 
     Events arrive through :meth:`add_events` (or ``add_*`` one at a time) and wait until
     :meth:`advance` moves the clock past them. An event stamped at or before the clock when it
-    arrives is *late* (its partition broke time order): it is applied at once.
+    arrives is *late* (its partition broke time order): it is applied at once. A clock that
+    passes many waiting events may apply them a ``budget`` at a time: the join is then
+    :attr:`behind` until further calls of :meth:`advance` have applied the rest, and the
+    outcomes are the same as in one step.
 
     Outcomes are returned in resolution order — by ``(due, instance_id)`` — and that order
     defines "the previous label" for the persistent baseline downstream.
@@ -274,7 +277,10 @@ class Join:
         #: the in-memory heaps skip them when they come up)
         self._discards = getattr(state, "discards", False)
         self._clock = -(2**62)  # every event stamped <= clock is applied
+        self._target = self._clock  # where the clock goes once the due events are applied
         self._runs: list[list[_Waiting]] = []  # waiting events, sorted runs
+        self._due: list[_Waiting] = []  # taken from the runs, sorted; applied from _pos on
+        self._pos = 0
         # waiting events since the last commit: taken in (not in a checkpoint yet), and those
         # of a checkpoint applied since (their keys go)
         self._added: dict[int, _Waiting] = {}
@@ -300,7 +306,13 @@ class Join:
     @property
     def waiting(self) -> int:
         """Events received but not yet applied (stamped after the clock)."""
-        return sum(len(run) for run in self._runs)
+        return sum(len(run) for run in self._runs) + len(self._due) - self._pos
+
+    @property
+    def behind(self) -> bool:
+        """Whether the clock has not reached where :meth:`advance` was told yet: events due
+        wait for more calls of :meth:`advance` (it was given a ``budget``)."""
+        return self._clock < self._target
 
     def add_instance(self, instance_id: str, ts: int, now: int) -> list[Outcome]:
         return self.add_events([(INSTANCE, instance_id, "", ts, "", 0, 0)], now)[0]
@@ -314,16 +326,24 @@ class Join:
         return self.add_events([(LABEL, instance_id, "", ts, label, 0, 0)], now)[0]
 
     def add_events(
-        self, events: Iterable[EventRow], now: int, seen: list[int] | None = None
+        self,
+        events: Iterable[EventRow],
+        now: int,
+        seen: list[int] | None = None,
+        budget: int | None = None,
     ) -> tuple[list[Outcome], int]:
         """Take a batch of events, then move the clock to ``now`` (never backwards): apply,
-        in time order, every event stamped at or before it, with the timed rules between.
+        in time order, every event stamped at or before it, with the timed rules between
+        (at most ``budget`` waiting events: see :meth:`advance`).
 
         ``seen`` (optional) holds, per source index, the last source offset taken: an event
         whose offset is not above it is a repeat (a resent batch after a crash) and is skipped;
-        ``seen`` is updated. Returns the outcomes and the number of repeats skipped.
+        ``seen`` is updated. Returns the outcomes and the number of repeats skipped. A join
+        that is :attr:`behind` first applies every event due.
         """
         out: list[Outcome] = []
+        if self._clock < self._target:  # events arriving now come after those already due
+            self.advance(self._target + self.label_grace, out)
         clock = self._clock
         run: list[_Waiting] = []
         late: list[_Waiting] = []
@@ -351,34 +371,45 @@ class Join:
             added = self._added
             for entry in run:
                 added[entry[6]] = entry
-        self.advance(now, out)
+        self.advance(now, out, budget)
         return out, repeats
 
-    def advance(self, now: int, out: list[Outcome] | None = None) -> list[Outcome]:
+    def advance(
+        self, now: int, out: list[Outcome] | None = None, budget: int | None = None
+    ) -> list[Outcome]:
         """Move the clock to ``now`` (never backwards): apply the events stamped up to it and
         the timed rules due by then, in time order. Returns the outcomes (also appended to
-        ``out`` if given)."""
+        ``out`` if given).
+
+        With a ``budget``, at most that many waiting events are applied: if more are due, the
+        clock stops just before the next one and the join is :attr:`behind`; each further
+        call applies the next ``budget`` (a caller with nothing newer passes the same
+        ``now``). The slices give the outcomes of one call without a budget, in the same
+        order, and a checkpoint may be taken between any two of them: a worker keeps what one
+        event batch sets off — and so its next checkpoint — bounded."""
         if out is None:
             out = []
         now -= self.label_grace  # the join's own clock
-        if now < self._clock:
-            now = self._clock
+        if now > self._target:
+            self._target = now
+        target = self._target
         if self._runs:
-            due = self._take(now)
-            if due:
-                self._apply(due, out)
-        if self._next <= now + 1:
-            self._rules(now + 1, out)
-        self._clock = now
+            self._take(target)
+        if self._due:
+            if not self._step(budget, out):
+                return out  # behind: the rest comes with the next calls
+        if self._next <= target + 1:
+            self._rules(target + 1, out)
+        self._clock = target
         return out
 
     def flush(self) -> list[Outcome]:
         """The end of a finite stream (replay): apply every waiting event (nothing more can
         come). Instances without a label stay pending."""
         out: list[Outcome] = []
-        if self._runs:
-            last = max(run[-1][0] for run in self._runs)
-            self.advance(last + self.label_grace, out)
+        if self._runs or self.behind:
+            last = max([run[-1][0] for run in self._runs], default=self._target)
+            self.advance(max(last, self._target) + self.label_grace, out)
         return out
 
     @property
@@ -387,16 +418,34 @@ class Join:
         return self._clock
 
     # -- time order -------------------------------------------------------------------------
-    def _take(self, now: int) -> list[_Waiting]:
-        """The waiting events stamped up to ``now``, in order."""
+    def _take(self, now: int) -> None:
+        """Move the waiting events stamped up to ``now`` to the events due, in order."""
         taken, self._runs = split_runs(self._runs, (now + 1,))
+        if not taken:
+            return
+        if self._pos:
+            del self._due[: self._pos]
+            self._pos = 0
+        due = self._due
+        due += taken  # all later than those already due
+        if len(due) > 1:
+            due.sort()  # sorted runs: timsort merges them
+
+    def _step(self, budget: int | None, out: list[Outcome]) -> bool:
+        """Apply the next ``budget`` events due (None: all); whether none is left."""
+        due, start = self._due, self._pos
+        end = len(due) if budget is None else min(len(due), start + max(budget, 1))
+        part = due[start:end] if start or end < len(due) else due
+        if end == len(due):
+            self._due, self._pos = [], 0
+        else:
+            self._pos = end
         added, applied = self._added, self._applied
-        for entry in taken:  # no longer waiting: a checkpoint that has it must drop it
+        for entry in part:  # no longer waiting: a checkpoint that has it must drop it
             if added.pop(entry[6], None) is None:
                 applied.append((entry[0], entry[6]))
-        if len(taken) > 1:
-            taken.sort()  # sorted runs: timsort merges them
-        return taken
+        self._apply(part, out)
+        return not self._due
 
     def _apply(self, events: list[_Waiting], out: list[Outcome]) -> None:
         """Apply events in the given order, the timed rules due before each in between."""
@@ -709,6 +758,7 @@ class Join:
             "label_ttl": self.label_ttl,
             "max_pending": self.max_pending,
             "clock": self._clock,
+            "target": self._target,
             "seq": self._seq,
             "counters": dict(self.counters),
             "model_counters": [[r, m, c] for (r, m), c in self.model_counters.items()],
@@ -718,9 +768,11 @@ class Join:
         """Take back the scalars of :meth:`meta` and the ``waiting`` events (the instances
         are already in the state, and its time queues)."""
         self._clock = meta["clock"]
+        self._target = meta.get("target", self._clock)  # absent before slices existed
         self._seq = meta["seq"]
         runs = sorted(tuple(e) for e in waiting)
         self._runs = [runs] if runs else []
+        self._due, self._pos = [], 0
         self.counters = Counter(meta["counters"])
         self.model_counters = Counter({(r, m): c for r, m, c in meta["model_counters"]})
         self._schedule()

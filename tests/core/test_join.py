@@ -293,23 +293,37 @@ _events = st.lists(
 )
 
 
+def _as_rows(events, pile_up=False):
+    """Event rows and the clock each arrives at (with ``pile_up``, the clock moves only with
+    the events whose last field is true: waiting events pile up, and one move passes many)."""
+    kinds = {"i": INSTANCE, "p": PREDICTION, "l": LABEL}
+    rows, clocks, clock = [], [], 0
+    for n, (kind, iid, model, ts, label, ahead, moves) in enumerate(events):
+        if moves or not pile_up:
+            clock = max(clock, ts - ahead)
+        rows.append((kinds[kind], iid, model if kind == "p" else "", ts, label, 0, n))
+        clocks.append(clock)
+    return rows, clocks
+
+
+def _at_once(rows, clocks, grace, ttl, max_pending):
+    """A join that never stops and applies what is due at once, and its outcomes."""
+    whole = Join(grace, ttl, max_pending)
+    want = [
+        o for row, now in zip(rows, clocks, strict=True) for o in whole.add_events([row], now)[0]
+    ]
+    want += whole.advance(10**6)
+    return whole, want
+
+
 @settings(max_examples=300, deadline=None)
 @given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 60),
        max_pending=st.integers(1, 4), crash_at=st.integers(0, 40))  # fmt: skip
 def test_incremental_checkpoints_restore_exactly(events, grace, ttl, max_pending, crash_at):
     """A join restored from its checkpoints — each one only what changed since the last —
     goes on exactly as the one that never stopped: the same outcomes and counters."""
-    kinds = {"i": INSTANCE, "p": PREDICTION, "l": LABEL}
-    rows, clocks, clock = [], [], 0
-    for n, (kind, iid, model, ts, label, ahead, _) in enumerate(events):
-        clock = max(clock, ts - ahead)
-        rows.append((kinds[kind], iid, model if kind == "p" else "", ts, label, 0, n))
-        clocks.append(clock)
-    whole = Join(grace, ttl, max_pending)
-    want = [
-        o for row, now in zip(rows, clocks, strict=True) for o in whole.add_events([row], now)[0]
-    ]
-    want += whole.advance(10**6)
+    rows, clocks = _as_rows(events)
+    whole, want = _at_once(rows, clocks, grace, ttl, max_pending)
 
     join = Join(grace, ttl, max_pending)
     log, saved, got, n = {}, None, [], 0
@@ -329,6 +343,69 @@ def test_incremental_checkpoints_restore_exactly(events, grace, ttl, max_pending
     got += join.advance(10**6)
     assert got == want
     assert join.counters == whole.counters and join.model_counters == whole.model_counters
+
+
+@settings(max_examples=400, deadline=None)
+@given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 60),
+       max_pending=st.integers(1, 4), budget=st.integers(1, 4), crash_at=st.integers(1, 20),
+       cut_every=st.integers(1, 4))  # fmt: skip
+def test_waiting_events_applied_in_slices(events, grace, ttl, max_pending, budget, crash_at,
+                                          cut_every):  # fmt: skip
+    """A clock that passes many waiting events may apply them a few at a time (``budget``),
+    with checkpoints and a crash between the slices: the outcomes, their order, the counters
+    and the checkpoints' meaning are those of the join that applies them all at once."""
+    rows, clocks = _as_rows(events, pile_up=True)
+    whole, want = _at_once(rows, clocks, grace, ttl, max_pending)
+
+    join = Join(grace, ttl, max_pending)
+    log, saved, got, n, step = {}, None, [], 0, 0
+    crashed = False
+    while n < len(rows):
+        got += join.add_events([rows[n]], clocks[n], budget=budget)[0]
+        while True:
+            if step % cut_every == 0:  # a checkpoint, between two slices or two events
+                _merge(log, join.changes())
+                join.commit()
+                saved = (dict(log), len(got), n, join.behind, join.waiting)
+            step += 1
+            if step == crash_at and saved is not None and not crashed:
+                crashed = True
+                items, produced, n, behind, waiting = saved
+                join = Join.restore(items.items())
+                assert (join.behind, join.waiting) == (behind, waiting)
+                del got[produced:]
+            if not join.behind:
+                break
+            got += join.advance(clocks[n], budget=budget)
+        n += 1
+    while True:
+        got += join.advance(10**6, budget=budget)
+        if not join.behind:
+            break
+    assert got == want
+    assert join.counters == whole.counters and join.model_counters == whole.model_counters
+    assert join.clock == whole.clock and join.waiting == whole.waiting == 0
+
+
+def test_a_join_restored_between_slices_is_still_behind():
+    rows = []
+    for i in range(10):
+        rows += [(PREDICTION, f"i{i}", "m", 10 + i, "a", 0, 2 * i),
+                 (LABEL, f"i{i}", "", 20 + i, "a" if i % 2 else "b", 0, 2 * i + 1)]  # fmt: skip
+    whole = Join(label_grace=0)
+    whole.add_events(rows, 0)
+    want = whole.advance(100)
+
+    join = Join(label_grace=0)
+    join.add_events(rows, 0)
+    got = join.advance(100, budget=7)  # 20 events due: 7 of them now
+    assert join.behind and join.waiting == 13 and join.clock < 100
+    restored = Join.restore(join.changes().items())
+    assert restored.behind and restored.waiting == 13 and restored.clock == join.clock
+    while restored.behind:
+        got += restored.advance(100, budget=7)  # the same clock: the rest, 7 at a time
+    assert got == want and restored.clock == whole.clock == 100
+    assert restored.counters == whole.counters and restored.pending == whole.pending == 0
 
 
 def test_per_model_counters():
