@@ -119,7 +119,7 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
     step([], 0.0)  # every input read to its end...
     step([], 1000.0)  # ...and idle: the last labels resolve
     for stage in evals:
-        for record in stage.tick():
+        for record in stage.tick()[0]:
             digest.update(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
     outcomes = sum(stage.engine.models[m].n for stage in evals for m in stage.engine.models)
     seconds["outcomes"] = outcomes

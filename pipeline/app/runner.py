@@ -23,12 +23,13 @@ cover — to the stage's changelog partition (:mod:`pipeline.app.checkpoint`); o
 acknowledges those records, the stage is told (a disk store writes its batch) and the input
 offsets are committed. Revocation and shutdown wait for all of it. An event batch that moves a
 join's clock past many waiting events sets off more work than a checkpoint should hold: the
-join applies them :data:`~pipeline.app.stages.SLICE_EVENTS` at a time, one step per turn of
-the loop, with checkpoints between the steps, and its next event batches wait until it is
-done. A partition assigned to a worker starts from its latest checkpoint and re-reads from the
-offset after it; the events and outcome batches it re-sends carry the offsets (and steps) they
-came from, and the next stage skips what it has already applied. Published records re-sent
-after a crash are identical to the first copies (same model, ``n`` and values).
+join applies them :data:`~pipeline.app.stages.SLICE_EVENTS` at a time, with checkpoints
+between the steps (a turn of the loop takes steps until one cuts a checkpoint), and its next
+event batches wait until it is done. A partition assigned to a worker starts from its latest
+checkpoint and re-reads from the offset after it; the events and outcome batches it re-sends
+carry the offsets (and steps) they came from, and the next stage skips what it has already
+applied. Published records re-sent after a crash are identical to the first copies (same
+model, ``n`` and values).
 """
 
 from __future__ import annotations
@@ -337,7 +338,8 @@ class Pipeline:
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
         while not self.stopping.is_set():
             self._stepped = False  # one checkpoint step per turn (see _advance)
-            messages = consume(s.max_batch, timeout)
+            # a join with events due goes on at once, whether or not more messages come
+            messages = consume(s.max_batch, 0 if self._queued else timeout)
             if self._callback_error is not None:
                 raise self._callback_error
             wall = time.monotonic()
@@ -369,7 +371,7 @@ class Pipeline:
             if wall >= next_publish:
                 next_publish = wall + s.publish_interval_s
                 for stage in list(self.evals.values()):
-                    self._publish(stage.tick())
+                    self._evaluated(*stage.tick())
                 self._gauges()
             if wall >= next_checkpoint:
                 next_checkpoint = wall + s.snapshot_interval_s
@@ -479,20 +481,26 @@ class Pipeline:
             self._queued.setdefault(q, deque())
 
     def _catch_up(self) -> None:
-        """One step of each join partition that has events due, unless it is held; one that
-        has caught up applies the event batches that waited, until one leaves it behind."""
+        """The next steps of each join partition that has events due — until one cuts a
+        checkpoint or the partition is held — and, once it has caught up, the event batches
+        that waited, until one leaves it behind again."""
         for q, queued in list(self._queued.items()):
             stage = self.joins[q]
             while q not in self._held:
                 if stage.behind:
                     clock = stage.join.clock
-                    self._emit(q, stage, stage.proceed(), stage.join.clock != clock)
-                    break
+                    outcomes = stage.proceed()
+                    # the frontier goes to every evaluation partition with the last step only:
+                    # fewer, larger releases there (a step's own outcomes go where they belong)
+                    self._emit(q, stage, outcomes, not stage.behind and stage.join.clock != clock)
+                    if self._stepped:  # a checkpoint was cut: the rest in the next turns
+                        break
+                    continue
                 if not queued:
                     del self._queued[q]
                     break
                 self._apply_join(q, stage, queued.popleft())
-                if stage.behind:  # its first step is taken: the next one in the next turn
+                if stage.behind:  # its first step is taken: the next ones in the next turn
                     break
 
     def _emit(self, q: int, stage: JoinStage, outcomes: list[Outcome], moved: bool) -> None:
@@ -527,6 +535,10 @@ class Pipeline:
             self._skip("evaluate", message, err)
             stage.offset = max(stage.offset, message.offset())
             return
+        self._evaluated(records, released)
+
+    def _evaluated(self, records: list[dict[str, Any]], released: list[Outcome]) -> None:
+        """Count what an evaluation stage released and publish its records."""
         if released:
             self.stats.outcomes += len(released)
             if self.exporter is not None:
@@ -692,7 +704,7 @@ class Pipeline:
         for r in evals:
             stage = self.evals.get(r)
             if stage is not None:
-                self._publish(stage.tick())
+                self._evaluated(*stage.tick())
         self._checkpoint(joins, evals, commit=inputs)
         self._drop(joins, evals, inputs)
         consumer.unassign()
@@ -807,6 +819,9 @@ class Pipeline:
                 started = time.monotonic()
                 for changelog, q, _stage, cut in round_.cuts:
                     changelog.write(q, cut.changes)
+                # send them now: flush() ignores linger.ms while it runs (librdkafka #3489),
+                # and with no timeout it wakes the lingering batches and returns at once
+                self.producer.flush(0)
                 round_.sent = True
                 round_.steps["changelog"] = time.monotonic() - started
                 self._stepped = True
@@ -826,6 +841,7 @@ class Pipeline:
 
         self._held.add(q)
         self.consumer.pause([TopicPartition(self.topics.events, q)])
+        self.producer.flush(0)  # what its checkpoint waits for goes now, not after linger.ms
         now = time.monotonic()
         if now - self._held_said >= 60:  # once a minute at most
             self._held_said = now
@@ -968,7 +984,7 @@ class Pipeline:
             if checkpoint:
                 log.info("shutting down: final records and a checkpoint")
                 for stage in list(self.evals.values()):
-                    self._publish(stage.tick())
+                    self._evaluated(*stage.tick())
                 self._checkpoint(list(self.joins), list(self.evals), commit_all=True)
             else:  # nothing more is written: the last checkpoint stands, and is resumed from
                 log.info("shutting down without a checkpoint")
