@@ -4,9 +4,11 @@ The same stream as phase 1 of ``pipeline_throughput.py`` (instances, one predict
 of three models, labels; 5 events per instance) is cut into input partitions as the producer
 would, then driven through the worker's stages exactly as :mod:`pipeline.app.runner` drives
 them — ``Router.route``, the msgpack event batches, ``JoinStage.apply``, the outcome batches,
-``EvalStage.apply`` — with Kafka replaced by lists. It prints the time spent in each step, the
-events/s of the whole path, and a digest of every published record (the same digest before
-and after a change proves the change left every number alone).
+``EvalStage.apply`` — with Kafka replaced by lists (a join applies what an event batch makes
+due in one step here, not in the worker's steps of ``SLICE_EVENTS``). It prints the time
+spent in each step, the events/s of the whole path, and a digest of every published record,
+sorted (the same digest before and after a change proves the change left every number
+alone).
 
     .venv/bin/python benchmarks/stages.py                     # 1M events
     .venv/bin/python benchmarks/stages.py --events 300000 --profile 25
@@ -75,7 +77,7 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
     join_logs: list[list[bytes]] = [[] for _ in range(partitions)]
     eval_logs: list[list[bytes]] = [[] for _ in range(partitions)]
     seconds = defaultdict(float)
-    digest = hashlib.sha256()
+    published: list[bytes] = []  # every record, encoded
     clock = time.perf_counter
 
     def step(batch: list[StoredMessage], wall: float) -> None:
@@ -106,7 +108,7 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
             for data in eval_logs[r]:
                 records, _ = stage.apply(stage.offset + 1, decode_outcomes(data))
                 for record in records:
-                    digest.update(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
+                    published.append(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
             eval_logs[r].clear()
         t4 = clock()
         seconds["ingest (route)"] += t1 - t0
@@ -120,10 +122,12 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
     step([], 1000.0)  # ...and idle: the last labels resolve
     for stage in evals:
         for record in stage.tick()[0]:
-            digest.update(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
+            published.append(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
     outcomes = sum(stage.engine.models[m].n for stage in evals for m in stage.engine.models)
     seconds["outcomes"] = outcomes
-    return seconds, digest.hexdigest()[:16]
+    # sorted: when a stage evaluates (and so the order of different models' records) depends
+    # on how many outcomes it has gathered; each record names its model and n
+    return seconds, hashlib.sha256(b"\n".join(sorted(published))).hexdigest()[:16]
 
 
 def main() -> None:
