@@ -338,8 +338,10 @@ class Pipeline:
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
         while not self.stopping.is_set():
             self._stepped = False  # one checkpoint step per turn (see _advance)
-            # a join with events due goes on at once, whether or not more messages come
-            messages = consume(s.max_batch, 0 if self._queued else timeout)
+            # a join with events due goes on at once, whether or not more messages come (one
+            # that is held waits for Kafka like the rest)
+            going = self._queued and not self._held.issuperset(self._queued)
+            messages = consume(s.max_batch, 0 if going else timeout)
             if self._callback_error is not None:
                 raise self._callback_error
             wall = time.monotonic()
