@@ -477,9 +477,10 @@ class Pipeline:
         except Exception as err:
             self._skip("join", message, err)
             stage.offset = max(stage.offset, message.offset())
-            return
-        self._emit(q, stage, outcomes, (stage.frontier, stage.join.clock) != before)
-        if stage.behind:
+            outcomes = None
+        if outcomes is not None:
+            self._emit(q, stage, outcomes, (stage.frontier, stage.join.clock) != before)
+        if stage.behind:  # (also after a failure: its steps go on as after a restart)
             self._queued.setdefault(q, deque())
 
     def _catch_up(self) -> None:
@@ -491,7 +492,15 @@ class Pipeline:
             while q not in self._held:
                 if stage.behind:
                     clock = stage.join.clock
-                    outcomes = stage.proceed()
+                    try:
+                        outcomes = stage.proceed()
+                    except Exception:  # a defect: as for an event batch, say so and go on
+                        log.exception("join %d: a step of the events due failed; its "
+                                      "outcomes are lost", q)  # fmt: skip
+                        self.stats.skipped_batches += 1
+                        if self.exporter is not None:
+                            self.exporter.count_skipped_batch("join")
+                        break  # the next step in the next turn
                     # the frontier goes to every evaluation partition with the last step only:
                     # fewer, larger releases there (a step's own outcomes go where they belong)
                     self._emit(q, stage, outcomes, not stage.behind and stage.join.clock != clock)
