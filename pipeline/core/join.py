@@ -342,7 +342,7 @@ class Join:
         that is :attr:`behind` first applies every event due.
         """
         out: list[Outcome] = []
-        if self._clock < self._target:  # events arriving now come after those already due
+        if self.behind:  # events arriving now come after those already due
             self.advance(self._target + self.label_grace, out)
         clock = self._clock
         run: list[_Waiting] = []
