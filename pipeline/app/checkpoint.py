@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,9 +225,15 @@ class Changelog:
         self.fingerprint = fingerprint
         self._partitions: dict[int, _Partition] = {}
 
-    def write(self, partition: int, changes: dict[bytes, bytes | None]) -> int:
-        """Produce checkpoint records of ``partition`` (acknowledged by the caller's flush);
-        return how many."""
+    def write(
+        self, partition: int, changes: dict[bytes, bytes | None], piece: int = 0
+    ) -> Iterator[int]:
+        """Produce the checkpoint records of ``partition`` (acknowledged by the caller's
+        flush), ``piece`` at a time (0: all): a generator that stops between two pieces,
+        saying how many it produced, so that the caller can go on with other work in between;
+        the records are all produced once it is exhausted (the last piece with it). Pieces
+        change nothing a reader sees: the partition's records keep their order, and the
+        checkpoint exists at its seal."""
         part = self._partitions.setdefault(partition, _Partition())
         if part.carry:
             changes = {**part.carry, **changes}
@@ -251,7 +257,8 @@ class Changelog:
                 part.end = message.offset() + 1
 
         produce, poll = self.producer.produce, self.producer.poll
-        for key, value in records:
+        piece = piece or len(records)
+        for i, (key, value) in enumerate(records, 1):
             while True:
                 try:
                     produce(self.topic, value, key, partition, on_delivery=delivered)
@@ -261,7 +268,8 @@ class Changelog:
                     poll(0.05)
                 except Exception as err:  # KafkaException: the topic is gone
                     raise self._gone(partition, err) from None
-        return len(records)
+            if i % piece == 0 and i < len(records):
+                yield piece
 
     def _gone(self, partition: int, err: Any) -> ChangelogError:
         return ChangelogError(

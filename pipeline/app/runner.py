@@ -19,7 +19,8 @@ join partition as soon as it has ``checkpoint_max_changes`` changes) go in three
 data path does not wait between them (:class:`_Round`): a stage's changes since its last
 checkpoint are *cut* (encoded; what changes from then on goes into the next one); once every
 message produced before the cut is acknowledged, they are *written* — with the offset they
-cover — to the stage's changelog partition (:mod:`pipeline.app.checkpoint`); once Kafka
+cover — to the stage's changelog partition (:mod:`pipeline.app.checkpoint`), a few pieces per
+turn of the loop; once Kafka
 acknowledges those records, the stage is told (a disk store writes its batch) and the input
 offsets are committed. Revocation and shutdown wait for all of it. An event batch that moves a
 join's clock past many waiting events sets off more work than a checkpoint should hold: the
@@ -35,10 +36,12 @@ model, ``n`` and values).
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import threading
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +83,12 @@ STORE_MAX_AGE_S = 6 * 86_400
 #: become rare (48 → 0 in benchmarks/stages.py, 50 000 → 500 000: 8 % of its time). The data
 #: path makes almost no reference cycles, so collecting less often costs little memory.
 GC_THRESHOLDS = (500_000, 20, 100)
+#: A checkpoint's changelog records are produced this many at a time, for at most
+#: ``CHANGELOG_TURN_S`` per turn of the loop: when the machine is busy (the broker's log
+#: cleaner on the same cores), a large checkpoint goes out over a few turns, each a short stop
+#: of the data path, rather than in one long one.
+CHANGELOG_PIECE = 500
+CHANGELOG_TURN_S = 0.03
 
 
 def _progress_metadata(ts: int) -> str:
@@ -151,6 +160,7 @@ class _Round:
     started: float
     steps: dict[str, float] = field(default_factory=dict)  # the data path's time per step
     sent: bool = False  # written to the changelogs (not yet acknowledged)
+    writing: Iterator[int] | None = None  # its records being produced, a piece per turn
     wait: bool = False  # revocation or shutdown: commit the offsets synchronously
 
     @property
@@ -828,13 +838,20 @@ class Pipeline:
                 if round_.epoch > oldest:  # an output produced before its cut is unanswered
                     continue
                 started = time.monotonic()
-                for changelog, q, _stage, cut in round_.cuts:
-                    changelog.write(q, cut.changes)
+                if round_.writing is None:
+                    round_.writing = itertools.chain.from_iterable(
+                        changelog.write(q, cut.changes, CHANGELOG_PIECE)
+                        for changelog, q, _stage, cut in round_.cuts
+                    )
+                while not round_.sent:  # pieces until done, or this turn's time is up
+                    round_.sent = next(round_.writing, None) is None
+                    if not wait and time.monotonic() - started >= CHANGELOG_TURN_S:
+                        break
                 # send them now: flush() ignores linger.ms while it runs (librdkafka #3489),
                 # and with no timeout it wakes the lingering batches and returns at once
                 self.producer.flush(0)
-                round_.sent = True
-                round_.steps["changelog"] = time.monotonic() - started
+                took = time.monotonic() - started
+                round_.steps["changelog"] = max(round_.steps.get("changelog", 0.0), took)
                 self._stepped = True
                 return
             if all(changelog.acknowledged(q) for changelog, q, _, _ in round_.cuts):
