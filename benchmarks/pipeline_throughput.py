@@ -425,7 +425,7 @@ class LiveTraffic:
         self.topics = prefix + "instances", prefix + "predictions", prefix + "labels"
         self.models = [model.encode() for model in MODELS]
         self.rng = np.random.default_rng(seed)
-        self.i, self.sent, self.start = 0, 0, None
+        self.i, self.sent, self.labels, self.start = 0, 0, 0, None
         self.waiting: deque[tuple[float, bytes, bytes]] = deque()  # (label due, id, label)
         self._block_at = -self.BLOCK
 
@@ -464,6 +464,7 @@ class LiveTraffic:
             _, iid, y = waiting.popleft()
             produce(labels, b'{"instance_id":"%s","ts":%d,"label":"%s"}' % (iid, ts, y), iid)
             self.sent += 1
+            self.labels += 1
         self.producer.poll(0)
         return self.sent
 

@@ -1,7 +1,7 @@
 """A long run of one worker under steady live traffic: does anything grow that should not?
 
-    .venv/bin/python benchmarks/soak.py                       # 30 minutes at 40 k events/s
-    .venv/bin/python benchmarks/soak.py --minutes 5 --rate 20000
+    .venv/bin/python benchmarks/soak.py                       # 30 minutes at 20 k events/s
+    .venv/bin/python benchmarks/soak.py --minutes 5 --rate 30000
 
 A load generator sends live traffic — an instance, a prediction from each of three models and a
 label about two seconds later, 36-character ids — to a worker with the disk store and the
@@ -9,10 +9,12 @@ default ``label_ttl`` of 7 days, so the resolved instances it remembers grow all
 Every ``--sample-s`` seconds it reads the worker's /metrics: the duration of the latest
 checkpoint (from its cut to durable; the data path goes on meanwhile), the pauses checkpoints
 made in the data path (a histogram), resident memory, the store's size and compaction debt,
-pending instances and the input messages not yet consumed (a lag that grows means the worker
-does not keep up with ``--rate``). It prints a line per minute and, at the end, the checkpoint
-durations of the first and the last fifth of the run side by side, how many pauses passed
-100 ms, and whether the worker ran through (it must: exit 1 otherwise).
+pending instances, the input messages not yet consumed, and the outcomes behind: three per
+label sent (one per model) less those evaluated — a backlog anywhere in the worker, on the input
+topics or between its stages (either growing means the worker does not keep up with
+``--rate``). It prints a line per minute and, at the end, the checkpoint durations of the first
+and the last fifth of the run side by side, how many pauses passed 100 ms, and whether the
+worker ran through (it must: exit 1 otherwise).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from pipeline_throughput import (  # noqa: E402
+    MODELS,
     LiveTraffic,
     bootstrap,
     make_topics,
@@ -84,7 +87,7 @@ def _pause_line(hist: dict[float, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--rate", type=float, default=40_000, help="input events/s")
+    parser.add_argument("--rate", type=float, default=20_000, help="input events/s")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--sample-s", type=float, default=5.0)
     args = parser.parse_args()
@@ -130,17 +133,20 @@ def main() -> None:
                                 series(text, "streameval_pending_instances") or 0,
                                 _total(text, "streameval_consumer_lag"),
                                 _total(text, "streameval_store_compaction_pending_bytes"),
+                                len(MODELS) * traffic.labels
+                                - _total(text, "streameval_outcomes_total"),
                                 ))  # fmt: skip
                 pauses = _pauses(text)
             if now >= next_line and samples:
                 next_line = now + 60
-                t, _, rss, store, pending, lag, debt = samples[-1]
+                t, _, rss, store, pending, lag, debt, behind = samples[-1]
                 recent = [s[1] for s in samples if s[0] > t - 60]
                 total = pauses.get(float("inf"), 0.0)
                 print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
                       f"pauses > 100 ms {total - pauses.get(0.1, 0.0):>4,.0f} of {total:>6,.0f}  "
                       f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
                       f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}  "
+                      f"outcomes behind {behind:>10,.0f}  "
                       f"compaction debt {debt / 1e6:6.0f} MB", flush=True)  # fmt: skip
             time.sleep(0.001)
         producer.flush(60)
@@ -152,7 +158,8 @@ def main() -> None:
     first, last = [s[1] for s in samples[:fifth]], [s[1] for s in samples[-fifth:]]
     if fifth:
         print(f"input lag, end of the first fifth: {samples[fifth - 1][5]:,.0f} messages; "
-              f"at the end: {samples[-1][5]:,.0f}; RSS {samples[fifth - 1][2] / 1e6:,.0f} → "
+              f"at the end: {samples[-1][5]:,.0f}; outcomes behind {samples[fifth - 1][7]:,.0f} → "
+              f"{samples[-1][7]:,.0f}; RSS {samples[fifth - 1][2] / 1e6:,.0f} → "
               f"{samples[-1][2] / 1e6:,.0f} MB")  # fmt: skip
     rate = sent / seconds
     print(f"sent {sent:,} events in {seconds / 60:.0f} min ({rate:,.0f}/s)")

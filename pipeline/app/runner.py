@@ -89,6 +89,11 @@ GC_THRESHOLDS = (500_000, 20, 100)
 #: of the data path, rather than in one long one.
 CHANGELOG_PIECE = 500
 CHANGELOG_TURN_S = 0.03
+#: A join partition that is stepping through its events due keeps at most this many of the
+#: event batches that come meanwhile in RAM; then it stops fetching them until it has used all
+#: but ``QUEUED_RESUME``: a join slower than its input waits in Kafka, not in the heap.
+QUEUED_MAX = 16
+QUEUED_RESUME = 4
 
 
 def _progress_metadata(ts: int) -> str:
@@ -214,6 +219,7 @@ class Pipeline:
         self._ack = self._acknowledger(0)
         self._output_error: str | None = None
         self._held: set[int] = set()  # join partitions paused until their checkpoint is done
+        self._full: set[int] = set()  # join partitions paused until their queue is used up
         #: join partitions with events due (JoinStage.behind), and the event batches that
         #: came meanwhile: they are applied, in order, once it has caught up
         self._queued: dict[int, deque[Any]] = {}
@@ -471,6 +477,9 @@ class Pipeline:
         queued = self._queued.get(q)
         if queued is not None:  # it is still applying an earlier batch's events: wait
             queued.append(message)
+            if len(queued) >= QUEUED_MAX and q not in self._full:
+                self._full.add(q)
+                self._pause(q)
             return
         self._apply_join(q, stage, message)
 
@@ -521,6 +530,9 @@ class Pipeline:
                     del self._queued[q]
                     break
                 self._apply_join(q, stage, queued.popleft())
+                if len(queued) <= QUEUED_RESUME and q in self._full:
+                    self._full.discard(q)
+                    self._fetch(q)
                 if stage.behind:  # its first step is taken: the next ones in the next turn
                     break
 
@@ -752,6 +764,7 @@ class Pipeline:
         models: set[str] = set()
         for q in joins:
             self._held.discard(q)  # a partition assigned again is fetched again
+            self._full.discard(q)
             self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
             stage = self.joins.pop(q, None)
             if stage is not None:
@@ -863,12 +876,9 @@ class Pipeline:
     def _hold(self, q: int) -> None:
         """Stop fetching join partition ``q``'s events until its checkpoint on its way is
         done: what changes in a stage between two checkpoints — and so the next one's pause —
-        stays bounded however slow Kafka is to acknowledge. (librdkafka drops what it had
-        fetched of the partition and fetches it again, from the next offset, on resume.)"""
-        from confluent_kafka import TopicPartition
-
+        stays bounded however slow Kafka is to acknowledge."""
         self._held.add(q)
-        self.consumer.pause([TopicPartition(self.topics.events, q)])
+        self._pause(q)
         self.producer.flush(0)  # what its checkpoint waits for goes now, not after linger.ms
         now = time.monotonic()
         if now - self._held_said >= 60:  # once a minute at most
@@ -878,10 +888,23 @@ class Pipeline:
                      self.joins[q].join.changed)  # fmt: skip
 
     def _release(self, q: int) -> None:
+        self._held.discard(q)
+        self._fetch(q)
+
+    def _pause(self, q: int) -> None:
+        """Stop fetching join partition ``q``'s events (held, or its queue full). librdkafka
+        drops what it had fetched of the partition and, on resume, fetches it again from the
+        offset after the last message it gave the loop: nothing is lost or read twice."""
         from confluent_kafka import TopicPartition
 
-        self._held.discard(q)
-        self.consumer.resume([TopicPartition(self.topics.events, q)])
+        self.consumer.pause([TopicPartition(self.topics.events, q)])
+
+    def _fetch(self, q: int) -> None:
+        """Fetch ``q``'s events again, unless something else still holds it."""
+        from confluent_kafka import TopicPartition
+
+        if q not in self._held and q not in self._full:
+            self.consumer.resume([TopicPartition(self.topics.events, q)])
 
     def _complete(self, round_: _Round) -> None:
         """The round's records are acknowledged: tell its stages, commit its offsets."""

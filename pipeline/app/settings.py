@@ -102,7 +102,7 @@ class WorkerSettings(BaseSettings):
     )
     cache_mb: int = Field(
         64, ge=1, le=65_536, description="RAM per join partition for records read from disk "
-        "(as much again for RocksDB's block cache)",
+        "(as much again for RocksDB: its block cache and write buffers)",
     )  # fmt: skip
     changelog_configs: dict[str, str] = Field(
         default_factory=dict, description="topic configs of the changelog topics, over those "

@@ -341,6 +341,48 @@ def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected
     assert re.search(r"assigned: \d+ input partitions, join \[\d", second), second[-2000:]
 
 
+def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monkeypatch):
+    """A join partition stepping through its events due keeps only a few of the event batches
+    that come meanwhile, and stops fetching the rest until it has used them (its backlog waits
+    in Kafka, not in RAM): paused and resumed again and again, it loses and repeats nothing.
+    The worker runs in this process, with the bounds made tiny so that they bind all the time."""
+    import threading
+
+    from pipeline.app import runner
+    from pipeline.app.settings import load_settings
+
+    monkeypatch.setattr(runner, "SLICE_EVENTS", 2)  # behind after nearly every event batch
+    monkeypatch.setattr(runner, "QUEUED_MAX", 1)
+    monkeypatch.setattr(runner, "QUEUED_RESUME", 0)
+    pauses: list[int] = []  # for a full queue (a checkpoint on its way also pauses)
+    pause = runner.Pipeline._pause
+
+    def counted(self, q: int) -> None:
+        if q in self._full:
+            pauses.append(q)
+        pause(self, q)
+
+    monkeypatch.setattr(runner.Pipeline, "_pause", counted)
+    deployment.produce()  # all of it first: the worker catches up on a backlog
+    settings, config = load_settings(
+        deployment.config, bootstrap=deployment.bootstrap, topic_prefix=deployment.prefix,
+        app_id=deployment.prefix + "app", state_dir=deployment.tmp / "state", max_batch=20,
+        metrics_port=0,
+    )  # fmt: skip
+    pipeline = runner.Pipeline(settings, config, {"bootstrap.servers": deployment.bootstrap})
+    thread = threading.Thread(target=pipeline.run, daemon=True)
+    thread.start()
+    try:
+        assert deployment.wait_for(expected) == expected
+    finally:
+        pipeline.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+    # the bound was reached again and again (8–11 times in this test): a partition paused,
+    # resumed and paused again, reading on each time from where it stopped
+    assert len(pauses) >= 3 and max(Counter(pauses).values()) >= 2, pauses
+
+
 def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(
     deployment, stream, expected
 ):
