@@ -193,7 +193,8 @@ class DiskState:
         options.set_compression_type(DBCompressionType.lz4())
         options.set_bottommost_compression_type(DBCompressionType.zstd())
         # RocksDB's own RAM is about cache_mb too: half a block cache, half two write buffers
-        # (its default, two of 64 MB per database, held 0.8 GB in a worker with six partitions)
+        # (with its default, two of 64 MB per database, they held 270 MB in a worker's process
+        # of six partitions, and could hold 768 MB)
         options.set_write_buffer_size(max(4, cache_mb // 4) * 1024 * 1024)
         options.set_max_write_buffer_number(2)
         table = BlockBasedOptions()

@@ -89,9 +89,10 @@ GC_THRESHOLDS = (500_000, 20, 100)
 #: of the data path, rather than in one long one.
 CHANGELOG_PIECE = 500
 CHANGELOG_TURN_S = 0.03
-#: A join partition that is stepping through its events due keeps at most this many of the
-#: event batches that come meanwhile in RAM; then it stops fetching them until it has used all
-#: but ``QUEUED_RESUME``: a join slower than its input waits in Kafka, not in the heap.
+#: A join partition that is stepping through its events due keeps about this many of the
+#: event batches that come meanwhile in RAM (and those of the consume call that reached it);
+#: then it stops fetching them until it has used all but ``QUEUED_RESUME``: a join slower than
+#: its input waits in Kafka, not in the heap.
 QUEUED_MAX = 16
 QUEUED_RESUME = 4
 
@@ -702,6 +703,12 @@ class Pipeline:
             log.info("restored from checkpoints: %s", ", ".join(restored))
         self.router.assign(inputs, self._committed_progress(consumer, inputs))
         consumer.assign(partitions)
+        # librdkafka keeps a partition the application paused paused through unassign and
+        # assign: one paused here before a rebalance (held, or its queue full) would never be
+        # fetched again. A partition assigned is fetched (resuming one not paused does nothing).
+        joins = [tp for tp in partitions if tp.topic == t.events]
+        if joins:
+            consumer.resume(joins)
         log.info(
             "assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
             len(inputs), sorted(self.joins), sorted(self.evals), time.monotonic() - started,
@@ -763,7 +770,7 @@ class Pipeline:
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
         models: set[str] = set()
         for q in joins:
-            self._held.discard(q)  # a partition assigned again is fetched again
+            self._held.discard(q)  # fetched again when assigned again (_on_assign)
             self._full.discard(q)
             self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
             stage = self.joins.pop(q, None)

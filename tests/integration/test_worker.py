@@ -344,8 +344,9 @@ def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected
 def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monkeypatch):
     """A join partition stepping through its events due keeps only a few of the event batches
     that come meanwhile, and stops fetching the rest until it has used them (its backlog waits
-    in Kafka, not in RAM): paused and resumed again and again, it loses and repeats nothing.
-    The worker runs in this process, with the bounds made tiny so that they bind all the time."""
+    in Kafka, not in RAM): paused and resumed again and again, and through a rebalance while
+    partitions are paused (a second worker joins), it loses and repeats nothing. The first
+    worker runs in this process, with the bounds made tiny so that they bind all the time."""
     import threading
 
     from pipeline.app import runner
@@ -355,32 +356,46 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     monkeypatch.setattr(runner, "QUEUED_MAX", 1)
     monkeypatch.setattr(runner, "QUEUED_RESUME", 0)
     pauses: list[int] = []  # for a full queue (a checkpoint on its way also pauses)
-    pause = runner.Pipeline._pause
+    paused_at_revocation: list[set[int]] = []
+    pause, revoke = runner.Pipeline._pause, runner.Pipeline._on_revoke
 
     def counted(self, q: int) -> None:
-        if q in self._full:
+        if q in self._full and q not in self._held:
             pauses.append(q)
         pause(self, q)
 
+    def revoked(self, consumer, partitions) -> None:
+        paused_at_revocation.append(self._full | self._held)
+        revoke(self, consumer, partitions)
+
     monkeypatch.setattr(runner.Pipeline, "_pause", counted)
-    deployment.produce()  # all of it first: the worker catches up on a backlog
+    monkeypatch.setattr(runner.Pipeline, "_on_revoke", revoked)
+    deployment.env["STREAMEVAL_IDLE_MS"] = "8000"  # the pause is not the end of the stream
+    deployment.produce(0.5)  # a backlog to catch up on
     settings, config = load_settings(
         deployment.config, bootstrap=deployment.bootstrap, topic_prefix=deployment.prefix,
         app_id=deployment.prefix + "app", state_dir=deployment.tmp / "state", max_batch=20,
-        metrics_port=0,
+        metrics_port=0, idle_ms=8000,
     )  # fmt: skip
     pipeline = runner.Pipeline(settings, config, {"bootstrap.servers": deployment.bootstrap})
     thread = threading.Thread(target=pipeline.run, daemon=True)
     thread.start()
     try:
+        deadline = time.monotonic() + 60
+        while len(pauses) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        deployment.start_worker()  # a rebalance, most likely with partitions paused here
+        deployment.produce()
         assert deployment.wait_for(expected) == expected
     finally:
         pipeline.stop()
         thread.join(60)
     assert not thread.is_alive()
-    # the bound was reached again and again (8–11 times in this test): a partition paused,
-    # resumed and paused again, reading on each time from where it stopped
+    deployment.stop_all()
+    # the bound was reached again and again: a partition paused, resumed and paused again,
+    # reading on each time from where it stopped; and the group did rebalance
     assert len(pauses) >= 3 and max(Counter(pauses).values()) >= 2, pauses
+    assert paused_at_revocation, "no rebalance reached the worker in this process"
 
 
 def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(
