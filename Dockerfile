@@ -7,13 +7,12 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    STREAMEVAL_TOPICS_DIR=/opt/streameval/topics \
     STREAMEVAL_STATE_DIR=/var/lib/streameval
 
 WORKDIR /opt/streameval
 # the dependencies first, so that a code change does not reinstall them
 COPY pyproject.toml README.md ./
-COPY pipeline/__init__.py pipeline/__init__.py
+COPY pipeline/streameval/__init__.py pipeline/streameval/__init__.py
 RUN pip install . && pip uninstall --yes streameval
 COPY pipeline pipeline
 COPY topics topics

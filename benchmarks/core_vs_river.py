@@ -4,7 +4,7 @@ Both sides evaluate the same 200k-outcome streams (binary and 5-class) and read 
 at the end of each batch of 1000 outcomes:
 
 * streameval: one ``Evaluator`` with its default estimators (cumulative, window:1000,
-  fading:0.999), every measure of ``pipeline.core.measures`` (including κ_M, κ_per, κ⁺, the
+  fading:0.999), every measure of ``streameval.core.measures`` (including κ_M, κ_per, κ⁺, the
   baselines and the per-class values), fed with class labels batch by batch;
 * River: its closest equivalents (Accuracy, BalancedAccuracy, CohenKappa, MCC, GeometricMean,
   MacroPrecision, MacroRecall, MacroF1, and Precision/Recall/F1 of the positive class in the
@@ -23,8 +23,7 @@ import time
 
 import numpy as np
 from river import metrics, utils
-
-from pipeline.core import Evaluator
+from streameval.core import Evaluator
 
 
 def make_stream(n: int, k: int, seed: int) -> tuple[list, list]:

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import jsonschema
-
-from pipeline.schemas import BatchDecoder
+from streameval.schemas import BatchDecoder
+from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def main() -> None:
     ours = (time.perf_counter() - start) / len(batch)
     assert sum(decoder.counters.values()) == 1000 and len(result.predictions) == 990
 
-    schema = json.loads((ROOT / "topics/schemas/prediction.schema.json").read_text())
+    schema = json.loads((topics_dir() / "schemas/prediction.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     start = time.perf_counter()
     bad = 0

@@ -12,8 +12,7 @@ import argparse
 import statistics
 
 import numpy as np
-
-from pipeline.core.drift import DEFAULT_DETECTORS, make_detector
+from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 
 CHANGE, LENGTH = 20_000, 60_000
 

@@ -17,9 +17,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import EvaluationConfig
-from pipeline.core.join import Outcome
-from pipeline.engine import Engine
+from streameval.config import EvaluationConfig
+from streameval.core.join import Outcome
+from streameval.engine import Engine
 
 
 def main() -> None:

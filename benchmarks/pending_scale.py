@@ -14,7 +14,7 @@ Phases:
    instances later, so that N stay pending. Checkpoints as the worker takes them: every
    ``--checkpoint-s`` seconds, and of the join alone as soon as it has
    ``checkpoint_max_changes`` changes, in the worker's steps — changes cut, encoded as
-   changelog records (pipeline.app.checkpoint), the disk store's batch written — without the
+   changelog records (streameval.app.checkpoint), the disk store's batch written — without the
    produce to Kafka and the waits for its acknowledgements (the worker goes on during those).
    Printed: events/s of the steady phase, peak resident memory, bytes on disk per pending
    instance (after the fill, when the store holds pending instances only), the pause of the
@@ -63,7 +63,7 @@ def _id(i: int) -> str:
 def _batches(first: int, count: int, pending: int, step: int = 200):
     """Event rows for instances ``first`` .. ``first + count``, ``step`` instances a batch:
     each instance and three predictions at its time, and the label of instance i − pending."""
-    from pipeline.core.join import INSTANCE, LABEL, PREDICTION
+    from streameval.core.join import INSTANCE, LABEL, PREDICTION
 
     rng = np.random.default_rng(first)
     for start in range(first, first + count, step):
@@ -87,13 +87,13 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
     """Phase 1 for one store and N, in this process."""
     import gc
 
-    from pipeline.app.checkpoint import checkpoint_records
-    from pipeline.app.runner import GC_THRESHOLDS
-    from pipeline.app.settings import WorkerSettings
-    from pipeline.app.stages import EvalStage, JoinStage
-    from pipeline.app.wire import WIRE_VERSION, EventBatch, Source
-    from pipeline.config import load_config
-    from pipeline.store import DiskState
+    from streameval.app.checkpoint import checkpoint_records
+    from streameval.app.runner import GC_THRESHOLDS
+    from streameval.app.settings import WorkerSettings
+    from streameval.app.stages import EvalStage, JoinStage
+    from streameval.app.wire import WIRE_VERSION, EventBatch, Source
+    from streameval.config import load_config
+    from streameval.store import DiskState
 
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -192,8 +192,8 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
 
 def store_only(pending: int, events: int, state_dir: str) -> dict:
     """Phase 2: the disk store under the join alone (no evaluation), N pending."""
-    from pipeline.core.join import Join
-    from pipeline.store import DiskState
+    from streameval.core.join import Join
+    from streameval.store import DiskState
 
     state = DiskState(state_dir, cache_mb=64)
     join = Join(0, 30 * 86_400_000, 10**9, state)
@@ -232,10 +232,9 @@ def _run_inner(args: list[str]) -> dict:
 def restore(pending: int, tmp: Path) -> dict:
     from confluent_kafka.admin import AdminClient
     from pipeline_throughput import bootstrap, make_topics, produce, scrape, series
-
-    from pipeline.devkafka import free_port
-    from pipeline.simulate.scripted import ScriptedStream
-    from pipeline.topics import create_topics, load_topics
+    from streameval.devkafka import free_port
+    from streameval.simulate.scripted import ScriptedStream
+    from streameval.topics import create_topics, load_topics
 
     boot = bootstrap()
     prefix = make_topics(boot, partitions=1)  # the inputs; then the worker's, one partition each
@@ -262,7 +261,7 @@ def restore(pending: int, tmp: Path) -> dict:
                "STREAMEVAL_APP_ID": prefix + "app", "STREAMEVAL_METRICS_PORT": str(ports[-1]),
                "STREAMEVAL_METRICS_HOST": "127.0.0.1",
                "STREAMEVAL_STATE_DIR": str(state)}  # fmt: skip
-        return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "worker", "--config",
+        return subprocess.Popen([sys.executable, "-m", "streameval.cli", "worker", "--config",
                                  str(config)], env=env, stdout=log.open("wb"),
                                 stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
 

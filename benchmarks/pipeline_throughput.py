@@ -44,10 +44,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.app.wire import decode_events  # noqa: E402
-from pipeline.devkafka import free_port  # noqa: E402
-from pipeline.schemas import BatchDecoder  # noqa: E402
-from pipeline.simulate.scripted import ScriptedStream  # noqa: E402
+from streameval.app.wire import decode_events  # noqa: E402
+from streameval.devkafka import free_port  # noqa: E402
+from streameval.schemas import BatchDecoder  # noqa: E402
+from streameval.simulate.scripted import ScriptedStream  # noqa: E402
 
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
 CONFIG = """
@@ -68,7 +68,7 @@ processes = {processes}
 def bootstrap() -> str:
     if os.environ.get("STREAMEVAL_BOOTSTRAP"):
         return os.environ["STREAMEVAL_BOOTSTRAP"]
-    from pipeline.devkafka import KafkaInstance
+    from streameval.devkafka import KafkaInstance
 
     instance = KafkaInstance.named("default")
     running = KafkaInstance.load(instance)
@@ -79,8 +79,7 @@ def bootstrap() -> str:
 
 def make_topics(boot: str, partitions: int) -> str:
     from confluent_kafka.admin import AdminClient
-
-    from pipeline.topics import create_topics, load_topics
+    from streameval.topics import create_topics, load_topics
 
     prefix = f"bench{uuid.uuid4().hex[:6]}-"
     admin = AdminClient({"bootstrap.servers": boot})
@@ -124,7 +123,7 @@ def start_worker(boot: str, prefix: str, config: Path, port: int, log: Path,
         "STREAMEVAL_STATE_DIR": str(log.parent / "state"),
         **(env or {}),
     }
-    command = [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(config)]
+    command = [sys.executable, "-m", "streameval.cli", "worker", "--config", str(config)]
     return subprocess.Popen(
         command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT
     )

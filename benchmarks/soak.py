@@ -42,8 +42,7 @@ from pipeline_throughput import (  # noqa: E402
     start_worker,
     stop,
 )
-
-from pipeline.devkafka import free_port  # noqa: E402
+from streameval.devkafka import free_port  # noqa: E402
 
 CONFIG = """
 publish_every = 100000

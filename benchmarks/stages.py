@@ -2,7 +2,7 @@
 
 The same stream as phase 1 of ``pipeline_throughput.py`` (instances, one prediction from each
 of three models, labels; 5 events per instance) is cut into input partitions as the producer
-would, then driven through the worker's stages exactly as :mod:`pipeline.app.runner` drives
+would, then driven through the worker's stages exactly as :mod:`streameval.app.runner` drives
 them — ``Router.route``, the msgpack event batches, ``JoinStage.apply``, the outcome batches,
 ``EvalStage.apply`` — with Kafka replaced by lists (a join applies what an event batch makes
 due in one step here, not in the worker's steps of ``SLICE_EVENTS``). It prints the time
@@ -32,18 +32,18 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.app.runner import GC_THRESHOLDS, INPUT_KINDS  # noqa: E402
-from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner  # noqa: E402
-from pipeline.app.wire import (  # noqa: E402
+from streameval.app.runner import GC_THRESHOLDS, INPUT_KINDS  # noqa: E402
+from streameval.app.stages import EvalStage, JoinStage, Router, model_partitioner  # noqa: E402
+from streameval.app.wire import (  # noqa: E402
     WIRE_VERSION,
     EventBatch,
     decode_events,
     decode_outcomes,
     encode,
 )
-from pipeline.config import load_config  # noqa: E402
-from pipeline.schemas import StoredMessage  # noqa: E402
-from pipeline.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
+from streameval.config import load_config  # noqa: E402
+from streameval.schemas import StoredMessage  # noqa: E402
+from streameval.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
 
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
 

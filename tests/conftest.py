@@ -52,7 +52,7 @@ def kafka_bootstrap(tmp_path_factory):
             with KafkaContainer().with_kraft() as container:
                 yield container.get_bootstrap_server()
             return
-    from pipeline.devkafka import KafkaInstance, LauncherError
+    from streameval.devkafka import KafkaInstance, LauncherError
 
     try:
         instance = KafkaInstance.start(tmp_path_factory.mktemp("kafka"), tie_to_parent=True)

@@ -6,10 +6,9 @@ import io
 from typing import Any
 
 import orjson
-
-from pipeline.config import EvaluationConfig, load_config
-from pipeline.replay import replay
-from pipeline.simulate.scripted import ScriptedStream
+from streameval.config import EvaluationConfig, load_config
+from streameval.replay import replay
+from streameval.simulate.scripted import ScriptedStream
 
 
 def make_stream(instances: int = 3000, seed: int = 5) -> ScriptedStream:

@@ -5,8 +5,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-from pipeline.alertlog import AlertLog
+from streameval.alertlog import AlertLog
 
 NOTIFICATION = {
     "version": "4",

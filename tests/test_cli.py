@@ -5,9 +5,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
-from pipeline import __version__
-from pipeline.cli import main
+from streameval import __version__
+from streameval.cli import main
 
 
 def test_version():
@@ -24,7 +23,7 @@ def test_console_script_is_installed():
 
 
 def test_a_worker_setting_that_makes_no_sense_is_named_at_start_up(tmp_path):
-    from pipeline.app.settings import SettingsError, load_settings
+    from streameval.app.settings import SettingsError, load_settings
 
     config = tmp_path / "worker.toml"
     config.write_text("[worker]\nprocesses = 0\n")
@@ -32,3 +31,35 @@ def test_a_worker_setting_that_makes_no_sense_is_named_at_start_up(tmp_path):
         load_settings(config)
     settings, _ = load_settings(config, processes=2)  # the command line wins
     assert settings.processes == 2
+
+
+def _hide(monkeypatch, module: str) -> None:
+    """As if ``module`` were not installed, for the CLI's check of optional dependencies."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+
+    def hidden(name, *args):
+        return None if name == module else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", hidden)
+
+
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [(["simulate", "--out", "x.jsonl"], "simulate"), (["demo", "--duration", "1"], "simulate")],
+)
+def test_a_missing_extra_is_named_with_its_install_line(monkeypatch, args, extra):
+    _hide(monkeypatch, "river")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert f"pip install 'streameval[{extra}]'" in result.output
+
+
+def test_plot_without_matplotlib_says_which_extra(monkeypatch, tmp_path):
+    _hide(monkeypatch, "matplotlib")
+    events = tmp_path / "e.jsonl"
+    events.write_text("")
+    result = CliRunner().invoke(main, ["replay", "--plot", str(tmp_path / "p.png"), str(events)])
+    assert result.exit_code == 1
+    assert "pip install 'streameval[plot]'" in result.output

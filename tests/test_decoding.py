@@ -10,10 +10,9 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.app.runner import INPUT_KINDS
-from pipeline.app.stages import Router
-from pipeline.app.wire import (
+from streameval.app.runner import INPUT_KINDS
+from streameval.app.stages import Router
+from streameval.app.wire import (
     WIRE_VERSION,
     EventBatch,
     WireError,
@@ -21,7 +20,7 @@ from pipeline.app.wire import (
     decode_outcomes,
     encode,
 )
-from pipeline.schemas import (
+from streameval.schemas import (
     DEAD_LETTER_REASONS,
     MAX_DEPTH,
     BatchDecoder,

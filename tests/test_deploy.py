@@ -185,7 +185,7 @@ def test_compose_mounts_what_the_containers_read():
 
 
 def test_the_compose_evaluation_config_loads():
-    from pipeline.app.settings import load_settings
+    from streameval.app.settings import load_settings
 
     settings, config = load_settings(DEPLOY / "streameval.toml", bootstrap="kafka:19092")
     assert {"hoeffding_tree", "naive_bayes"} <= set(config.models)
@@ -292,6 +292,6 @@ def test_dashboards_have_the_views_variables_and_datasource():
 
 
 def test_the_significance_line_is_the_comparison_threshold():
-    from pipeline.core.compare import MCNEMAR_THRESHOLD
+    from streameval.core.compare import MCNEMAR_THRESHOLD
 
     assert _dashboards_module().MCNEMAR_99 == MCNEMAR_THRESHOLD

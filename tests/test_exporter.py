@@ -7,10 +7,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
-
-from pipeline.config import load_config
-from pipeline.exporter import Exporter, estimator_label
-from pipeline.replay import replay
+from streameval.config import load_config
+from streameval.exporter import Exporter, estimator_label
+from streameval.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,10 +140,9 @@ def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
 def test_consumer_lag_shows_only_the_partitions_being_fetched():
     """librdkafka keeps the last lag of partitions a rebalance moved away; those must go."""
     import orjson
-
-    from pipeline.app.runner import Pipeline
-    from pipeline.app.settings import WorkerSettings
-    from pipeline.config import EvaluationConfig
+    from streameval.app.runner import Pipeline
+    from streameval.app.settings import WorkerSettings
+    from streameval.config import EvaluationConfig
 
     registry = CollectorRegistry()
     exporter = Exporter(registry)
@@ -175,8 +173,7 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
     import threading
 
     import numpy as np
-
-    from pipeline.app.processes import Children, ExporterProxy
+    from streameval.app.processes import Children, ExporterProxy
 
     records = _replayed()
     direct, relayed = CollectorRegistry(), CollectorRegistry()

@@ -8,21 +8,21 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import streameval.replay
 from click.testing import CliRunner
-
-import pipeline.replay
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.core.join import Join
-from pipeline.engine import Engine
-from pipeline.replay import replay
-from pipeline.schemas import decode_event
+from streameval.cli import main
+from streameval.config import load_config
+from streameval.core.join import Join
+from streameval.engine import Engine
+from streameval.replay import replay
+from streameval.schemas import decode_event
+from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "docs/examples/sample-events.jsonl"
 CONFIG = ROOT / "docs/examples/replay.toml"
 SCHEMAS = {
-    kind: json.loads((ROOT / f"topics/schemas/{name}.schema.json").read_text())
+    kind: json.loads((topics_dir() / f"schemas/{name}.schema.json").read_text())
     for kind, name in (("metrics", "metrics"), ("drift_alarm", "drift-alarm"),
                        ("comparison", "comparison"))
 }  # fmt: skip
@@ -86,7 +86,7 @@ def test_rerun_gives_identical_output(sample_output):
 
 
 def test_output_does_not_depend_on_how_events_are_chunked(sample_output, monkeypatch):
-    monkeypatch.setattr(pipeline.replay, "CHUNK", 7)
+    monkeypatch.setattr(streameval.replay, "CHUNK", 7)
     assert _replay_bytes()[0] == sample_output[0]
 
 

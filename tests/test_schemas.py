@@ -5,12 +5,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
-from pipeline.schemas import DEAD_LETTER_REASONS, MAX_TS, BatchDecoder, decode_event
+from streameval.schemas import DEAD_LETTER_REASONS, MAX_TS, BatchDecoder, decode_event
+from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = {
-    kind: json.loads((ROOT / f"topics/schemas/{kind}.schema.json").read_text())
+    kind: json.loads((topics_dir() / f"schemas/{kind}.schema.json").read_text())
     for kind in ("instance", "prediction", "label")
 }
 
@@ -112,7 +112,7 @@ def test_code_and_json_schema_agree(kind, message, valid):
 
 
 def test_every_schema_is_valid_json_schema():
-    for path in sorted((ROOT / "topics/schemas").glob("*.schema.json")):
+    for path in sorted((topics_dir() / "schemas").glob("*.schema.json")):
         jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
 
 

@@ -8,11 +8,10 @@ import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
-
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.replay import replay
-from pipeline.simulate.system import SimulationConfig, simulate
+from streameval.cli import main
+from streameval.config import load_config
+from streameval.replay import replay
+from streameval.simulate.system import SimulationConfig, simulate
 
 
 def _events(**settings):

@@ -12,11 +12,10 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.app.checkpoint import Restorer, checkpoint_records, live
-from pipeline.app.runner import INPUT_KINDS
-from pipeline.app.stages import EvalStage, JoinStage, Router, model_partitioner
-from pipeline.app.wire import (
+from streameval.app.checkpoint import Restorer, checkpoint_records, live
+from streameval.app.runner import INPUT_KINDS
+from streameval.app.stages import EvalStage, JoinStage, Router, model_partitioner
+from streameval.app.wire import (
     INSTANCE,
     LABEL,
     PREDICTION,
@@ -29,11 +28,12 @@ from pipeline.app.wire import (
     decode_outcomes,
     encode,
 )
-from pipeline.core.join import Outcome
-from pipeline.engine import Engine
-from pipeline.schemas import NO_TS, StoredMessage, decode_event
-from pipeline.simulate.malformed import Record, mix
-from pipeline.simulate.scripted import TOPIC_OF
+from streameval.core.join import Outcome
+from streameval.engine import Engine
+from streameval.schemas import NO_TS, StoredMessage, decode_event
+from streameval.simulate.malformed import Record, mix
+from streameval.simulate.scripted import TOPIC_OF
+
 from tests.streaming import finals, make_config, replay_finals
 
 
@@ -501,8 +501,8 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     shrank since the last one and deletes those that went, never the whole buffer; a stage
     restored from it holds the same outcomes, and so does one restored from a checkpoint of
     before the runs had keys (their chunks are deleted)."""
-    from pipeline.app.stages import BUFFER, OUTCOME, STAGE, _chunks
-    from pipeline.core.state import decode_value, encode_value
+    from streameval.app.stages import BUFFER, OUTCOME, STAGE, _chunks
+    from streameval.core.state import decode_value, encode_value
 
     def runs(changes):
         return {k: v for k, v in changes.items() if k[:1] == OUTCOME}

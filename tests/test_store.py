@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.app.checkpoint import Restorer, checkpoint_records
-from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, queue_entries
-from pipeline.store import DiskState
+from streameval.app.checkpoint import Restorer, checkpoint_records
+from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, queue_entries
+from streameval.store import DiskState
 
 _events = st.lists(
     st.tuples(
@@ -66,7 +65,7 @@ def test_disk_and_memory_states_give_the_same_outcomes(tmp_path_factory, events,
 
 
 def _meta(state):
-    from pipeline.core.state import decode_value
+    from streameval.core.state import decode_value
 
     return decode_value(state.scalars()[b"m"])
 
@@ -107,7 +106,7 @@ def test_a_store_rebuilt_from_its_changelog_is_the_store(tmp_path_factory, event
 
 def _database(state: DiskState) -> tuple[dict, dict, set]:
     """What a disk store's database holds: records, remembered instances, queue keys."""
-    from pipeline.core.state import MEMORY, RECORD, decode_value
+    from streameval.core.state import MEMORY, RECORD, decode_value
 
     records, memory, queues = {}, {}, set()
     it = state.db.iter()
@@ -126,7 +125,7 @@ def _database(state: DiskState) -> tuple[dict, dict, set]:
 
 def _queue_keys(records: dict, memory: dict, ttl: int) -> set:
     """The time-queue keys a database of these records and remembered instances must hold."""
-    from pipeline.core.state import time_key
+    from streameval.core.state import time_key
 
     keys = {time_key(b"x", t, i) for i, r in records.items() for _, t in queue_entries(r, ttl)}
     return keys | {time_key(b"f", until + 1, i) for i, (_, until) in memory.items()}

@@ -1,6 +1,6 @@
 """topics/topics.toml as the worker and `streameval topics create` read it."""
 
-from pipeline.topics import load_topics
+from streameval.topics import load_topics
 
 
 def test_changelog_topics_take_their_configs_from_the_settings():

@@ -18,7 +18,7 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioned with this uid
-MCNEMAR_99 = 6.635  # χ² (1 d.f.) at 0.99, as pipeline.core.compare.MCNEMAR_THRESHOLD
+MCNEMAR_99 = 6.635  # χ² (1 d.f.) at 0.99, as streameval.core.compare.MCNEMAR_THRESHOLD
 WIDTH = 24
 
 

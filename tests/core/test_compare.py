@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.core.compare import (
+from streameval.core.compare import (
     COMPARISON_MEASURES,
     MCNEMAR_THRESHOLD,
     ModelComparison,

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.core import parse_estimator
-from pipeline.core.delayed import DelayedBatch, DelayedEvaluator, bin_predictions, psi_weights
+from streameval.core import parse_estimator
+from streameval.core.delayed import DelayedBatch, DelayedEvaluator, bin_predictions, psi_weights
 
 E13 = DelayedBatch.from_timelines(
     [1, 1], [([0, 3, 5, 7, 8], [0, 1, 1, 0, 1]), ([0], [1])], t_instance=[0, 0], t_label=[8, 8]
@@ -161,7 +160,7 @@ def test_batch_split_and_state_round_trip():
     for lo, hi in ((0, 1), (1, 30), (30, 31), (31, 80)):
         parts.update(_slice(batch, lo, hi))
         parts = DelayedEvaluator.from_state(json.loads(json.dumps(parts.state())))
-    # bit-identical, fading included (pipeline.core.fading.BlockFading)
+    # bit-identical, fading included (streameval.core.fading.BlockFading)
     assert json.dumps(whole.measures()) == json.dumps(parts.measures())
 
 

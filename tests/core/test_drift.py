@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.core.drift import (
+from streameval.core.drift import (
     DEFAULT_DETECTORS,
     Alarm,
     FadingErrorPageHinkley,

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.core import (
+from streameval.core import (
     ConfusionEstimator,
     CumulativeConfusion,
     FadingConfusion,
@@ -61,7 +60,7 @@ def test_any_batch_split_equals_one_by_one(spec, stream):
         batched.update(y_true[lo:hi], y_pred[lo:hi])
     for i in range(len(y_true)):
         single.update(y_true[i : i + 1], y_pred[i : i + 1])
-    # bit-identical for every estimator, fading included (pipeline.core.fading.BlockFading)
+    # bit-identical for every estimator, fading included (streameval.core.fading.BlockFading)
     a, b = batched.snapshot(), single.snapshot()
     assert np.array_equal(a.confusion, b.confusion)
     assert (a.persistent_correct, a.persistent_total, a.n, a.n_effective) == (

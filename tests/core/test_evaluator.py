@@ -5,8 +5,7 @@ import math
 
 import numpy as np
 import pytest
-
-from pipeline.core import SCALAR_MEASURES, Evaluator, parse_estimator
+from streameval.core import SCALAR_MEASURES, Evaluator, parse_estimator
 
 
 def test_defaults_are_cumulative_window_1000_and_fading_0999():

@@ -3,8 +3,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
+from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
 
 # events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
 # ("a", now) advances the clock. Each event arrives when the clock is at ``now``: stamped after

@@ -4,8 +4,7 @@ import json
 
 import numpy as np
 import pytest
-
-from pipeline.core import LabelEncoder
+from streameval.core import LabelEncoder
 
 
 def test_classes_are_indexed_in_order_of_first_appearance():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streameval.core import ConfusionSnapshot, compute_measures, parse_estimator
 
-from pipeline.core import ConfusionSnapshot, compute_measures, parse_estimator
 from tests.core.reference import assert_measures_match, reference_measures
 
 ESTIMATORS = [

@@ -5,10 +5,9 @@ import math
 
 import numpy as np
 import pytest
-
-from pipeline.core.join import Outcome
-from pipeline.core.model import NORMALIZED_MEASURES, ModelEvaluator, PairEvaluator
-from pipeline.core.normalize import normalize
+from streameval.core.join import Outcome
+from streameval.core.model import NORMALIZED_MEASURES, ModelEvaluator, PairEvaluator
+from streameval.core.normalize import normalize
 
 
 def _outcomes(y_true, y_pred, model="m"):

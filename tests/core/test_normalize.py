@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline.core.normalize import (
+from streameval.core.normalize import (
     MEASURES,
     TIE_TOLERANCE,
     count_at_most,

@@ -1,11 +1,11 @@
-"""pipeline.core is pure: numpy and the standard library, no adapter library, no asyncio."""
+"""streameval.core is pure: numpy and the standard library, no adapter library, no asyncio."""
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
-import pipeline.core
+import streameval.core
 
 FORBIDDEN = {
     "faust",
@@ -16,7 +16,7 @@ FORBIDDEN = {
     "prometheus_client",
     "asyncio",
 }
-CORE = Path(pipeline.core.__file__).parent
+CORE = Path(streameval.core.__file__).parent
 
 
 def _imported_roots(path: Path) -> set[str]:
@@ -39,8 +39,8 @@ def test_no_core_module_imports_an_adapter_library():
 
 def test_importing_the_core_loads_no_adapter_library():
     code = (
-        "import sys, pipeline.core, pkgutil, importlib\n"
-        "for m in pkgutil.walk_packages(pipeline.core.__path__, 'pipeline.core.'):\n"
+        "import sys, streameval.core, pkgutil, importlib\n"
+        "for m in pkgutil.walk_packages(streameval.core.__path__, 'streameval.core.'):\n"
         "    importlib.import_module(m.name)\n"
         f"print(sorted(set({sorted(FORBIDDEN)!r}) & {{n.split('.')[0] for n in sys.modules}}))"
     )

@@ -3,8 +3,7 @@
 import math
 
 import pytest
-
-from pipeline.core.sample_size import fading_horizon, hoeffding_sample_size, window_for_precision
+from streameval.core.sample_size import fading_horizon, hoeffding_sample_size, window_for_precision
 
 
 def test_e10():

@@ -4,8 +4,7 @@ import json
 import math
 
 import pytest
-
-from pipeline.core.temporal import (
+from streameval.core.temporal import (
     ZliobaiteKappa,
     label_persistence,
     temporal_correction,

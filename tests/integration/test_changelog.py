@@ -7,8 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from pipeline.app.checkpoint import Changelog
+from streameval.app.checkpoint import Changelog
 
 pytestmark = pytest.mark.kafka
 

@@ -9,8 +9,7 @@ import subprocess
 import sys
 
 import pytest
-
-from pipeline.devkafka import free_port
+from streameval.devkafka import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -28,7 +27,7 @@ def _alive(pid: int) -> bool:
 
 def test_demo_runs_catches_the_drift_and_cleans_up(kafka_bootstrap):
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "demo", "--duration", "60", "--bootstrap",
+        [sys.executable, "-m", "streameval.cli", "demo", "--duration", "60", "--bootstrap",
          kafka_bootstrap, "--metrics-port", str(free_port())],
         capture_output=True, text=True, timeout=240, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
@@ -41,6 +40,6 @@ def test_demo_runs_catches_the_drift_and_cleans_up(kafka_bootstrap):
     assert {"hoeffding_tree", "naive_bayes", "logistic_regression"} & set(alarms), output[-4000:]
     pid = int(re.search(r"worker pid (\d+)", output)[1])
     assert not _alive(pid), "the worker is still running"
-    leftovers = subprocess.run(["pgrep", "-f", "pipeline.cli worker"], capture_output=True,
+    leftovers = subprocess.run(["pgrep", "-f", "streameval.cli worker"], capture_output=True,
                                text=True).stdout.split()  # fmt: skip
     assert str(pid) not in leftovers

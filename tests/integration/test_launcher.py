@@ -6,8 +6,7 @@ import sys
 import time
 
 import pytest
-
-from pipeline.devkafka import KafkaInstance
+from streameval.devkafka import KafkaInstance
 
 pytestmark = pytest.mark.launcher
 
@@ -52,7 +51,7 @@ def test_two_launchers_at_once_do_not_collide(tmp_path):
 def test_the_jvm_dies_with_a_killed_test_process(tmp_path):
     """A SIGKILLed parent (a crashed test run) leaves no orphan broker."""
     script = (
-        "import sys, time; from pipeline.devkafka import KafkaInstance;"
+        "import sys, time; from streameval.devkafka import KafkaInstance;"
         f"k = KafkaInstance.start({str(tmp_path / 'c')!r}); print(k.pid, flush=True);"
         "time.sleep(600)"
     )
@@ -88,7 +87,7 @@ def test_cli_start_status_stop(tmp_path):
 
 
 def test_pom_and_launcher_pin_the_same_version():
-    from pipeline.devkafka import DEPLOY_DIR, KAFKA_VERSION
+    from streameval.devkafka import DEPLOY_DIR, KAFKA_VERSION
 
     pom = (DEPLOY_DIR / "pom.xml").read_text()
     assert f"<artifactId>kafka_2.13</artifactId>\n      <version>{KAFKA_VERSION}</version>" in pom

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from pipeline.alertlog import AlertLog
-from pipeline.devkafka import free_port
-from pipeline.topics import create_topics, load_topics
+from streameval.alertlog import AlertLog
+from streameval.devkafka import free_port
+from streameval.topics import create_topics, load_topics
 
 from ..test_deploy import DASHBOARDS, DEPLOY, tool
 
@@ -94,7 +93,7 @@ def stack(kafka_bootstrap, tmp_path):
     alert_log = AlertLog("127.0.0.1", 0, echo=None).start()
     metrics_port, prometheus_port, alertmanager_port = free_port(), free_port(), free_port()
 
-    worker = start("worker", [sys.executable, "-m", "pipeline.cli", "worker", "--config",
+    worker = start("worker", [sys.executable, "-m", "streameval.cli", "worker", "--config",
                               str(DEPLOY / "streameval.toml")], env={
         "STREAMEVAL_BOOTSTRAP": kafka_bootstrap, "STREAMEVAL_TOPIC_PREFIX": prefix,
         "STREAMEVAL_APP_ID": app_id, "STREAMEVAL_METRICS_PORT": str(metrics_port),
@@ -221,7 +220,7 @@ def _wait(condition, timeout: float, what: str, logs: Path):
 def test_alerts_recording_rules_and_dashboards_on_real_series(stack):
     t0 = time.time()
     simulator = stack.start("simulator", [
-        sys.executable, "-m", "pipeline.cli", "simulate", "--realtime", "--rate", str(RATE),
+        sys.executable, "-m", "streameval.cli", "simulate", "--realtime", "--rate", str(RATE),
         "--instances", str(INSTANCES), "--drift", str(DRIFT), "--delay", "exponential",
         "--delay-value", "1000", "--seed", "7", "--bootstrap", stack.bootstrap,
         "--prefix", stack.prefix, *[arg for m in MODELS for arg in ("--model", m)]])  # fmt: skip

@@ -13,8 +13,8 @@ import signal
 import time
 
 import pytest
+from streameval.simulate.scripted import ScriptedStream
 
-from pipeline.simulate.scripted import ScriptedStream
 from tests.integration.test_worker import CONFIG, Deployment
 from tests.streaming import make_config, replay_finals
 

@@ -5,10 +5,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from pipeline.ingest import ingest
-from pipeline.schemas import BatchDecoder
-from pipeline.topics import create_topics, describe_topics, load_topics
+from streameval.schemas import BatchDecoder
+from streameval.topics import create_topics, describe_topics, load_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -102,7 +100,10 @@ def test_valid_and_malformed_records_are_routed(kafka_bootstrap, prefix):
 
     decoder = BatchDecoder({prefix + "instances": "instance", prefix + "predictions": "prediction",
                             prefix + "labels": "label"})  # fmt: skip
-    batch = ingest(decoder, producer, inputs, prefix + "dead-letters")
+    batch = decoder.decode(inputs)
+    for letter in batch.dead_letters:  # the records the worker's router produces for them
+        producer.produce(prefix + "dead-letters", value=letter.payload(), key=letter.key,
+                         headers=letter.headers())  # fmt: skip
     assert producer.flush(30) == 0
     assert [r.instance_id for r in batch.instances] == ["i1"]
     assert [r.label for r in batch.predictions] == ["spam", 3]

@@ -6,7 +6,7 @@ starts, each record keyed by its instance id. Every input partition then carries
 delivery order; labels overtake predictions by at most 500 ms of event time, less than the
 1000 ms label grace, so the watermark join sees every prediction replay sees, and outcomes are
 released in (due, instance_id) order in both: the same outcome order per model, hence identical
-numbers (pipeline/app/stages.py explains the ordering).
+numbers (pipeline/streameval/app/stages.py explains the ordering).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 import jsonschema
 import orjson
 import pytest
+from streameval.devkafka import free_port
+from streameval.simulate.malformed import mix
+from streameval.topics import create_topics, load_topics, topics_dir
 
-from pipeline.devkafka import free_port
-from pipeline.simulate.malformed import mix
-from pipeline.topics import create_topics, load_topics, topics_dir
 from tests.streaming import finals
 
 pytestmark = pytest.mark.kafka
@@ -103,7 +103,7 @@ class Deployment:
         assert self.producer.flush(120) == 0
 
     def produce_records(self, records) -> dict[tuple[str, int, int], str | None]:
-        """Produce :class:`~pipeline.simulate.malformed.Record` s, each with its key and Kafka
+        """Produce :class:`~streameval.simulate.malformed.Record` s, each with its key and Kafka
         timestamp; return what each must become, by where it landed."""
         landed: dict[tuple[str, int, int], str | None] = {}
 
@@ -161,7 +161,7 @@ class Deployment:
             resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
         process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "worker", "--config", str(self.config)],
+            [sys.executable, "-m", "streameval.cli", "worker", "--config", str(self.config)],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
             preexec_fn=None if max_file_bytes is None else limit,
         )  # fmt: skip
@@ -349,8 +349,8 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     worker runs in this process, with the bounds made tiny so that they bind all the time."""
     import threading
 
-    from pipeline.app import runner
-    from pipeline.app.settings import load_settings
+    from streameval.app import runner
+    from streameval.app.settings import load_settings
 
     monkeypatch.setattr(runner, "SLICE_EVENTS", 2)  # behind after nearly every event batch
     monkeypatch.setattr(runner, "QUEUED_MAX", 1)

@@ -1,0 +1,193 @@
+"""Worker settings: command line, then ``STREAMEVAL_…`` environment variables, then the
+``[worker]`` table of the TOML file replay also reads, then defaults. Validated at start-up.
+
+The TOML file holds both what shapes the numbers (the evaluation configuration: estimators,
+join, delayed labels, detectors, models, comparisons — see ``docs/replay.md``) and, in its
+``[worker]`` table, where the worker reads and writes::
+
+    publish_every = 1000
+
+    [join]
+    label_grace_ms = 2000
+
+    [worker]
+    bootstrap = "kafka-1:9092,kafka-2:9092"
+    app_id = "fraud-eval"
+    metrics_port = 9464
+
+    [worker.kafka]  # librdkafka settings, passed through unchanged
+    "security.protocol" = "SASL_SSL"
+    "sasl.mechanism" = "SCRAM-SHA-512"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from streameval.config import ConfigError, EvaluationConfig, load_config
+
+__all__ = ["SettingsError", "WorkerSettings", "load_settings"]
+
+
+class SettingsError(ConfigError):
+    """A worker setting that makes no sense (the message names it, its value and the rule)."""
+
+
+class _TomlWorkerTable(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ is used
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+class WorkerSettings(BaseSettings):
+    """Where the worker reads and writes, and how often it publishes and checkpoints."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMEVAL_", extra="forbid")
+
+    bootstrap: str | None = Field(
+        None, description="Kafka bootstrap servers (else the local `streameval kafka start` one)"
+    )
+    kafka: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka settings passed through (SASL/SSL, client.id ...); "
+        'as JSON in STREAMEVAL_KAFKA, e.g. {"security.protocol": "SSL"}',
+    )
+    app_id: str = Field("streameval", min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
+                        description="consumer group of the worker group")  # fmt: skip
+    topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]*$",
+                              description="prepended to every topic name")  # fmt: skip
+    metrics_host: str = Field("0.0.0.0", description="address /metrics listens on")
+    metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics (0: off)")
+    publish_interval_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
+    snapshot_interval_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
+    checkpoint_max_changes: int = Field(
+        10_000, ge=100, le=10_000_000, description="a join partition with this many changes "
+        "since its last checkpoint takes one at once, between the periodic ones: bounds how "
+        "long a checkpoint pauses the data path (a few microseconds per change)",
+    )  # fmt: skip
+    idle_ms: int = Field(
+        1000, ge=1, description="an input partition read to its end and quiet this long no "
+        "longer holds back the watermark",
+    )  # fmt: skip
+    heartbeat_ms: int = Field(100, ge=1, description="progress to idle join partitions, at most")
+    max_batch: int = Field(20_000, ge=1, le=1_000_000, description="messages per consume call")
+    processes: int = Field(
+        1, ge=1, le=64, description="data-path processes in this worker, each a member of the "
+        "consumer group (one per core the worker may use)",
+    )  # fmt: skip
+    session_timeout_ms: int = Field(
+        10_000, ge=1_000, description="how soon the group notices a dead worker"
+    )
+    log_level: str = Field("info", pattern=r"^(?i:debug|info|warning|error)$")
+    store: Literal["disk", "memory"] = Field(
+        "disk", description="where a join partition keeps its pending instances: RocksDB on "
+        "disk with a bounded cache in RAM, or all in RAM (tests, small deployments)",
+    )  # fmt: skip
+    state_dir: Path = Field(
+        default_factory=lambda: _default_state_dir(),
+        description="directory of the disk store (one subdirectory per application and join "
+        "partition)",
+    )
+    cache_mb: int = Field(
+        64, ge=1, le=65_536, description="RAM per join partition for records read from disk "
+        "(as much again for RocksDB: its block cache and write buffers)",
+    )  # fmt: skip
+    changelog_configs: dict[str, str] = Field(
+        default_factory=dict, description="topic configs of the changelog topics, over those "
+        "of topics/topics.toml (used when the worker or `topics create` creates them)",
+    )  # fmt: skip
+
+    @field_validator("changelog_configs")
+    @classmethod
+    def _strings(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k: str(v) for k, v in value.items()}
+
+    @field_validator("kafka")
+    @classmethod
+    def _no_owned_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        owned = {"group.id", "enable.auto.commit", "enable.partition.eof", "isolation.level"}
+        clash = sorted(owned & set(value))
+        if clash:
+            raise ValueError(f"{clash[0]!r} is set by the worker itself; remove it")
+        return {k: str(v) for k, v in value.items()}
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
+                                   dotenv_settings, file_secret_settings):  # fmt: skip
+        return (init_settings, env_settings, _TomlWorkerTable(settings_cls, _FILE_TABLE.get()))
+
+
+def _default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/streameval`` (``~/.local/state/streameval``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "streameval"
+
+
+class _Holder:
+    """The [worker] table being loaded (pydantic-settings sources are built per class)."""
+
+    def __init__(self) -> None:
+        self.value: dict[str, Any] = {}
+
+    def get(self) -> dict[str, Any]:
+        return self.value
+
+
+_FILE_TABLE = _Holder()
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for problem in err.errors():
+        key = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        env = "STREAMEVAL_" + key.split(".")[0].upper()
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown setting; see docs/kafka.md 'Worker settings'"
+        lines.append(f"  {key} (or ${env}) = {problem.get('input')!r}: {message}")
+    return "invalid worker settings:\n" + "\n".join(lines)
+
+
+def load_settings(
+    path: str | Path | None = None, **overrides: Any
+) -> tuple[WorkerSettings, EvaluationConfig]:
+    """Worker settings and evaluation configuration from one TOML file (optional; default
+    ``$STREAMEVAL_CONFIG``), the environment and ``overrides`` (the command line)."""
+    path = path or os.environ.get("STREAMEVAL_CONFIG") or None
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise SettingsError(f"configuration file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as err:
+            raise SettingsError(
+                f"configuration file {str(path)!r} is not valid TOML: {err}"
+            ) from None
+    table = data.pop("worker", {})
+    if not isinstance(table, dict):
+        raise SettingsError(f"`worker` in {str(path)!r} must be a table ([worker])")
+    _FILE_TABLE.value = table
+    try:
+        settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as err:
+        raise SettingsError(_format(err)) from None
+    finally:
+        _FILE_TABLE.value = {}
+    try:
+        config = load_config(None, **data)
+    except ConfigError as err:
+        raise SettingsError(f"{err} (in {str(path)!r})" if path else str(err)) from None
+    return settings, config

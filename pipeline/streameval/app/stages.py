@@ -1,0 +1,784 @@
+"""The worker's three stages as plain classes: no Kafka, no threads, no clock.
+
+:mod:`streameval.app.runner` moves bytes between Kafka and these classes; everything that decides
+a number is here, so it is tested without a broker (``tests/test_stages.py``).
+
+Ordering — why streaming gives the numbers replay gives
+--------------------------------------------------------
+The numbers under windows, fading factors and the persistent baseline depend on the order of a
+model's outcomes, and a worker group reads three topics and many partitions at uneven speeds.
+The stages therefore order outcomes by **event time**, never by arrival:
+
+* :class:`Router` (ingest) reports, with every batch it sends to a join partition, the progress
+  of each input partition it reads: the largest ``ts`` read so far, and whether the partition
+  is idle (read to its end and quiet for ``idle_ms``).
+* :class:`JoinStage` computes a watermark W — the smallest progress over every input partition
+  that is not idle — so every event with ``ts < W`` has arrived (each input partition carries
+  non-decreasing ``ts``; events that break this are *late*, counted by the join). Its join
+  clock is W − 1: a label at ``t`` resolves at ``t + label_grace`` on that clock, i.e. after
+  every prediction stamped ≤ ``t`` has arrived, whatever the interleaving of topics. Outcomes
+  carry ``due`` (the label's time plus the grace) and the join partition publishes its clock as
+  its *frontier*: every later outcome it sends has ``due`` ≥ the frontier.
+* :class:`EvalStage` merges the outcome batches of every join partition and releases, in order of
+  ``(due, instance_id, model_id)``, exactly the outcomes with ``due`` below the smallest
+  frontier. That order is a function of the events alone, the same for any partitioning,
+  consumption interleaving, rebalance or restart, and the same as replay's (whose clock is the
+  largest ``ts`` read and whose join resolves in ``(due, instance_id)`` order).
+
+When every input partition is idle the watermark moves past the largest ``ts`` plus the grace:
+labels waiting out their grace resolve, as at the end of a replay.
+
+Exactly once
+------------
+Every event carries its input partition and offset, every outcome batch the offset of the event
+batch that caused it; a stage skips what it has already applied. A stage restored from a
+snapshot re-reads its input from the snapshot's offset and re-sends identical outcome batches,
+which the next stage skips. Nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streameval.config import EvaluationConfig
+from streameval.core.join import Join, Outcome, join_partition
+from streameval.core.state import decode_value, encode_value
+from streameval.engine import Engine
+from streameval.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
+
+from .wire import (
+    INSTANCE,
+    LABEL,
+    PREDICTION,
+    WIRE_VERSION,
+    EventBatch,
+    EventRow,
+    OutcomeBatch,
+    Source,
+)
+
+__all__ = [
+    "EvalStage",
+    "JoinStage",
+    "Router",
+    "config_fingerprint",
+    "join_partition",
+    "model_partitioner",
+]
+
+log = logging.getLogger("streameval.worker")
+
+#: a stage's own scalars among its checkpoint's keys (the join's use other first bytes)
+STAGE = b"t"
+
+TopicPartition = tuple[str, int]
+#: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
+EVALUATE_CHUNK = 4096
+#: Outcomes an evaluation stage gathers before it evaluates them, unless its :meth:`tick`
+#: comes first: the models' numpy updates cost per call (30 outcomes at a time are 14 times
+#: slower than 4 096), and a join that applies its due events in steps sends them a few dozen
+#: at a time. The numbers do not depend on it.
+RELEASE_MIN = 2_048
+#: The most waiting events the worker's join applies in one step: what one event batch sets
+#: off, and so a checkpoint's size, stays bounded. A constant, not a setting: the steps'
+#: outcome batches are numbered, and a restarted stage must number them as before.
+SLICE_EVENTS = 500
+#: An evaluation checkpoint from before outcome batches were numbered: the whole batch applied
+_WHOLE = 2**62
+
+
+def model_partitioner(config: EvaluationConfig, partitions: int) -> Callable[[str], int]:
+    """The evaluation partition of a model. Models compared with each other (the configured
+    pairs, transitively) share one partition, so a comparison sees both models' outcomes.
+
+    >>> from streameval.config import load_config
+    >>> config = load_config(comparisons=[{"a": "champion", "b": "challenger"}])
+    >>> part = model_partitioner(config, 6)
+    >>> part("champion") == part("challenger")
+    True
+    """
+    parent: dict[str, str] = {}
+
+    def find(m: str) -> str:
+        while parent.get(m, m) != m:
+            m = parent[m]
+        return m
+
+    for pair in config.comparisons:
+        a, b = find(pair.a), find(pair.b)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    cache: dict[str, int] = {}
+
+    def partition(model_id: str) -> int:
+        p = cache.get(model_id)
+        if p is None:
+            p = cache[model_id] = zlib.crc32(find(model_id).encode()) % partitions
+        return p
+
+    return partition
+
+
+def config_fingerprint(config: EvaluationConfig) -> str:
+    """A short hash of everything that shapes the numbers: a snapshot taken under another
+    configuration is refused rather than continued with different rules."""
+    data = orjson.dumps(config.model_dump(), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------
+class Router:
+    """Stage 0: decode input messages, dead-letter the bad ones, route the rest to join
+    partitions by ``instance_id``, and track each input partition's progress.
+
+    Parameters
+    ----------
+    topics
+        Input topic name → kind (``instance``, ``prediction``, ``label``).
+    partitions
+        Number of join partitions (partitions of the events topic).
+    idle_ms
+        An input partition read to its end and quiet this long no longer holds the watermark.
+    """
+
+    def __init__(
+        self,
+        topics: dict[str, str],
+        partitions: int,
+        idle_ms: int = 1000,
+        rules: TimeRules | None = None,
+    ) -> None:
+        self.decoder = BatchDecoder(topics)
+        self.partitions = partitions
+        self.idle_ms = idle_ms
+        self.rules = EvaluationConfig().time_rules() if rules is None else rules
+        self._progress: dict[TopicPartition, int] = {}
+        self._eof_since: dict[TopicPartition, float | None] = {}
+        self._index: dict[TopicPartition, int] = {}
+        self._order: list[TopicPartition] = []
+        self._kinds: list[str | None] = []
+        self._decoders: list[Any] = []
+        #: next offset to read of each input partition the last :meth:`route` read from
+        self.consumed: dict[TopicPartition, int] = {}
+
+    # -- ownership --------------------------------------------------------------------------
+    def assign(
+        self, tps: Iterable[TopicPartition], progress: dict[TopicPartition, int] | None = None
+    ) -> None:
+        """Own ``tps`` from now on. ``progress``: the largest ``ts`` accepted from a partition
+        up to the offset its reading resumes at (saved with that offset when it was
+        committed), so that the time rules decide after a restart as they did before it."""
+        progress = progress or {}
+        for tp in tps:
+            self._progress.setdefault(tp, progress.get(tp, NO_TS))
+            self._eof_since.setdefault(tp, None)
+        self._reindex()
+
+    def revoke(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._progress.pop(tp, None)
+            self._eof_since.pop(tp, None)
+        self._reindex()
+
+    def progress(self, tp: TopicPartition) -> int:
+        """The largest ``ts`` accepted from input partition ``tp`` (:data:`NO_TS`: none yet)."""
+        return self._progress.get(tp, NO_TS)
+
+    @property
+    def owned(self) -> list[TopicPartition]:
+        return list(self._order)
+
+    def _reindex(self) -> None:
+        self._order = sorted(self._progress)
+        self._index = {tp: i for i, tp in enumerate(self._order)}
+        # per owned input partition, in that order: its kind and the decoder of its records
+        kinds, decoders = self.decoder.topics, self.decoder.decoders
+        self._kinds = [kinds.get(topic) for topic, _ in self._order]
+        self._decoders = [decoders.get(kind) for kind in self._kinds]
+
+    def at_end(self, topic: str, partition: int, wall_ms: float) -> None:
+        """The consumer read ``topic``/``partition`` to its end."""
+        tp = (topic, partition)
+        if tp in self._eof_since and self._eof_since[tp] is None:
+            self._eof_since[tp] = wall_ms
+
+    # -- data -------------------------------------------------------------------------------
+    def route(
+        self, messages: Iterable[Message], now_ms: int | None = None
+    ) -> tuple[list[list[EventRow]], list[DeadLetter]]:
+        """Events per join partition (in input order) and the dead letters; afterwards
+        :attr:`consumed` holds the next offset of every owned input partition read.
+
+        Every message either becomes an event or a dead letter, whatever its bytes (and
+        whatever goes wrong on it). A well-formed event must also pass the time rules
+        (:class:`~streameval.schemas.TimeRules`) against its partition's progress; ``now_ms``
+        (epoch ms, default: the clock) stands in for the Kafka timestamp of a message that has
+        none.
+        """
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
+        letters: list[DeadLetter] = []
+        explain, max_bytes = self.decoder.decode_message, self.decoder.max_bytes
+        max_future, max_age = self.rules.max_future_ms, self.rules.max_age_ms
+        index, src_kinds, src_decoders = self._index, self._kinds, self._decoders
+        partitions = self.partitions
+        crc32 = zlib.crc32
+        order, progress = self._order, self._progress
+        owned = len(order)
+        last = [-1] * owned  # last offset read, per owned input partition
+        accepted = [progress[tp] for tp in order]  # largest ts accepted, per owned partition
+        for message in messages:
+            src = index.get((message.topic(), message.partition()))
+            if src is None:  # not (or no longer) ours: a message fetched before a revocation
+                continue
+            offset = last[src] = message.offset()
+            try:
+                # the common case inline; anything odd goes to the decoder, which says why
+                value, decode, record = message.value(), src_decoders[src], None
+                if decode is not None and value is not None and len(value) <= max_bytes:
+                    try:
+                        record = decode(value)
+                    except Exception:
+                        pass
+                    else:
+                        if record.type is not None and record.type != src_kinds[src]:
+                            record = None
+                if record is None:
+                    letters.append(explain(message)[1])
+                    continue
+                ts = record.ts
+                high = accepted[src]
+                if ts > high:  # moves its partition's progress: not past when it was sent
+                    stamped, sent = message.timestamp()
+                    if not stamped or sent <= 0 or sent > now_ms:
+                        sent = now_ms
+                    if ts > sent + max_future:
+                        letters.append(self._refuse(message, ts, high, now_ms))
+                        continue
+                    accepted[src] = ts
+                elif ts < high - max_age:
+                    letters.append(self._refuse(message, ts, high, now_ms))
+                    continue
+                iid = record.instance_id
+                kind = src_kinds[src]
+                if kind == "prediction":
+                    row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
+                elif kind == "label":
+                    row = (LABEL, iid, "", ts, record.label, src, offset)
+                else:
+                    row = (INSTANCE, iid, "", ts, "", src, offset)
+                out[crc32(iid.encode()) % partitions].append(row)
+            except Exception as err:  # a defect, not the message's fault: it never stops us
+                log.exception("input %s[%d]@%d", message.topic(), message.partition(), offset)
+                error = EventError(f"could not be routed ({type(err).__name__}: {err})",
+                                   "undecodable")  # fmt: skip
+                letters.append(self.decoder.dead_letter(message, error))
+        eof = self._eof_since
+        consumed = {}
+        for src, offset in enumerate(last):
+            if offset >= 0:
+                tp = order[src]
+                consumed[tp] = offset + 1
+                eof[tp] = None  # read from: not at its end (or idle) any more
+                progress[tp] = accepted[src]
+        self.consumed = consumed
+        return out, letters
+
+    def _refuse(self, message: Message, ts: int, progress: int, now_ms: int) -> DeadLetter:
+        """The dead letter of an event the time rules refuse."""
+        stamped, sent = message.timestamp()
+        where = f"{message.topic()}[{message.partition()}]"
+        error = self.rules.check(ts, progress, sent if stamped else None, now_ms, where)
+        if error is None:  # the inline test above and TimeRules.check are the same rule
+            raise AssertionError(f"TimeRules let through what the router refused: ts {ts}")
+        return self.decoder.dead_letter(message, error)
+
+    def sources(self, wall_ms: float) -> list[Source]:
+        """Progress of every owned input partition, in the order events refer to them."""
+        idle_ms = self.idle_ms
+        result = []
+        for tp in self._order:
+            since = self._eof_since[tp]
+            idle = since is not None and wall_ms - since >= idle_ms
+            result.append(Source(tp[0], tp[1], self._progress[tp], idle))
+        return result
+
+
+# ------------------------------------------------------------------------------------------
+class JoinStage:
+    """Stage 1, one join partition: the core :class:`~streameval.core.join.Join` on an event-time
+    watermark, with duplicate events (by input partition and offset) skipped.
+
+    Parameters
+    ----------
+    partition
+        The join partition (events-topic partition) this stage owns.
+    config
+        The evaluation configuration (its ``join`` settings are used).
+    inputs
+        Every input partition that exists: the watermark waits for each one.
+    slice_events
+        The most waiting events one step applies (None: all). With a bound, an event batch
+        that moves the clock past more of them leaves the stage :attr:`behind`, and
+        :meth:`proceed` applies the rest, a step at a time; each step's outcome batch is
+        numbered (:attr:`part`).
+    """
+
+    def __init__(
+        self,
+        partition: int,
+        config: EvaluationConfig,
+        inputs: Iterable[TopicPartition],
+        state: Any = None,
+        slice_events: int | None = None,
+    ) -> None:
+        j = config.join
+        self.partition = partition
+        self.grace = j.label_grace_ms
+        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, state)
+        self.inputs = set(inputs)
+        self.slice_events = slice_events
+        self.progress: dict[TopicPartition, tuple[int, bool]] = {}
+        self.applied: dict[TopicPartition, int] = {}
+        self.offset = -1  # last events-topic offset applied
+        self.part = 0  # steps taken since that batch (its outcome batches' numbers)
+        self.frontier = NO_TS
+        self.duplicates = 0
+
+    @property
+    def behind(self) -> bool:
+        """Whether events are due that :meth:`proceed` has yet to apply (take no event batch
+        until they are: the outcomes must come in the order of one step)."""
+        return self.join.behind
+
+    def proceed(self) -> list[Outcome]:
+        """The next step of what the latest event batch set off; its outcomes."""
+        self.part += 1
+        return self.join.advance(self.frontier, budget=self.slice_events)
+
+    def apply(self, offset: int, batch: EventBatch) -> list[Outcome]:
+        """Apply the event batch at ``offset`` (the first step of what it sets off, if the
+        stage has a ``slice_events``); return the outcomes it resolved, in order."""
+        if offset <= self.offset:
+            return []
+        self.offset = offset
+        self.part = 0
+        applied = self.applied
+        sources = [(s.topic, s.partition) for s in batch.sources]
+        seen = [applied.get(tp, -1) for tp in sources]
+        budget = self.slice_events
+        out, repeats = self.join.add_events(batch.events, self.frontier, seen, budget)
+        for tp, offset in zip(sources, seen, strict=True):
+            if offset >= 0:
+                applied[tp] = offset
+        self.duplicates += repeats
+        progress = self.progress
+        for source in batch.sources:
+            tp = (source.topic, source.partition)
+            before = progress.get(tp)
+            ts = source.ts if before is None or source.ts > before[0] else before[0]
+            progress[tp] = (ts, source.idle)
+        frontier = self._watermark() - 1
+        if frontier > self.frontier:
+            self.frontier = frontier
+            self.join.advance(frontier, out, budget)
+        return out
+
+    def _watermark(self) -> int:
+        low, high, all_idle = None, NO_TS, True
+        for tp in self.inputs:
+            seen = self.progress.get(tp)
+            if seen is None:
+                return NO_TS  # no word yet from this input partition: wait for it
+            ts, idle = seen
+            if ts > high:
+                high = ts
+            if not idle:
+                all_idle = False
+                if low is None or ts < low:
+                    low = ts
+        if all_idle:  # nothing more is coming now: let labels past their grace resolve
+            return high + self.grace + 2 if high > NO_TS else NO_TS
+        return low
+
+    def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
+        """The outcomes of the latest step, with the join's clock as the frontier: every
+        outcome this partition sends later has a later ``due``."""
+        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes,
+                            self.part)  # fmt: skip
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def changes(self) -> dict[bytes, bytes | None]:
+        """What changed since the last :meth:`commit` (streameval.app.checkpoint), with the
+        stage's own scalars: the offset it covers, its frontier, progress and dedup marks."""
+        changes = self.join.changes()
+        changes[STAGE] = encode_value({
+            "partition": self.partition,
+            "offset": self.offset,
+            "part": self.part,
+            "frontier": self.frontier,
+            "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
+            "applied": [[t, p, o] for (t, p), o in self.applied.items()],
+            "duplicates": self.duplicates,
+        })  # fmt: skip
+        return changes
+
+    def commit(self, *where: Any) -> None:
+        """The last :meth:`changes` are durable (``where``: for a disk store)."""
+        self.join.commit(*where)
+
+    def cut(self) -> Any:
+        """Close a checkpoint while the stage goes on: its changes are the cut's
+        ``changes``; :meth:`written` once they are durable."""
+        return self.join.freeze(self.changes())
+
+    def written(self, cut: Any, *where: Any) -> None:
+        self.join.written(cut, *where)
+
+    @classmethod
+    def resume(
+        cls,
+        scalars: dict[bytes, bytes],
+        config: EvaluationConfig,
+        inputs: Iterable[TopicPartition],
+        state: Any,
+        slice_events: int | None = None,
+    ) -> JoinStage:
+        """The stage over a disk store that holds its instances, from their scalars."""
+        meta = decode_value(scalars[STAGE])
+        stage = cls(meta["partition"], config, inputs, state, slice_events)
+        stage._take(meta)
+        stage.join = Join.resume(decode_value(scalars[b"m"]), state, state.waiting())
+        return stage
+
+    def _take(self, meta: dict[str, Any]) -> None:
+        self.offset = meta["offset"]
+        self.part = meta.get("part", 0)  # absent before steps were numbered
+        self.frontier = meta["frontier"]
+        self.progress = {(t, p): (ts, idle) for t, p, ts, idle in meta["progress"]}
+        self.applied = {(t, p): o for t, p, o in meta["applied"]}
+        self.duplicates = meta["duplicates"]
+
+    @classmethod
+    def restore(
+        cls,
+        items: Iterable[tuple[bytes, bytes]],
+        config: EvaluationConfig,
+        inputs: Iterable[TopicPartition],
+        state: Any = None,
+        slice_events: int | None = None,
+    ) -> JoinStage:
+        """The stage from the latest value of every key its checkpoints wrote."""
+        items = list(items)
+        meta = decode_value(next(v for k, v in items if k == STAGE))
+        stage = cls(meta["partition"], config, inputs, slice_events=slice_events)
+        stage._take(meta)
+        stage.join = Join.restore((kv for kv in items if kv[0] != STAGE), state)
+        return stage
+
+
+# ------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class EvalCut:
+    """What one checkpoint of an evaluation partition writes (``changes``), and what its
+    changelog then holds: ``parts`` of the models and pairs in ``touched``."""
+
+    changes: dict[bytes, bytes | None]
+    parts: dict[bytes, bytes]
+    touched: set[str]
+
+
+class EvalStage:
+    """Stage 2, one evaluation partition: merge the join partitions' outcome batches in event
+    order and run the models and comparisons (:class:`~streameval.engine.Engine`) on them.
+
+    Parameters
+    ----------
+    partition
+        The evaluation partition (outcomes-topic partition) this stage owns.
+    config
+        The evaluation configuration.
+    join_partitions
+        How many join partitions send outcomes (each one's frontier is awaited).
+    """
+
+    #: outcomes gathered before they are evaluated (:data:`RELEASE_MIN`; tests vary it)
+    release_min = RELEASE_MIN
+
+    def __init__(self, partition: int, config: EvaluationConfig, join_partitions: int) -> None:
+        self.partition = partition
+        self.engine = Engine(config)
+        self.join_partitions = join_partitions
+        self.frontiers: dict[int, int] = {}
+        #: join partition -> the last outcome batch applied: (event-batch offset, step)
+        self.applied: dict[int, tuple[int, int]] = {}
+        self.offset = -1  # last outcomes-topic offset read
+        # what waits for the frontiers: sorted runs, one per outcome batch (by the arrival
+        # number of its first outcome), of (due, instance_id, model_id, arrival, outcome)
+        self._runs: dict[int, list[tuple[int, str, str, int, Outcome]]] = {}
+        self._waiting = 0
+        self._seq = 0
+        self._limit = NO_TS  # everything with due below it has been released
+        self._written: dict[bytes, bytes] = {}  # every key's value at the last checkpoint
+        self._pending: dict[bytes, bytes] = {}  # the parts of the checkpoint being written
+        # each run is under a key of its own in the checkpoints: those that came or shrank
+        # since the last one, those a checkpoint has, and those gone from it since
+        self._dirty: set[int] = set()
+        self._stored: set[int] = set()
+        self._gone: list[int] = []
+        self._shown: set[str] = set()  # models and pairs that have reached a checkpoint
+
+    @property
+    def waiting(self) -> int:
+        """Outcomes received but not yet released (their join partitions' frontiers lag)."""
+        return self._waiting
+
+    def apply(self, offset: int, batch: OutcomeBatch) -> tuple[list[dict[str, Any]], list[Outcome]]:
+        """Take the outcome batch at ``offset``; return (records, outcomes released)."""
+        self.offset = max(self.offset, offset)
+        q = batch.partition
+        number = (batch.offset, batch.part)
+        if number <= self.applied.get(q, (-1, 0)):
+            return [], []  # re-sent by a join partition restored from an older snapshot
+        self.applied[q] = number
+        outcomes, seq = batch.outcomes, self._seq
+        if outcomes:
+            models, instances, *_, dues = zip(*outcomes, strict=True)  # columns, at C speed
+            run = list(zip(dues, instances, models, range(seq + 1, seq + len(outcomes) + 1),
+                           outcomes, strict=True))  # fmt: skip
+            run.sort()  # in due order already but for ties: nearly free
+            self._runs[seq + 1] = run
+            self._dirty.add(seq + 1)
+            self._waiting += len(run)
+            self._seq = seq + len(outcomes)
+        if batch.frontier > self.frontiers.get(q, NO_TS):
+            self.frontiers[q] = batch.frontier
+        return self._release(self.release_min)
+
+    def _release(self, least: int) -> tuple[list[dict[str, Any]], list[Outcome]]:
+        """Evaluate what is due below the smallest frontier, if that is at least ``least``
+        outcomes. Outcomes a join partition sends later have due >= its frontier, hence >=
+        any limit already used: only a higher limit can release more, and only from the
+        front of each run."""
+        if len(self.frontiers) < self.join_partitions or not self._runs:
+            return [], []
+        limit = min(self.frontiers.values())
+        if limit <= self._limit:
+            return [], []
+        key = (limit,)
+        if least > 1:
+            due = 0
+            for run in self._runs.values():
+                due += bisect.bisect_left(run, key)
+                if due >= least:
+                    break
+            else:
+                return [], []  # too few yet: they wait for more, or for the tick
+        self._limit = limit
+        taken = self._take(key)
+        if not taken:
+            return [], []
+        taken.sort()  # sorted runs: timsort merges them
+        self._waiting -= len(taken)
+        released = [entry[4] for entry in taken]
+        records: list[dict[str, Any]] = []
+        start = 0
+        while start < len(released):  # bounded chunks: the delayed block is (n, bins + 2)
+            end = min(start + EVALUATE_CHUNK, len(released))
+            while (
+                end < len(released) and released[end].instance_id == released[end - 1].instance_id
+            ):
+                end += 1  # never split one instance's outcomes (comparisons pair them)
+            records += self.engine.evaluate(released[start:end])
+            start = end
+        return records, released
+
+    def _take(self, key: tuple) -> list[tuple[int, str, str, int, Outcome]]:
+        """The waiting outcomes before ``key``, run by run (not sorted as a whole)."""
+        taken: list = []
+        runs, dirty = self._runs, self._dirty
+        for number, run in list(runs.items()):
+            cut = bisect.bisect_left(run, key)
+            if not cut:
+                continue
+            taken += run[:cut] if cut < len(run) else run
+            if cut < len(run):
+                runs[number] = run[cut:]
+                dirty.add(number)
+            else:
+                del runs[number]
+                dirty.discard(number)
+                if number in self._stored:  # a checkpoint has it: its key goes
+                    self._stored.discard(number)
+                    self._gone.append(number)
+        return taken
+
+    def tick(self) -> tuple[list[dict[str, Any]], list[Outcome]]:
+        """Evaluate every outcome due, however few; then the latest records of every model
+        and pair that changed since its last record (every ``publish_interval``, and at
+        shutdown). Returns (records, outcomes released)."""
+        records, released = self._release(1)
+        return records + self.engine.finish(flush=False), released
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def changes(self) -> dict[bytes, bytes | None]:
+        """What changed since the last :meth:`commit` (streameval.app.checkpoint): each model's
+        and pair's state, encoded and cut into chunks of which only the changed ones count —
+        a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes that
+        came or went while waiting for the frontiers, and the stage's scalars."""
+        engine = self.engine
+        parts: dict[bytes, bytes] = {}
+        for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
+            for name, evaluator in evaluators.items():
+                if name in engine.touched or name not in self._shown:
+                    self._shown.add(name)
+                    # JSON, as every state() is made to round-trip exactly through
+                    parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
+        parts[STAGE] = encode_value({
+            "partition": self.partition,
+            "offset": self.offset,
+            "frontiers": [[q, f] for q, f in self.frontiers.items()],
+            "applied": [[q, o, part] for q, (o, part) in self.applied.items()],
+            "seq": self._seq,
+            "engine": engine.scalars(),
+        })  # fmt: skip
+        written = self._written
+        changes: dict[bytes, bytes | None] = {}
+        for key, value in parts.items():
+            if written.get(key) != value:
+                changes[key] = value
+        for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
+            # (and the waiting outcomes' chunks of a checkpoint from before they had keys)
+            if key[:1] == BUFFER or _owner(key) in engine.touched:
+                changes[key] = None
+        pack, runs = _SEQ.pack, self._runs
+        for number in self._gone:
+            changes[OUTCOME + pack(number)] = None
+        for number in self._dirty:
+            changes[OUTCOME + pack(number)] = encode_value([(e[3], *e[4]) for e in runs[number]])
+        self._pending = parts
+        return changes
+
+    def _runs_written(self) -> None:
+        """The runs as :meth:`changes` gave them are in a checkpoint."""
+        self._stored |= self._dirty
+        self._dirty.clear()
+        self._gone.clear()
+
+    def commit(self) -> None:
+        """The last :meth:`changes` are durable."""
+        touched = set(self.engine.touched)
+        self.engine.touched.clear()
+        self._settle(self._pending, touched)
+        self._pending = {}
+        self._runs_written()
+
+    def cut(self) -> Any:
+        """Close a checkpoint while the stage goes on: its changes are the cut's
+        ``changes``; :meth:`written` once they are durable."""
+        cut = EvalCut(self.changes(), self._pending, set(self.engine.touched))
+        self.engine.touched.clear()
+        self._pending = {}
+        self._runs_written()
+        return cut
+
+    def written(self, cut: EvalCut) -> None:
+        self._settle(cut.parts, cut.touched)
+
+    def _settle(self, parts: dict[bytes, bytes], touched: set[str]) -> None:
+        """``parts`` (of the models and pairs in ``touched``, and the buffer) are durable."""
+        written = self._written
+        for key in [k for k in written if k[:1] == BUFFER or _owner(k) in touched]:
+            if key not in parts:
+                del written[key]
+        written.update(parts)
+
+    @classmethod
+    def restore(
+        cls, items: Iterable[tuple[bytes, bytes]], config: EvaluationConfig, join_partitions: int
+    ) -> EvalStage:
+        """The stage from the latest value of every key its checkpoints wrote."""
+        items = dict(items)
+        meta = decode_value(items[STAGE])
+        stage = cls(meta["partition"], config, join_partitions)
+        stage.offset = meta["offset"]
+        stage.frontiers = {q: f for q, f in meta["frontiers"]}
+        # (before steps were numbered, one outcome batch held all that an event batch set off)
+        stage.applied = {q: (o, part[0] if part else _WHOLE) for q, o, *part in meta["applied"]}
+        engine_state = dict(meta["engine"])
+        engine_state["models"], engine_state["pairs"] = {}, {}
+        whole: dict[bytes, list[tuple[int, bytes]]] = {}
+        waiting = {}
+        for key, value in items.items():
+            if key[:1] == OUTCOME:
+                waiting[_SEQ.unpack(key[1:])[0]] = decode_value(value)
+            elif key[:1] in (MODEL, PAIR, BUFFER):
+                head, index = key[:-4], _INDEX.unpack(key[-4:])[0]
+                whole.setdefault(head, []).append((index, value))
+        buffer: list = []
+        for head, chunks in whole.items():
+            data = b"".join(v for _, v in sorted(chunks))
+            if head[:1] == BUFFER:
+                buffer = decode_value(data)
+            else:
+                value = orjson.loads(data)
+                kind = "models" if head[:1] == MODEL else "pairs"
+                engine_state[kind][head[3:].decode()] = value
+        stage.engine = Engine.from_state(config, engine_state)
+        stage._written = {k: v for k, v in items.items() if k[:1] != OUTCOME}
+        stage._shown = set(stage.engine.models) | set(engine_state["pairs"])
+        stage._seq = meta.get("seq", 0)
+        if buffer:  # from before the runs had keys: one run, written at the next checkpoint
+            number = stage._seq + 1
+            waiting[number] = [(number + i, *row) for i, row in enumerate(buffer)]
+            stage._seq += len(buffer)
+            stage._dirty.add(number)
+        for number, rows in waiting.items():
+            run = []
+            for seq, model_id, instance_id, y_true, times, labels, t_instance, t_label, due in rows:
+                outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
+                                  t_instance, t_label, due)  # fmt: skip
+                run.append((due, instance_id, model_id, seq, outcome))
+            stage._runs[number] = run
+            stage._waiting += len(run)
+        stage._stored = set(waiting) - stage._dirty
+        return stage
+
+
+#: keys of an evaluation stage's checkpoint: a model's, a pair's state, a run of waiting
+#: outcomes (by the arrival number of its first); the waiting outcomes in chunks, before that
+MODEL, PAIR, OUTCOME, BUFFER = b"M", b"P", b"O", b"B"
+_SEQ = struct.Struct(">Q")
+#: bytes per chunk of a model's encoded state
+STATE_CHUNK = 16 * 1024
+_INDEX = struct.Struct(">I")
+_LENGTH = struct.Struct(">H")
+
+
+def _name(name: str) -> bytes:
+    data = name.encode()
+    return _LENGTH.pack(len(data)) + data
+
+
+def _owner(key: bytes) -> str | None:
+    """The model or pair a chunk key belongs to."""
+    if key[:1] not in (MODEL, PAIR):
+        return None
+    return key[3:-4].decode()
+
+
+def _chunks(head: bytes, data: bytes) -> Iterable[tuple[bytes, bytes]]:
+    """``data`` cut into chunks under ``head`` + chunk number (at least one chunk)."""
+    for i, start in enumerate(range(0, max(len(data), 1), STATE_CHUNK)):
+        yield head + _INDEX.pack(i), data[start : start + STATE_CHUNK]

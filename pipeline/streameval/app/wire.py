@@ -1,0 +1,111 @@
+"""The internal wire format: micro-batches between the worker's stages (msgpack, versioned).
+
+Two message kinds travel on the internal topics, each carrying many events so that the
+per-message cost of Kafka and of the framework is paid once per batch:
+
+* :class:`EventBatch` (ingest → join, ``<prefix>streameval-events``, partition = join
+  partition of the ``instance_id``): events, each with the input partition and offset it came
+  from (the join drops any it has already applied, so ingest may resend after a crash), and
+  the progress of every input partition the sending ingest owns (its largest ``ts`` so far and
+  whether it is idle), from which the join computes its watermark.
+* :class:`OutcomeBatch` (join → evaluate, ``<prefix>streameval-outcomes``, partition =
+  evaluation partition of the model): the outcomes a join partition resolved in one step —
+  applying one event batch, or one more slice of the events it made due — identified by that
+  batch's offset and the step's number (the evaluator drops repeats), and the join
+  partition's frontier: every later outcome from it has ``due`` ≥ the frontier.
+
+A batch whose ``v`` is not :data:`WIRE_VERSION` is refused with a clear error: the stages of
+one application must run the same version.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from streameval.core.join import INSTANCE, LABEL, PREDICTION, EventRow, Outcome
+
+__all__ = [
+    "INSTANCE",
+    "LABEL",
+    "PREDICTION",
+    "WIRE_VERSION",
+    "EventBatch",
+    "OutcomeBatch",
+    "Source",
+    "WireError",
+    "decode_events",
+    "decode_outcomes",
+    "encode",
+]
+
+WIRE_VERSION = 1
+
+
+class WireError(ValueError):
+    """An internal message this version cannot read."""
+
+
+class Source(msgspec.Struct, array_like=True, frozen=True):
+    """Progress of one input partition: the largest ``ts`` read so far, and idleness."""
+
+    topic: str
+    partition: int
+    ts: int
+    idle: bool
+
+
+class EventBatch(msgspec.Struct, array_like=True):
+    v: int
+    sources: list[Source]
+    events: list[EventRow]
+
+
+class OutcomeBatch(msgspec.Struct, array_like=True):
+    v: int
+    partition: int  # the join partition that resolved them
+    offset: int  # offset of the event batch that caused them, in that join partition
+    frontier: int
+    outcomes: list[Outcome]  # a named tuple: a msgpack array each, decoded in C
+    #: the step after the event batch (0: applying it); last and defaulted, so a batch of
+    #: the same version without it reads as it did
+    part: int = 0
+
+
+_encoder = msgspec.msgpack.Encoder()
+_events = msgspec.msgpack.Decoder(EventBatch)
+_outcomes = msgspec.msgpack.Decoder(OutcomeBatch)
+
+
+def encode(batch: EventBatch | OutcomeBatch) -> bytes:
+    return _encoder.encode(batch)
+
+
+def _check(batch):
+    if batch.v != WIRE_VERSION:
+        raise WireError(
+            f"internal batch of wire version {batch.v}, this worker reads {WIRE_VERSION}: run "
+            "one version of streameval per application id"
+        )
+    return batch
+
+
+def decode_events(data: bytes) -> EventBatch:
+    """
+    >>> batch = EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)],
+    ...                    [(LABEL, "i1", "", 5, "cat", 0, 17)])
+    >>> decode_events(encode(batch)) == batch
+    True
+    """
+    try:
+        batch = _events.decode(data)
+    except Exception as err:  # any bytes: WireError and nothing else
+        raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
+    return _check(batch)
+
+
+def decode_outcomes(data: bytes) -> OutcomeBatch:
+    try:
+        batch = _outcomes.decode(data)
+    except Exception as err:  # any bytes: WireError and nothing else
+        raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None
+    return _check(batch)

@@ -1,0 +1,507 @@
+"""The ``streameval`` command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from streameval import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="streameval")
+def main() -> None:
+    """Online evaluation of streaming classifiers on Kafka."""
+
+
+def _need(module: str, extra: str, what: str) -> None:
+    """Stop with the install line when an optional dependency is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise click.ClickException(
+            f"{what} needs {module}, an optional dependency: pip install 'streameval[{extra}]'"
+        )
+
+
+@main.command()
+@click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file with the evaluation settings (defaults need none).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where the records go (JSON lines); default: standard output.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw the main measures of every model over outcomes to this PNG.",
+)
+@click.option("--strict", is_flag=True, help="Stop at the first malformed line.")
+@click.option(
+    "--publish-every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Outcomes of a model between two metrics records (overrides the file).",
+)
+@click.option(
+    "--estimator",
+    "summary_estimator",
+    default=None,
+    help="Estimator shown in the summary and the plot (default: the second "
+    "configured one, e.g. window:1000).",
+)
+@click.option("--quiet", is_flag=True, help="No summary table and no progress bar.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Hold pending instances in disk stores in this directory (emptied first), not in "
+    "RAM: a file with any number of pending instances replays in bounded memory.",
+)
+@click.option(
+    "--join-partitions",
+    type=click.IntRange(min=1, max=10_000),
+    default=1,
+    show_default=True,
+    help="Split the join as the worker does (the partitions of its events topic), so that "
+    "join.max_pending binds per partition as it does there.",
+)
+def replay(events, config_path, out, plot, strict, publish_every, summary_estimator, quiet,
+           state_dir, join_partitions):  # fmt: skip
+    """Evaluate an events file (one JSON event per line) offline.
+
+    Runs the events in file order through the same join and evaluators as the streaming
+    service and writes the records it would publish: metrics, drift alarms, comparisons.
+    """
+    if plot:
+        _need("matplotlib", "plot", "--plot")
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    from streameval.config import ConfigError, load_config
+    from streameval.core.estimators import parse_estimator
+    from streameval.replay import MalformedLine
+    from streameval.replay import replay as run
+    from streameval.report import MeasureHistory, plot_history, print_summary
+
+    # a terminal sets its own width; logs and pipes get room for the whole table
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    try:
+        config = load_config(config_path, publish_every=publish_every)
+    except ConfigError as err:
+        raise click.UsageError(str(err)) from None
+    names = [parse_estimator(e).name for e in config.estimators]
+    shown = summary_estimator or (names[1] if len(names) > 1 else names[0])
+    if shown not in names:
+        raise click.UsageError(f"--estimator {shown!r} is not configured; use one of {names}")
+    history = MeasureHistory(shown) if plot else None
+    size = events.stat().st_size
+    sink = out.open("wb") if out else sys.stdout.buffer
+    progress = Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+        TimeRemainingColumn(), console=console, transient=True,
+        disable=quiet or size < 4_000_000,
+    )  # fmt: skip
+    try:
+        with progress:
+            task = progress.add_task(f"replaying {events.name}", total=size)
+            result = run(
+                events, config, sink, strict=strict, on_records=history,
+                progress=lambda done: progress.update(task, completed=done),
+                state_dir=state_dir, join_partitions=join_partitions,
+            )  # fmt: skip
+    except MalformedLine as err:
+        raise click.ClickException(
+            f"{events}: {err} (without --strict it would be skipped)"
+        ) from None
+    finally:
+        if out:
+            sink.close()
+        else:
+            sink.flush()
+    if not quiet:
+        print_summary(result, console, shown)
+    if plot:
+        plot_history(history, plot)
+        if not quiet:
+            console.print(f"plot written to {plot}")
+
+
+@main.group()
+def kafka() -> None:
+    """A local single-node Apache Kafka (KRaft) for development, without Docker."""
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@kafka.command("start")
+@click.option("--name", default="default", show_default=True, help="Instance name.")
+def kafka_start(name: str) -> None:
+    """Fetch Kafka if needed (Maven Central, cached) and start it; print its bootstrap."""
+    from streameval.devkafka import KafkaInstance, LauncherError
+
+    directory = KafkaInstance.named(name)
+    existing = KafkaInstance.load(directory)
+    if existing is not None and existing.running():
+        _say(f"kafka {name!r} is already running (pid {existing.pid}); logs: {existing.log_file}")
+        click.echo(existing.bootstrap)
+        return
+    try:
+        instance = KafkaInstance.start(directory, tie_to_parent=False, log=_say)
+    except LauncherError as err:
+        raise click.ClickException(str(err)) from None
+    _say(f"kafka {name!r} started (pid {instance.pid}); logs: {instance.log_file}")
+    click.echo(instance.bootstrap)
+
+
+@kafka.command("stop")
+@click.option("--name", default="default", show_default=True, help="Instance name.")
+def kafka_stop(name: str) -> None:
+    """Stop a local Kafka started with `streameval kafka start`."""
+    from streameval.devkafka import KafkaInstance
+
+    instance = KafkaInstance.load(KafkaInstance.named(name))
+    if instance is None or not instance.running():
+        _say(f"kafka {name!r} is not running")
+        return
+    instance.stop()
+    _say(f"kafka {name!r} stopped")
+
+
+@kafka.command("status")
+@click.option("--name", default="default", show_default=True, help="Instance name.")
+def kafka_status(name: str) -> None:
+    """Say whether the local Kafka runs, where, and where its log is; exit 1 if it does not."""
+    from streameval.devkafka import KafkaInstance
+
+    instance = KafkaInstance.load(KafkaInstance.named(name))
+    if instance is None or not instance.running():
+        _say(f"kafka {name!r} is not running")
+        sys.exit(1)
+    click.echo(f"running pid={instance.pid} bootstrap={instance.bootstrap} log={instance.log_file}")
+
+
+def _kafka_options(function):
+    function = click.option(
+        "-X", "settings", multiple=True, metavar="KEY=VALUE",
+        help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
+    )(function)  # fmt: skip
+    return click.option(
+        "--bootstrap", envvar="STREAMEVAL_BOOTSTRAP",
+        help="Kafka bootstrap servers (default: $STREAMEVAL_BOOTSTRAP, else the local Kafka "
+        "of `streameval kafka start`).",
+    )(function)  # fmt: skip
+
+
+def _admin(bootstrap, settings):
+    from confluent_kafka.admin import AdminClient
+
+    from streameval.clients import ClientConfigError, client_config
+
+    try:
+        return AdminClient(client_config(bootstrap, settings))
+    except ClientConfigError as err:
+        raise click.UsageError(str(err)) from None
+
+
+@main.group()
+def topics() -> None:
+    """The topics of topics/topics.toml: create what is missing, describe them."""
+
+
+_prefix = click.option(
+    "--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", show_default=True,
+    help="Prefix of every topic name ($STREAMEVAL_TOPIC_PREFIX).",
+)  # fmt: skip
+
+
+@topics.command("create")
+@_kafka_options
+@_prefix
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions of every new topic instead of the declared count.",
+)
+@click.option(
+    "--app-id", envvar="STREAMEVAL_APP_ID", default="streameval", show_default=True,
+    help="The worker group whose internal topics to create ($STREAMEVAL_APP_ID).",
+)  # fmt: skip
+@click.option(
+    "--changelog-config", "changelog_configs", multiple=True, metavar="KEY=VALUE",
+    help="A topic config of the changelog topics over topics/topics.toml's; repeatable.",
+)  # fmt: skip
+def topics_create(bootstrap, settings, prefix, partitions, app_id, changelog_configs) -> None:
+    """Create the missing topics; report existing ones whose partitions or configs differ
+    (they are left alone: changing a live topic is a decision for a person)."""
+    from streameval.topics import create_topics, load_topics
+
+    overrides = {}
+    for item in changelog_configs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--changelog-config {item!r}: use KEY=VALUE")
+        overrides[key] = value
+    specs = load_topics(prefix, partitions=partitions, app_id=app_id,
+                        changelog_configs=overrides)  # fmt: skip
+    report = create_topics(_admin(bootstrap, settings), specs)
+    for name in report.created:
+        click.echo(f"created    {name}")
+    for name in report.unchanged:
+        click.echo(f"exists     {name}")
+    for name, differences in report.mismatched.items():
+        click.echo(f"DIFFERS    {name}: " + "; ".join(differences))
+    if report.mismatched:
+        _say("some existing topics differ from topics/topics.toml; they were not changed")
+
+
+@topics.command("describe")
+@_kafka_options
+@_prefix
+def topics_describe(bootstrap, settings, prefix) -> None:
+    """Print every declared topic: role, key, schema, and declared vs actual settings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from streameval.topics import describe_topics, load_topics
+
+    table = Table(title="streameval topics")
+    for column in ("topic", "role", "key", "schema", "partitions", "configs (actual)"):
+        table.add_column(column)
+    for row in describe_topics(_admin(bootstrap, settings), load_topics(prefix)):
+        partitions = f"{row['partitions']}" if row["exists"] else "missing"
+        if row["exists"] and row["partitions"] != row["declared_partitions"]:
+            partitions += f" (declared {row['declared_partitions']})"
+        configs = ", ".join(
+            f"{k}={v}" + ("" if v == row["declared_configs"][k] else f" (declared "
+                          f"{row['declared_configs'][k]})")
+            for k, v in row["configs"].items()
+        )  # fmt: skip
+        table.add_row(row["name"], row["role"], row["key"], row["schema"] or "-", partitions,
+                      configs if row["exists"] else "-")  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@main.command("alert-log")
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=9095, show_default=True)
+def alert_log(host: str, port: int) -> None:
+    """Receive Alertmanager's webhook notifications and print one line per alert."""
+    import signal
+    import threading
+
+    from streameval.alertlog import AlertLog
+
+    try:
+        log = AlertLog(host, port, echo=lambda text: click.echo(text, nl=True)).start()
+    except OSError as err:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from err
+    click.echo(f"alert-log: listening on http://{host}:{log.port}/ for Alertmanager webhooks")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    log.stop()
+
+
+@main.command()
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    envvar="STREAMEVAL_CONFIG",
+    help="TOML file: the evaluation settings replay reads plus a [worker] table "
+    "($STREAMEVAL_CONFIG).",
+)  # fmt: skip
+@click.option("--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP).")
+@click.option(
+    "-X", "settings", multiple=True, metavar="KEY=VALUE",
+    help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
+)  # fmt: skip
+@click.option(
+    "--app-id", default=None, help="Consumer group of the worker group ($STREAMEVAL_APP_ID)."
+)
+@click.option(
+    "--prefix", "topic_prefix", default=None, help="Topic name prefix ($STREAMEVAL_TOPIC_PREFIX)."
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Port of /metrics, 0 for none ($STREAMEVAL_METRICS_PORT).",
+)
+@click.option(
+    "--metrics-host", default=None, help="Address of /metrics ($STREAMEVAL_METRICS_HOST)."
+)
+@click.option("--log-level", default=None, help="debug, info, warning or error.")
+def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port, metrics_host,
+           log_level) -> None:  # fmt: skip
+    """Run a streaming worker: join, evaluate, compare and publish, with /metrics.
+
+    Start as many as there are machines; workers with the same app id share the partitions.
+    Settings: command line, then STREAMEVAL_* variables, then the [worker] table of --config.
+    """
+    from streameval.app.settings import SettingsError, load_settings
+    from streameval.clients import ClientConfigError
+
+    kafka = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-X")
+        kafka[key.strip()] = value
+    try:
+        worker_settings, config = load_settings(
+            config_path, bootstrap=bootstrap, kafka=kafka or None, app_id=app_id,
+            topic_prefix=topic_prefix, metrics_port=metrics_port, metrics_host=metrics_host,
+            log_level=log_level,
+        )  # fmt: skip
+    except SettingsError as err:
+        raise click.UsageError(str(err)) from None
+    from streameval.app.faust_app import create_app, run_worker
+
+    try:
+        app = create_app(worker_settings, config)
+    except ClientConfigError as err:
+        raise click.UsageError(str(err)) from None
+    sys.exit(run_worker(app, worker_settings.log_level))
+
+
+def _simulation_options(function):
+    from streameval.simulate.system import DELAYS, GENERATORS, LEARNERS
+
+    options = [
+        click.option("--generator", type=click.Choice(GENERATORS), default="agrawal",
+                     show_default=True, help="River generator (or the Phishing data set)."),
+        click.option("--instances", type=click.IntRange(min=1), default=20_000,
+                     show_default=True),
+        click.option("--drift", "drifts", type=int, multiple=True,
+                     help="Instance position of a concept drift; repeatable (default: half way)."),
+        click.option("--drift-width", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="1 for an abrupt drift, more for a gradual one over that many."),
+        click.option("--positive-share", type=click.FloatRange(0, 1, min_open=True,
+                     max_open=True), default=None, help="Class imbalance: share of class 1."),
+        click.option("--model", "models", type=click.Choice(LEARNERS), multiple=True,
+                     help="A model to run; repeatable (default: all)."),
+        click.option("--delay", type=click.Choice(DELAYS), default="exponential",
+                     show_default=True, help="How labels are delayed."),
+        click.option("--delay-value", type=click.FloatRange(min=0), default=2000.0,
+                     show_default=True, help="Instances, or ms (fixed, or the exponential mean)."),
+        click.option("--unlabelled", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+                     show_default=True, help="Fraction of labels that never arrive."),
+        click.option("--repredict-every", type=click.IntRange(min=0), default=100,
+                     show_default=True, help="Re-predict a pending instance every K labels."),
+        click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=200.0,
+                     show_default=True, help="Instances per second (event time; and real time "
+                     "with --realtime)."),
+        click.option("--seed", type=int, default=42, show_default=True),
+    ]  # fmt: skip
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _simulation_config(
+    generator, instances, drifts, drift_width, positive_share, models, delay, delay_value,
+    unlabelled, repredict_every, rate, seed, start_ms=None,
+):  # fmt: skip
+    from streameval.simulate.system import LEARNERS, SimulationConfig
+
+    config = SimulationConfig(
+        generator=generator, instances=instances,
+        drifts=list(drifts) if drifts else [instances // 2] if instances > 1 else [],
+        drift_width=drift_width, positive_share=positive_share,
+        models=list(models) or list(LEARNERS), delay=delay, delay_value=delay_value,
+        unlabelled=unlabelled, repredict_every=repredict_every, rate=rate, seed=seed,
+    )  # fmt: skip
+    if start_ms is not None:
+        config.start_ms = start_ms
+    try:
+        return config.check()
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+
+
+@main.command()
+@_simulation_options
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path),
+    help="Write JSON lines here (for streameval replay) instead of to Kafka.",
+)  # fmt: skip
+@click.option("--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP).")
+@click.option("-X", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka client setting passed through; repeatable.")  # fmt: skip
+@click.option("--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", help="Topic prefix.")
+@click.option("--realtime", is_flag=True,
+              help="Produce at --rate in real time, stamped with the wall clock.")  # fmt: skip
+def simulate(out, bootstrap, settings, prefix, realtime, **options) -> None:
+    """Simulate a streaming ML system: River models predicting, re-predicting and learning on
+    late labels, with concept drift. To a file (--out) or to the input topics."""
+    import time
+
+    from rich.progress import Progress
+
+    _need("river", "simulate", "`streameval simulate`")
+    from streameval.simulate.system import simulate as run
+
+    start_ms = int(time.time() * 1000) if realtime else None
+    config = _simulation_config(**options, start_ms=start_ms)
+    events = run(config)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("simulating", total=config.instances)
+        if out is not None:
+            import orjson
+
+            with out.open("wb") as handle:
+                for event in events:
+                    handle.write(orjson.dumps(event) + b"\n")
+                    if event["type"] == "instance":
+                        progress.advance(task)
+            click.echo(f"wrote {out}")
+            return
+        from streameval.clients import ClientConfigError, client_config
+        from streameval.simulate.produce import produce_events
+
+        try:
+            client = client_config(bootstrap, settings)
+        except ClientConfigError as err:
+            raise click.UsageError(str(err)) from None
+        sent = produce_events(events, client, prefix, realtime=realtime,
+                              on_instance=lambda: progress.advance(task))  # fmt: skip
+    click.echo(f"produced {sent} events to {prefix}instances, {prefix}predictions, "
+               f"{prefix}labels")  # fmt: skip
+
+
+@main.command()
+@click.option("--duration", type=click.FloatRange(min=1), default=None,
+              help="Seconds to run (default: until Ctrl-C).")  # fmt: skip
+@click.option("--bootstrap", default=None,
+              help="Use this Kafka ($STREAMEVAL_BOOTSTRAP) instead of a local one.")  # fmt: skip
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=9464, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1), default=200.0, show_default=True,
+              help="Simulated instances per second.")  # fmt: skip
+@click.option("--seed", type=int, default=42, show_default=True)
+def demo(duration, bootstrap, metrics_port, rate, seed) -> None:
+    """The whole service in one command: Kafka (a local one unless --bootstrap), the topics,
+    a worker, and five River models on a drifting stream, with a live view of their numbers."""
+    from rich.console import Console
+
+    _need("river", "simulate", "`streameval demo`")
+    from streameval.demo import run_demo
+
+    sys.exit(run_demo(duration, bootstrap, metrics_port, rate, seed, Console()))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,44 @@
+"""Kafka client settings: where the cluster is and how to talk to it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+__all__ = ["ClientConfigError", "client_config"]
+
+
+class ClientConfigError(ValueError):
+    """No cluster to talk to, or a malformed client setting."""
+
+
+def client_config(bootstrap: str | None = None, settings: Iterable[str] = ()) -> dict[str, str]:
+    """librdkafka settings: ``bootstrap.servers`` plus ``key=value`` pass-through settings
+    (SASL/SSL, client ids ...).
+
+    The bootstrap is, in order: the argument, ``$STREAMEVAL_BOOTSTRAP``, the local instance
+    started with ``streameval kafka start``.
+    """
+    config: dict[str, str] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ClientConfigError(
+                f"Kafka setting {item!r} is not key=value (e.g. security.protocol=SASL_SSL)"
+            )
+        config[key.strip()] = value
+    bootstrap = bootstrap or config.pop("bootstrap.servers", None)
+    bootstrap = bootstrap or os.environ.get("STREAMEVAL_BOOTSTRAP")
+    if not bootstrap:
+        from streameval.devkafka import KafkaInstance
+
+        local = KafkaInstance.load(KafkaInstance.named("default"))
+        if local is not None and local.running():
+            bootstrap = local.bootstrap
+    if not bootstrap:
+        raise ClientConfigError(
+            "no Kafka to talk to: pass --bootstrap HOST:PORT, set STREAMEVAL_BOOTSTRAP, or start "
+            "a local one with `streameval kafka start`"
+        )
+    config["bootstrap.servers"] = bootstrap
+    return config

@@ -1,0 +1,169 @@
+"""Evaluation configuration: defaults that need no file, a TOML file to change them.
+
+Every value is checked before any work starts; an error names the key, the value and what is
+allowed. ``replay`` reads this directly; the streaming worker reads the same file.
+
+Example file (every key optional)::
+
+    estimators = ["cumulative", "window:1000", "fading:0.999"]
+    publish_every = 1000          # outcomes of a model between two metrics records
+    max_classes = 1000
+    normalize_max_count = 50000   # largest estimate (outcomes) that gets normalized_* values
+    detectors = [                 # default drift detectors of every model
+      { type = "page_hinkley", fading_factor = 0.999, delta = 0.1, threshold = 100 },
+      { type = "ratio_page_hinkley", long_factor = 0.9994, short_factor = 0.997 },
+    ]
+
+    [join]
+    label_grace_ms = 5000
+    label_ttl_ms = 604800000      # 7 days
+    max_pending = 100000000       # per join partition: a guard, on disk about 5-10 GB
+    max_future_ms = 3600000       # ts at most 1 hour after the message was sent
+
+    [delayed]
+    bins = 100
+    alpha = 2.0
+    bin_rule = "vote"             # or "last"
+
+    [models.fraud-v2]             # per model (optional)
+    positive_label = "fraud"
+    detectors = [ { type = "page_hinkley", threshold = 50 } ]
+
+    [[comparisons]]
+    a = "fraud-v1"
+    b = "fraud-v2"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from streameval.core.drift import DEFAULT_DETECTORS, make_detector
+from streameval.core.estimators import estimator_names
+from streameval.core.evaluator import DEFAULT_ESTIMATORS
+from streameval.schemas import TimeRules
+
+__all__ = ["ConfigError", "EvaluationConfig", "load_config"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message says which, and what is."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_detectors(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for spec in value:
+        make_detector(spec)  # raises ValueError naming the setting
+    return value
+
+
+class JoinConfig(_Strict):
+    label_grace_ms: int = Field(5_000, ge=0, description="how long a label waits for predictions")
+    label_ttl_ms: int = Field(7 * 86_400_000, ge=1, description="how long an instance waits")
+    max_pending: int = Field(
+        100_000_000, ge=1, description="instances held at most, per join partition"
+    )
+    max_future_ms: int = Field(
+        3_600_000, ge=0, description="how far an event's ts may run ahead of when it was sent"
+    )
+
+
+class DelayedConfig(_Strict):
+    bins: int = Field(100, ge=1)
+    alpha: float = Field(2.0, ge=1.0, allow_inf_nan=False)
+    bin_rule: Literal["vote", "last"] = "vote"
+
+
+class ModelConfig(_Strict):
+    positive_label: str | int | None = None
+    detectors: list[dict[str, Any]] | None = None
+
+    _check = field_validator("detectors")(lambda cls, v: v if v is None else _check_detectors(v))
+
+
+class ComparisonConfig(_Strict):
+    a: str = Field(min_length=1)
+    b: str = Field(min_length=1)
+
+
+class EvaluationConfig(_Strict):
+    """Everything that shapes the numbers (not where they come from or go to)."""
+
+    estimators: list[str] = Field(default_factory=lambda: list(DEFAULT_ESTIMATORS), min_length=1)
+    publish_every: int = Field(1000, ge=1)
+    max_classes: int = Field(1000, ge=1)
+    normalize_max_count: int = Field(50_000, ge=0)
+    detectors: list[dict[str, Any]] = Field(
+        default_factory=lambda: [dict(d) for d in DEFAULT_DETECTORS]
+    )
+    join: JoinConfig = Field(default_factory=JoinConfig)
+    delayed: DelayedConfig = Field(default_factory=DelayedConfig)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    comparisons: list[ComparisonConfig] = Field(default_factory=list)
+
+    @field_validator("estimators")
+    @classmethod
+    def _estimators(cls, value: list[str]) -> list[str]:
+        estimator_names(value)
+        return value
+
+    _check = field_validator("detectors")(lambda cls, v: _check_detectors(v))
+
+    @field_validator("comparisons")
+    @classmethod
+    def _pairs(cls, value: list[ComparisonConfig]) -> list[ComparisonConfig]:
+        for pair in value:
+            if pair.a == pair.b:
+                raise ValueError(f"a comparison of {pair.a!r} with itself; use two models")
+        return value
+
+    def model(self, model_id: str) -> ModelConfig:
+        """The settings of one model (defaults when it is not listed)."""
+        return self.models.get(model_id, ModelConfig())
+
+    def time_rules(self) -> TimeRules:
+        """Which events may enter the join by their event time (the worker and replay)."""
+        return TimeRules(self.join.max_future_ms, self.join.label_ttl_ms)
+
+    def detectors_of(self, model_id: str) -> list[dict[str, Any]]:
+        own = self.model(model_id).detectors
+        return self.detectors if own is None else own
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for problem in err.errors():
+        key = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        value = problem.get("input")
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown key; check the spelling against docs/replay.md"
+        lines.append(f"  {key} = {value!r}: {message}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluationConfig:
+    """The defaults, updated from a TOML file and then from keyword overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(
+                f"configuration file {str(path)!r} is not valid TOML: {err}"
+            ) from None
+    data.pop("worker", None)  # the streaming worker's own table (streameval/app/settings.py)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return EvaluationConfig(**data)
+    except ValidationError as err:
+        raise ConfigError(_format(err)) from None

@@ -1,0 +1,62 @@
+"""The pure evaluation core: numpy and the standard library only.
+
+Nothing in this package imports Kafka, Faust, Prometheus or asyncio (a test enforces it): it is
+where the papers live and where the speed comes from, and it is tested against independent
+references without a broker.
+"""
+
+from streameval.core.compare import MCNEMAR_THRESHOLD, ModelComparison
+from streameval.core.delayed import DelayedBatch, DelayedEvaluator
+from streameval.core.drift import (
+    DEFAULT_DETECTORS,
+    Alarm,
+    FadingErrorPageHinkley,
+    PageHinkley,
+    RatioPageHinkley,
+    make_detector,
+)
+from streameval.core.estimators import (
+    ConfusionEstimator,
+    ConfusionSnapshot,
+    CumulativeConfusion,
+    FadingConfusion,
+    WindowConfusion,
+    parse_estimator,
+)
+from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
+from streameval.core.join import DROP_REASONS, Join, Outcome
+from streameval.core.labels import DEFAULT_MAX_CLASSES, LabelEncoder
+from streameval.core.measures import SCALAR_MEASURES, compute_measures
+from streameval.core.model import ModelEvaluator, PairEvaluator
+from streameval.core.normalize import normalize
+
+__all__ = [
+    "DEFAULT_DETECTORS",
+    "DEFAULT_ESTIMATORS",
+    "DEFAULT_MAX_CLASSES",
+    "DROP_REASONS",
+    "MCNEMAR_THRESHOLD",
+    "SCALAR_MEASURES",
+    "Alarm",
+    "ConfusionEstimator",
+    "ConfusionSnapshot",
+    "CumulativeConfusion",
+    "DelayedBatch",
+    "DelayedEvaluator",
+    "Evaluator",
+    "FadingConfusion",
+    "FadingErrorPageHinkley",
+    "Join",
+    "LabelEncoder",
+    "ModelComparison",
+    "ModelEvaluator",
+    "Outcome",
+    "PageHinkley",
+    "PairEvaluator",
+    "RatioPageHinkley",
+    "WindowConfusion",
+    "compute_measures",
+    "make_detector",
+    "normalize",
+    "parse_estimator",
+]

@@ -1,0 +1,631 @@
+"""Comparing two classifiers on the same stream: the Q statistic and the signed McNemar test.
+
+A :class:`ModelComparison` is fed, batch by batch, the per-instance losses of model A and model
+B on the instances *both* models predicted (aligned, oldest first). Under each configured
+estimator (``cumulative``, ``window:W``, ``fading:a``, as in
+:func:`~streameval.core.estimators.parse_estimator`) it keeps
+
+- the two loss sums S^A and S^B behind the Q statistic Q = ln(S^A/S^B);
+- the McNemar counts n01 = #(A wrong, B right) and n10 = #(B wrong, A right) behind the signed
+  McNemar statistic M = sign(n01 − n10)·(n01 − n10)²/(n01 + n10).
+
+Reading the signs: Q < 0 (A has the smaller loss) or M < 0 (A makes fewer exclusive errors) means
+A is better, M > 0 that B is better. ``|M| > 6.635`` rejects "no difference" at the 99 % level
+(χ² with one degree of freedom, no continuity correction). :func:`leader` applies this rule.
+
+Undefined values: Q is NaN when either loss sum is 0 (SPEC Part A §10); M is 0 when
+n01 + n10 = 0 — no exclusive error of either model is no evidence of a difference (SPEC §2.2;
+Part A §10's "NaN when a sum is 0" is about the sums of Q).
+
+Exactness: cumulative and window loss sums are kept as exact binary fractions (every finite
+float is one), so any split of a stream into batches gives the very same state and measures,
+real-valued losses included, and a window never drifts when large losses leave it. Fading sums
+are floats kept with :class:`~streameval.core.fading.BlockFading`, bit-identical for any split.
+
+References
+----------
+Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
+Learning 90(3), §4 "Comparative assessment": the Q statistic Q_i(A, B) = log(S_i^A/S_i^B)
+and its fading form Q_i^α (Figs. 4–5); §4.1 "The 0–1 loss function": the signed McNemar
+statistic and the threshold 6.635; §4.2: McNemar over sliding windows and with fading factors
+(Figs. 6–7). SPEC Part A §10 and Part B §2, examples E6–E7.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from streameval.core.estimators import estimator_names, parse_estimator
+from streameval.core.fading import BlockFading
+
+__all__ = [
+    "COMPARISON_MEASURES",
+    "MCNEMAR_THRESHOLD",
+    "ModelComparison",
+    "leader",
+    "mcnemar",
+    "q_statistic",
+]
+
+#: χ² (1 d.f.) quantile at 0.99: ``|M|`` above it is a significant difference (Gama et al.).
+MCNEMAR_THRESHOLD = 6.635
+
+#: Largest loss accepted (a 0-1 loss is 1; anything near this is a unit error).
+MAX_LOSS = 1e100
+
+#: Keys of the measures of one estimator, in a stable order.
+COMPARISON_MEASURES = ("n", "q_statistic", "mcnemar", "n01", "n10", "significant")
+
+NAN = math.nan
+_LN2 = math.log(2.0)
+
+# A dyadic number (m, e) is m·2**e with integers m >= 0 and e <= 0, canonical: (0, 0) for zero,
+# otherwise e == 0 or m odd. Integer sums are (S, 0); every finite float64 is a dyadic number.
+_Dyadic = tuple[int, int]
+_ZERO: _Dyadic = (0, 0)
+_MANTISSA_BITS = 52
+_HALF_BITS = 26  # a 53-bit mantissa split in two halves whose float64 sums stay exact
+_CHUNK = 1 << 24  # at most 2**24 halves (< 2**27 each) per float64 bin sum: exact
+
+
+def _canonical(mantissa: int, exponent: int) -> _Dyadic:
+    if mantissa == 0:
+        return _ZERO
+    if exponent > 0:
+        return mantissa << exponent, 0
+    if exponent < 0:
+        trailing = (mantissa & -mantissa).bit_length() - 1
+        shift = min(trailing, -exponent)
+        return mantissa >> shift, exponent + shift
+    return mantissa, 0
+
+
+def _exact_sum(values: np.ndarray) -> _Dyadic:
+    """The exact sum of non-negative finite float64 values, as a canonical dyadic number.
+
+    Each value is split into its integer mantissa k and binary exponent s (value = k·2**(s−1074));
+    mantissas are summed per exponent with numpy (exactly: halves of 26 and 27 bits in float64
+    bins) and the few distinct exponents are combined in Python integers.
+    """
+    if not values.size:
+        return _ZERO
+    largest = float(values.max())
+    if largest * values.size < 2.0**53 and not np.any(values % 1.0):
+        # integer losses (0-1 loss): every partial float sum is an exact integer
+        return _canonical(int(values.sum()), 0)
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    bits = bits & np.uint64((1 << 63) - 1)  # drop the sign bit of any −0.0
+    biased = (bits >> np.uint64(_MANTISSA_BITS)).astype(np.int64)
+    fraction = (bits & np.uint64((1 << _MANTISSA_BITS) - 1)).astype(np.int64)
+    normal = biased > 0
+    mantissa = np.where(normal, fraction | (1 << _MANTISSA_BITS), fraction)
+    shift = np.where(normal, biased - 1, 0)
+    total = 0
+    for start in range(0, mantissa.size, _CHUNK):
+        part, where = mantissa[start : start + _CHUNK], shift[start : start + _CHUNK]
+        high = np.bincount(where, weights=part >> _HALF_BITS)
+        low = np.bincount(where, weights=part & ((1 << _HALF_BITS) - 1))
+        for s in np.flatnonzero((high > 0) | (low > 0)).tolist():
+            total += ((int(high[s]) << _HALF_BITS) + int(low[s])) << s
+    return _canonical(total, -1074)
+
+
+def _add(x: _Dyadic, y: _Dyadic, sign: int = 1) -> _Dyadic:
+    """x + y (or x − y with ``sign=-1``), exactly."""
+    exponent = min(x[1], y[1])
+    return _canonical((x[0] << (x[1] - exponent)) + sign * (y[0] << (y[1] - exponent)), exponent)
+
+
+def _log_ratio(x: _Dyadic, y: _Dyadic) -> float:
+    """ln(x/y) of two dyadic numbers, NaN when either is zero; no overflow for any size."""
+    (mx, ex), (my, ey) = x, y
+    if mx == 0 or my == 0:
+        return NAN
+    shift = mx.bit_length() - my.bit_length()
+    # correctly rounded mantissa ratio in (1/2, 2), times 2**exponent
+    ratio = mx / (my << shift) if shift >= 0 else (mx << -shift) / my
+    exponent = ex - ey + shift
+    if abs(exponent) < 1000:
+        return math.log(math.ldexp(ratio, exponent))
+    return math.log(ratio) + exponent * _LN2
+
+
+def _float_log_ratio(x: float, y: float) -> float:
+    if not (x > 0.0 and y > 0.0):  # zero (or NaN): undefined
+        return NAN
+    ratio = x / y
+    if 0.0 < ratio < math.inf:
+        return math.log(ratio)
+    return math.log(x) - math.log(y)
+
+
+def q_statistic(loss_sum_a: float, loss_sum_b: float) -> float:
+    """Q = ln(S^A/S^B) of two accumulated (or windowed, or faded) non-negative loss sums.
+
+    Negative: A has accumulated less loss. NaN when either sum is 0 (SPEC Part A §10).
+
+    Examples
+    --------
+    >>> round(q_statistic(3, 1), 6), round(q_statistic(0.8125, 0.25), 6)
+    (1.098612, 1.178655)
+    >>> q_statistic(1, 3) == -q_statistic(3, 1)
+    True
+    >>> q_statistic(2, 0)
+    nan
+    """
+    if isinstance(loss_sum_a, int) and isinstance(loss_sum_b, int):
+        if loss_sum_a < 0 or loss_sum_b < 0:
+            return NAN
+        return _log_ratio(_canonical(loss_sum_a, 0), _canonical(loss_sum_b, 0))
+    return _float_log_ratio(float(loss_sum_a), float(loss_sum_b))
+
+
+def mcnemar(n01: float, n10: float) -> float:
+    """Signed McNemar statistic M = sign(n01 − n10)·(n01 − n10)²/(n01 + n10).
+
+    ``n01`` counts instances A got wrong and B right, ``n10`` the reverse (faded counts are
+    allowed). M > 0: B is better; M < 0: A is better; ``|M| > 6.635`` is significant at 99 %.
+    M = 0 when n01 + n10 = 0: neither model made an exclusive error (SPEC §2.2).
+
+    Examples
+    --------
+    >>> mcnemar(3, 1), mcnemar(0, 5), mcnemar(0, 0)
+    (1.0, -5.0, 0.0)
+    >>> round(mcnemar(0.9**7 + 0.9**4 + 0.9**2, 1), 6)
+    0.302909
+    """
+    total = n01 + n10
+    if total == 0:
+        return 0.0
+    difference = n01 - n10
+    return float(difference * abs(difference) / total)
+
+
+def leader(
+    measures: dict[str, float],
+    a_name: str = "A",
+    b_name: str = "B",
+    *,
+    significant_only: bool = False,
+) -> str | None:
+    """Which model leads by the sign of McNemar's M in the measures of one estimator.
+
+    M < 0 (A makes fewer exclusive errors) → ``a_name``; M > 0 → ``b_name``; M = 0 or NaN →
+    ``None``. With ``significant_only`` a lead counts only when ``|M| > 6.635``
+    (:data:`MCNEMAR_THRESHOLD`). The Q statistic reads the same way (Q < 0: A has less loss)
+    but is not a test; it is not used here.
+
+    Examples
+    --------
+    >>> leader({"mcnemar": 1.0}, "nb", "nb-ddm")
+    'nb-ddm'
+    >>> leader({"mcnemar": -9.0}, "nb", "nb-ddm", significant_only=True)
+    'nb'
+    >>> leader({"mcnemar": 1.0}, "nb", "nb-ddm", significant_only=True) is None
+    True
+    """
+    value = measures["mcnemar"]
+    if value != value or value == 0:
+        return None
+    if significant_only and not abs(value) > MCNEMAR_THRESHOLD:
+        return None
+    return b_name if value > 0 else a_name
+
+
+def validate_losses(errors_a: Any, errors_b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Check two aligned batches of per-instance losses and return them as float64 arrays.
+
+    Raises ``ValueError`` naming the argument, the value and what is allowed.
+    """
+    arrays = []
+    for name, values in (("errors_a", errors_a), ("errors_b", errors_b)):
+        array = np.asarray(values)
+        if array.ndim != 1:
+            raise ValueError(
+                f"{name} has shape {array.shape}; a 1-D array of per-instance losses is needed"
+            )
+        if array.dtype.kind not in "biuf":
+            raise ValueError(
+                f"{name} has dtype {array.dtype}; losses must be numbers (0-1 loss: 1 = wrong)"
+            )
+        array = array.astype(np.float64)
+        if array.size:
+            finite = np.isfinite(array)
+            if not finite.all():
+                bad = array[~finite][0]
+                raise ValueError(f"{name} contains {bad}; losses must be finite and >= 0")
+            if array.min() < 0:
+                raise ValueError(f"{name} contains {array.min()}; losses must be >= 0")
+            if array.max() > MAX_LOSS:
+                raise ValueError(
+                    f"{name} contains {array.max()}; losses must be <= {MAX_LOSS:g} "
+                    "(fading sums scale them by up to 1e20 inside a block)"
+                )
+            array += 0.0  # −0.0 becomes 0.0: one representation of "right"
+        arrays.append(array)
+    if arrays[0].size != arrays[1].size:
+        raise ValueError(
+            f"errors_a has {arrays[0].size} losses but errors_b has {arrays[1].size}; they must "
+            "be aligned (the same instances, both predicted, in the same order)"
+        )
+    return arrays[0], arrays[1]
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A validated batch, with what every estimator needs computed once."""
+
+    loss_a: np.ndarray
+    loss_b: np.ndarray
+    a_only: np.ndarray  # A wrong and B right
+    b_only: np.ndarray  # B wrong and A right
+    n01: int
+    n10: int
+    sum_a: _Dyadic  # exact loss sums of the batch
+    sum_b: _Dyadic
+
+    @classmethod
+    def of(cls, loss_a: np.ndarray, loss_b: np.ndarray) -> _Batch:
+        wrong_a, wrong_b = loss_a > 0, loss_b > 0
+        a_only, b_only = wrong_a & ~wrong_b, wrong_b & ~wrong_a
+        return cls(
+            loss_a,
+            loss_b,
+            a_only,
+            b_only,
+            int(np.count_nonzero(a_only)),
+            int(np.count_nonzero(b_only)),
+            _exact_sum(loss_a),
+            _exact_sum(loss_b),
+        )
+
+
+class _Tally:
+    """Loss sums and McNemar counts of one estimator (not used directly)."""
+
+    kind: ClassVar[str]
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def update(self, batch: _Batch) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> _Tally:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def measures(self) -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @staticmethod
+    def _measures(n: int, q: float, n01: float, n10: float) -> dict[str, float]:
+        statistic = mcnemar(n01, n10)
+        return {
+            "n": n,
+            "q_statistic": q,
+            "mcnemar": statistic,
+            "n01": float(n01),
+            "n10": float(n10),
+            "significant": 1.0 if abs(statistic) > MCNEMAR_THRESHOLD else 0.0,
+        }
+
+
+class _CumulativeTally(_Tally):
+    """Exact loss sums and integer counts over all pairs (Gama et al., Algorithm 1)."""
+
+    kind = "cumulative"
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._sum_a = self._sum_b = _ZERO
+        self._n01 = self._n10 = 0
+
+    def update(self, batch: _Batch) -> None:
+        self._n += batch.loss_a.size
+        self._sum_a = _add(self._sum_a, batch.sum_a)
+        self._sum_b = _add(self._sum_b, batch.sum_b)
+        self._n01 += batch.n01
+        self._n10 += batch.n10
+
+    def measures(self) -> dict[str, float]:
+        q = _log_ratio(self._sum_a, self._sum_b)
+        return self._measures(self._n, q, self._n01, self._n10)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "n": self._n,
+            "loss_sums": [list(self._sum_a), list(self._sum_b)],  # [m, e]: m·2**e, exact
+            "n01": self._n01,
+            "n10": self._n10,
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> _CumulativeTally:
+        tally = cls()
+        tally._n = state["n"]
+        (ma, ea), (mb, eb) = state["loss_sums"]
+        tally._sum_a, tally._sum_b = _canonical(ma, ea), _canonical(mb, eb)
+        tally._n01, tally._n10 = state["n01"], state["n10"]
+        return tally
+
+
+class _WindowTally(_Tally):
+    """Exact loss sums and counts over the last ``window_size`` pairs (Algorithm 2).
+
+    A ring buffer holds the losses of the pairs in the window; the slot of pair i is
+    i % window_size, so any batch split leaves the same buffer.
+    """
+
+    kind = "window"
+
+    def __init__(self, window_size: int) -> None:
+        self.window_size = window_size
+        self._seen = 0
+        self._loss_a = np.zeros(window_size, dtype=np.float64)
+        self._loss_b = np.zeros(window_size, dtype=np.float64)
+        self._sum_a = self._sum_b = _ZERO
+        self._n01 = self._n10 = 0
+
+    @property
+    def name(self) -> str:
+        return f"window:{self.window_size}"
+
+    def _recount(self) -> None:
+        """Sums and counts from the buffer (empty slots hold 0 losses and count for nothing)."""
+        self._sum_a, self._sum_b = _exact_sum(self._loss_a), _exact_sum(self._loss_b)
+        wrong_a, wrong_b = self._loss_a > 0, self._loss_b > 0
+        self._n01 = int(np.count_nonzero(wrong_a & ~wrong_b))
+        self._n10 = int(np.count_nonzero(wrong_b & ~wrong_a))
+
+    def update(self, batch: _Batch) -> None:
+        loss_a, loss_b = batch.loss_a, batch.loss_b
+        size, m = self.window_size, loss_a.size
+        if m >= size:  # the batch alone fills the window: rebuild from its tail
+            slots = (self._seen + np.arange(m - size, m)) % size
+            self._loss_a[slots], self._loss_b[slots] = loss_a[m - size :], loss_b[m - size :]
+            self._recount()
+        else:
+            positions = self._seen + np.arange(m)
+            slots = positions % size
+            old = slots[positions >= size]  # slots whose previous pair leaves the window
+            if old.size:
+                old_a, old_b = self._loss_a[old], self._loss_b[old]
+                self._sum_a = _add(self._sum_a, _exact_sum(old_a), sign=-1)
+                self._sum_b = _add(self._sum_b, _exact_sum(old_b), sign=-1)
+                self._n01 -= int(np.count_nonzero((old_a > 0) & ~(old_b > 0)))
+                self._n10 -= int(np.count_nonzero((old_b > 0) & ~(old_a > 0)))
+            self._loss_a[slots], self._loss_b[slots] = loss_a, loss_b
+            self._sum_a = _add(self._sum_a, batch.sum_a)
+            self._sum_b = _add(self._sum_b, batch.sum_b)
+            self._n01 += batch.n01
+            self._n10 += batch.n10
+        self._seen += m
+
+    def measures(self) -> dict[str, float]:
+        q = _log_ratio(self._sum_a, self._sum_b)
+        return self._measures(min(self._seen, self.window_size), q, self._n01, self._n10)
+
+    def _ordered_slots(self) -> np.ndarray:
+        n = min(self._seen, self.window_size)
+        return np.arange(self._seen - n, self._seen) % self.window_size
+
+    def state(self) -> dict[str, Any]:
+        """The window's losses oldest first; sums and counts are recomputed from them."""
+        slots = self._ordered_slots()
+        return {
+            "kind": self.kind,
+            "window_size": self.window_size,
+            "seen": self._seen,
+            "losses_a": self._loss_a[slots].tolist(),
+            "losses_b": self._loss_b[slots].tolist(),
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> _WindowTally:
+        tally = cls(window_size=state["window_size"])
+        tally._seen = state["seen"]
+        slots = tally._ordered_slots()
+        tally._loss_a[slots] = state["losses_a"]
+        tally._loss_b[slots] = state["losses_b"]
+        tally._recount()
+        return tally
+
+
+class _FadingTally(_Tally):
+    """Faded loss sums S ← L + a·S and faded counts n01 ← a·n01 + 1[...] (Algorithm 3),
+    kept with :class:`~streameval.core.fading.BlockFading` so any batch split gives the same bits.
+    """
+
+    kind = "fading"
+
+    def __init__(self, fading_factor: float) -> None:
+        self.fading_factor = fading_factor
+        self._fading = BlockFading(fading_factor, 4)  # bins: S_A, S_B, n01, n10
+
+    @property
+    def name(self) -> str:
+        return f"fading:{self.fading_factor!r}"
+
+    def update(self, batch: _Batch) -> None:
+        loss_a, loss_b, a_only, b_only = batch.loss_a, batch.loss_b, batch.a_only, batch.b_only
+
+        def contribute(rows: slice, weights: np.ndarray):
+            only_a, only_b = a_only[rows], b_only[rows]
+            index = np.concatenate(
+                [
+                    np.zeros(weights.size, dtype=np.intp),
+                    np.ones(weights.size, dtype=np.intp),
+                    np.full(int(only_a.sum()), 2),
+                    np.full(int(only_b.sum()), 3),
+                ]
+            )
+            values = np.concatenate(
+                [weights * loss_a[rows], weights * loss_b[rows], weights[only_a], weights[only_b]]
+            )
+            return index, values
+
+        self._fading.update(loss_a.size, contribute)
+
+    def measures(self) -> dict[str, float]:
+        sum_a, sum_b, n01, n10 = self._fading.value().tolist()
+        return self._measures(self._fading.n, _float_log_ratio(sum_a, sum_b), n01, n10)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "fading_factor": self.fading_factor,
+            "fading": self._fading.state(),
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> _FadingTally:
+        tally = cls(fading_factor=state["fading_factor"])
+        tally._fading.load(state["fading"])
+        return tally
+
+
+_TALLIES: dict[str, type[_Tally]] = {
+    tally.kind: tally for tally in (_CumulativeTally, _WindowTally, _FadingTally)
+}
+
+
+def _make_tally(spec: str) -> _Tally:
+    """A tally for an estimator name, parsed (and rejected) as everywhere else in the core."""
+    estimator = parse_estimator(spec, max_classes=1)
+    if estimator.kind == "window":
+        return _WindowTally(estimator.window_size)
+    if estimator.kind == "fading":
+        return _FadingTally(estimator.fading_factor)
+    return _CumulativeTally()
+
+
+class ModelComparison:
+    """Q statistic and signed McNemar test of model A against model B, under every estimator.
+
+    Feed :meth:`update` the per-instance losses of both models on the instances both of them
+    predicted (0-1 loss: 1 = wrong; any finite non-negative loss is accepted for Q, and a loss
+    > 0 counts as "wrong" for McNemar). :meth:`measures` returns, per estimator name,
+
+    ``n``
+        Pairs the estimate covers (all pairs seen for cumulative and fading).
+    ``q_statistic``
+        Q = ln(S^A/S^B), natural log; NaN when either sum is 0. Q < 0: A has less loss.
+    ``mcnemar``
+        M = sign(n01 − n10)·(n01 − n10)²/(n01 + n10); 0 when n01 + n10 = 0. M > 0: B better.
+    ``n01``, ``n10``
+        #(A wrong, B right) and #(B wrong, A right); faded counts under ``fading:a``.
+    ``significant``
+        1.0 when ``|M| > 6.635`` (99 %, χ² with 1 d.f.), else 0.0.
+
+    Parameters
+    ----------
+    estimators
+        Estimator names: ``cumulative``, ``window:W`` (the last W pairs), ``fading:a``
+        (S ← L + a·S; n01 ← a·n01 + 1[A wrong, B right]). Default: cumulative, a window of
+        1000 pairs and fading factor 0.999.
+
+    Examples
+    --------
+    E6 of SPEC §8: Q after each pair (cumulative, and fading with a = 0.5).
+
+    >>> cmp = ModelComparison(estimators=["cumulative", "fading:0.5"])
+    >>> for a, b in zip([1, 0, 1, 1, 0], [0, 0, 1, 0, 0]):
+    ...     cmp.update([a], [b])
+    ...     m = cmp.measures()
+    ...     print(*(round(m[name]["q_statistic"], 6) for name in cmp.names))
+    nan nan
+    nan nan
+    0.693147 0.223144
+    1.098612 1.178655
+    1.098612 1.178655
+
+    E7: error indicators of A and B; A makes more exclusive errors, not significantly.
+
+    >>> cmp = ModelComparison(estimators=["cumulative", "window:4", "fading:0.9"])
+    >>> cmp.update([1, 1, 0, 1, 0, 1, 1, 0], [0, 1, 0, 0, 0, 0, 1, 1])
+    >>> m = cmp.measures()
+    >>> m["cumulative"]  # doctest: +NORMALIZE_WHITESPACE
+    {'n': 8, 'q_statistic': 0.5108256237659907, 'mcnemar': 1.0, 'n01': 3.0, 'n10': 1.0,
+     'significant': 0.0}
+    >>> m["window:4"]["n01"], m["window:4"]["n10"], m["window:4"]["mcnemar"]
+    (1.0, 1.0, 0.0)
+    >>> fading = m["fading:0.9"]
+    >>> round(fading["n01"], 6), fading["n10"], round(fading["mcnemar"], 6)
+    (1.944397, 1.0, 0.302909)
+    >>> leader(m["cumulative"], "A", "B")
+    'B'
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §4 (Q statistic and its fading
+    form Q_i^α), §4.1 (signed McNemar M, 6.635) and §4.2 (McNemar over windows and with fading
+    factors); SPEC Part A §10 and Part B §2 (the fading McNemar counts and M = 0 are the
+    project's choices, not the paper's).
+    """
+
+    def __init__(self, estimators: Sequence[str] = ("cumulative", "window:1000", "fading:0.999")):
+        estimator_names(estimators)  # validates the list
+        self.estimators = tuple(estimators)
+        self._tallies: dict[str, _Tally] = {}
+        for spec in self.estimators:
+            tally = _make_tally(spec)
+            self._tallies[tally.name] = tally
+
+    @property
+    def names(self) -> list[str]:
+        """Wire names of the estimators, in configured order."""
+        return list(self._tallies)
+
+    def update(self, errors_a: Any, errors_b: Any) -> None:
+        """Add a batch of aligned per-instance losses of model A and model B, oldest first.
+
+        All-or-nothing: a bad batch raises ``ValueError`` and changes nothing.
+        """
+        loss_a, loss_b = validate_losses(errors_a, errors_b)
+        if not loss_a.size:
+            return
+        batch = _Batch.of(loss_a, loss_b)
+        for tally in self._tallies.values():
+            tally.update(batch)
+
+    def measures(self) -> dict[str, dict[str, float]]:
+        """``{estimator: {"n", "q_statistic", "mcnemar", "n01", "n10", "significant"}}``."""
+        return {name: tally.measures() for name, tally in self._tallies.items()}
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the whole comparison (round-trips exactly)."""
+        return {
+            "estimators": list(self.estimators),
+            "state": {name: tally.state() for name, tally in self._tallies.items()},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ModelComparison:
+        """Rebuild a comparison from :meth:`state`."""
+        comparison = cls(estimators=state["estimators"])
+        saved = state["state"]
+        if set(saved) != set(comparison._tallies):
+            raise ValueError(
+                f"comparison state has estimators {sorted(saved)} but its configuration names "
+                f"{sorted(comparison._tallies)}; they must be the same"
+            )
+        for name, tally_state in saved.items():
+            kind = tally_state.get("kind")
+            if kind not in _TALLIES:
+                raise ValueError(
+                    f"comparison state of {name!r} has kind={kind!r}; "
+                    "expected cumulative, window or fading"
+                )
+            comparison._tallies[name] = _TALLIES[kind]._from_state(tally_state)
+        return comparison

@@ -1,0 +1,582 @@
+"""Delayed labels and evolving predictions: latency bins, Λ(T, b) and Ψ_α.
+
+While an instance waits for its label its model may re-predict it. Grzenda et al. split each
+latency period [t_instance, t_label] into B equal bins and score, for every bin, the prediction
+that represents it: bin 0 is the initial prediction, bins 1..B the re-predictions, bin B+1 the
+final (test-then-train) prediction. Λ(T, b) is a measure over the bin-b predictions of all
+instances labelled by T; Ψ_α weights bins 0..B by (1/α)^(b/B), so early predictions count more.
+
+References
+----------
+Grzenda, Gomes, Bifet (2020), *Performance measures for evolving predictions under delayed
+labelling classification*, IJCNN: latency bins, Λ(T, b) and the prioritised measure Ψ_α
+(SPEC §6.2–6.5, Part A §9).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streameval.core.estimators import estimator_names, persistence
+from streameval.core.fading import BlockFading
+from streameval.core.labels import DEFAULT_MAX_CLASSES
+from streameval.core.measures import ROUNDING_NOISE
+
+__all__ = [
+    "BIN_RULES",
+    "DelayedBatch",
+    "DelayedEvaluator",
+    "bin_predictions",
+    "psi_weights",
+]
+
+BIN_RULES = ("vote", "last")
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class DelayedBatch:
+    """Prediction timelines of a batch of outcomes, flattened for numpy.
+
+    ``initial[i]`` and ``final[i]`` are the first and last predicted class index of outcome i;
+    its re-predictions (every prediction after the first, the final one included) are the
+    entries of ``owner == i`` in ``times``/``labels``, sorted by (owner, time).
+    """
+
+    y_true: np.ndarray
+    initial: np.ndarray
+    final: np.ndarray
+    t_instance: np.ndarray
+    t_label: np.ndarray
+    owner: np.ndarray
+    times: np.ndarray
+    labels: np.ndarray
+
+    @classmethod
+    def from_timelines(cls, y_true, timelines, t_instance, t_label) -> DelayedBatch:
+        """Build from per-outcome ``(times, class_indices)`` pairs (each sorted by time)."""
+        owner, times, labels = [], [], []
+        initial, final = [], []
+        for i, (ts, ys) in enumerate(timelines):
+            initial.append(ys[0])
+            final.append(ys[-1])
+            owner.extend([i] * (len(ts) - 1))
+            times.extend(ts[1:])
+            labels.extend(ys[1:])
+        as_int = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
+        return cls(
+            as_int(y_true), as_int(initial), as_int(final), as_int(t_instance), as_int(t_label),
+            as_int(owner), as_int(times), as_int(labels),
+        )  # fmt: skip
+
+
+def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") -> np.ndarray:
+    """The prediction representing each bin 0..B+1 of every outcome: an (n, B+2) array.
+
+    A re-prediction at time τ belongs to bin ``b(τ) = min(B, 1 + floor(B·(τ − t_k)/Δt_k))``
+    (half-open bins; one at exactly t_label goes to bin B), computed in exact integer
+    arithmetic. A bin with no re-prediction carries the prediction in force at its start; with
+    exactly one, that one; with several, ``rule="vote"`` takes the time-weighted vote of the
+    predictions in force during the bin (ties to the smallest class index) and ``rule="last"``
+    the one in force at the bin's end. With Δt = 0 every bin gets the initial prediction.
+
+    Examples
+    --------
+    SPEC E13, instance 1: t = 0, label at t = 8, B = 4, initial 0, re-predictions
+    t = 3 → 1, t = 5 → 1, t = 7 → 0, final 1 (at t = 8):
+
+    >>> batch = DelayedBatch.from_timelines(
+    ...     [1], [([0, 3, 5, 7, 8], [0, 1, 1, 0, 1])], t_instance=[0], t_label=[8])
+    >>> bin_predictions(batch, bins=4).tolist()
+    [[0, 0, 1, 1, 0, 1]]
+    """
+    if rule not in BIN_RULES:
+        raise ValueError(f"bin_rule={rule!r} is not allowed; use one of {BIN_RULES}")
+    _check_latency(batch)
+    n = batch.initial.size
+    grid = np.full((n, bins + 1), -1, dtype=np.int64)
+    grid[:, 0] = batch.initial
+    owner = batch.owner
+    if owner.size:
+        t0 = batch.t_instance[owner]
+        span = batch.t_label[owner] - t0
+        usable = span > 0  # Δt = 0: all bins keep the initial prediction
+        owner, times, labels, t0, span = (
+            a[usable] for a in (owner, batch.times, batch.labels, t0, span)
+        )
+        offset = np.maximum(times - t0, 0)  # a re-prediction before t_instance: bin 1
+        b = np.minimum(bins, 1 + (bins * offset) // np.maximum(span, 1))
+        key = owner * (bins + 1) + b
+        last = np.ones(key.size, dtype=bool)
+        last[:-1] = key[1:] != key[:-1]
+        grid[owner[last], b[last]] = labels[last]
+    # carry forward: a bin without a re-prediction keeps the prediction in force at its start
+    filled = np.where(grid >= 0, np.arange(bins + 1), 0)
+    np.maximum.accumulate(filled, axis=1, out=filled)
+    result = np.empty((n, bins + 2), dtype=np.int64)
+    result[:, : bins + 1] = np.take_along_axis(grid, filled, axis=1)
+    result[:, bins + 1] = batch.final
+    if rule == "vote" and owner.size:
+        # bins holding several re-predictions (rare): a time-weighted vote, one bin at a time
+        in_force = result.copy()  # the prediction in force at each bin's end
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        sizes = np.diff(np.r_[starts, key.size])
+        crowded = sizes >= 2
+        for start, size in zip(starts[crowded].tolist(), sizes[crowded].tolist(), strict=True):
+            stop = start + size
+            o, bin_ = int(owner[start]), int(b[start])
+            result[o, bin_] = _vote(
+                carried=int(in_force[o, bin_ - 1]),
+                times=times[start:stop],
+                labels=labels[start:stop],
+                t0=int(batch.t_instance[o]),
+                span=int(batch.t_label[o] - batch.t_instance[o]),
+                bin_=bin_,
+                bins=bins,
+            )
+    return result
+
+
+def _check_latency(batch: DelayedBatch) -> None:
+    negative = np.flatnonzero(batch.t_label < batch.t_instance)
+    if negative.size:
+        i = int(negative[0])
+        raise ValueError(
+            f"outcome {i} has t_label={int(batch.t_label[i])} before "
+            f"t_instance={int(batch.t_instance[i])}; a latency period cannot be negative"
+        )
+
+
+def _vote(carried, times, labels, t0, span, bin_, bins) -> int:
+    """Time-weighted vote inside one bin, in units of 1/B ms so that ties are exact."""
+    start = t0 * bins + span * (bin_ - 1)
+    end = t0 * bins + span * bin_
+    points = np.clip(times * bins, start, end)
+    edges = np.r_[start, points, end]
+    durations = np.diff(edges)
+    held = np.r_[carried, labels]
+    tally = np.bincount(held, weights=durations.astype(np.float64))
+    return int(np.argmax(tally))  # first maximum: ties go to the smallest class index
+
+
+def psi_weights(bins: int, alpha: float) -> np.ndarray:
+    """Normalised weights (1/α)^(b/B) of bins b = 0..B for Ψ_α.
+
+    >>> [round(w, 6) for w in (psi_weights(4, 2.0) * 3.642607).tolist()]
+    [1.0, 0.840896, 0.707107, 0.594604, 0.5]
+    """
+    raw = np.power(1.0 / alpha, np.arange(bins + 1) / bins)
+    return raw / raw.sum()
+
+
+class _Rows:
+    """A batch as :class:`_BinnedState` takes it: outcomes whose B+2 bins all hold the same
+    prediction (*uniform*: every outcome with a single prediction) as that one prediction, and
+    the bins of the others as rows of a grid."""
+
+    __slots__ = ("grid", "per", "pred", "uniform", "varied", "y_true")
+
+    def __init__(self, y_true, pred, uniform, grid, per) -> None:
+        self.y_true = y_true  # (n,) true class
+        self.pred = pred  # (n,) bin-0 prediction: every bin's for a uniform outcome
+        self.uniform = uniform  # (n,) bool
+        self.varied = np.flatnonzero(~uniform)  # positions of the grid's rows
+        self.grid = grid  # (len(varied), V) bins of the other outcomes, in order
+        self.per = per  # (n, 2) persistent baseline: correct, scored
+
+    def __len__(self) -> int:
+        return self.y_true.size
+
+    def tail(self, start: int) -> _Rows:
+        """Outcomes ``start:``."""
+        cut = int(np.searchsorted(self.varied, start))
+        return _Rows(self.y_true[start:], self.pred[start:], self.uniform[start:],
+                     self.grid[cut:], self.per[start:])  # fmt: skip
+
+
+class _BinnedState:
+    """Sufficient statistics of accuracy and κ for V prediction views sharing true labels,
+    under one estimator (cumulative, window of W outcomes, or fading factor a).
+
+    The per-view statistics (hits, predicted-class counts) are kept in V + 1 columns: column 0
+    holds the uniform outcomes (:class:`_Rows`), which count the same in every view, and
+    column 1 + v the other outcomes' contributions to view v; view v is column 0 plus column
+    1 + v. A uniform outcome thus costs O(1), not O(V). Cumulative and window counts are
+    integers, exact in any order; the fading sums of a stream whose outcomes are all uniform
+    are bit-identical to keeping every view apart.
+    """
+
+    def __init__(self, spec: str, views: int) -> None:
+        kind, _, arg = spec.partition(":")
+        self.spec, self.kind, self.views = spec, kind, views
+        self.window = int(arg) if kind == "window" else 0
+        self.fading = float(arg) if kind == "fading" else 1.0
+        columns = views + 1
+        self.k = 0
+        self.total = 0.0
+        self.correct = np.zeros(columns)
+        self.pred = np.zeros((columns, 0))
+        self.true = np.zeros(0)
+        self.per = np.zeros(2)  # persistent baseline: correct, scored
+        self.seen = 0
+        if kind == "fading":
+            # bins: total | correct per column | predicted class per column (C·k) | true class
+            # (k) | persistent predictor correct, scored
+            self._fading = BlockFading(self.fading, 1 + columns + 2)
+        if self.window:
+            self.ring_true = np.zeros(self.window, dtype=np.int64)
+            self.ring_pred = np.zeros((self.window, views), dtype=np.int64)  # [:, 0] if uniform
+            self.ring_uniform = np.zeros(self.window, dtype=bool)
+            self.ring_per = np.zeros((self.window, 2), dtype=np.int64)
+
+    def grow(self, k: int) -> None:
+        if k > self.k:
+            extra, old, c = k - self.k, self.k, self.views + 1
+            self.pred = np.pad(self.pred, ((0, 0), (0, extra)))
+            self.true = np.pad(self.true, (0, extra))
+            if self.kind == "fading":
+
+                def relayout(flat: np.ndarray) -> np.ndarray:
+                    head, pred = flat[: 1 + c], flat[1 + c : 1 + c + c * old].reshape(c, old)
+                    true, per = flat[1 + c + c * old : 1 + c + c * old + old], flat[-2:]
+                    padded = np.pad(pred, ((0, 0), (0, extra))).ravel()
+                    return np.concatenate([head, padded, np.pad(true, (0, extra)), per])
+
+                self._fading.relayout(relayout)
+            self.k = k
+
+    def _fading_update(self, rows: _Rows | None) -> None:
+        c, k = self.views + 1, self.k
+        pred_at, true_at, per_at = 1 + c, 1 + c + c * k, 1 + c + c * k + k
+        if rows is not None and len(rows):
+            y_true, pred, uniform, varied, per = (rows.y_true, rows.pred, rows.uniform,
+                                                  rows.varied, rows.per)  # fmt: skip
+            hits = pred == y_true
+            shared_hit = uniform & hits
+            grid_hits = rows.grid == y_true[varied][:, None]
+            grid_bins = pred_at + (1 + np.arange(c - 1)) * k + rows.grid
+            shared_bins = pred_at + pred
+            true_bins = true_at + y_true
+            correct, scored = per[:, 0] > 0, per[:, 1] > 0
+
+            def contribute(part: slice, weights: np.ndarray):
+                # each bin receives its values in outcome order (nonzero of the transposed
+                # hits walks views, then rows; ravel of the row-major bins walks rows)
+                lo = int(np.searchsorted(varied, part.start))
+                hi = int(np.searchsorted(varied, part.stop))
+                varied_weights = weights[varied[lo:hi] - part.start]
+                hit_views, hit_rows = np.nonzero(grid_hits[lo:hi].T)
+                same = uniform[part]
+                index = np.concatenate([
+                    np.zeros(weights.size, dtype=np.intp),
+                    np.ones(int(shared_hit[part].sum()), dtype=np.intp), 2 + hit_views,
+                    shared_bins[part][same], grid_bins[lo:hi].ravel(), true_bins[part],
+                    np.full(int(correct[part].sum()), per_at),
+                    np.full(int(scored[part].sum()), per_at + 1),
+                ])  # fmt: skip
+                values = np.concatenate([
+                    weights, weights[shared_hit[part]], varied_weights[hit_rows],
+                    weights[same], np.repeat(varied_weights, c - 1), weights,
+                    weights[correct[part]], weights[scored[part]],
+                ])  # fmt: skip
+                return index, values
+
+            self._fading.update(len(rows), contribute)
+        flat = self._fading.value()
+        self.total = float(flat[0])
+        self.correct = flat[1:pred_at]
+        self.pred = flat[pred_at:true_at].reshape(c, k)
+        self.true = flat[true_at:per_at]
+        self.per = flat[per_at:]
+
+    def _stats(self, rows: _Rows):
+        """Counts of a batch (cumulative and window estimates: integers, exact in any order)."""
+        k, c = self.k, self.views + 1
+        y_true, pred, uniform, varied = rows.y_true, rows.pred, rows.uniform, rows.varied
+        correct = np.empty(c)
+        correct[0] = np.count_nonzero(uniform & (pred == y_true))
+        correct[1:] = (rows.grid == y_true[varied][:, None]).sum(axis=0)
+        cells = (np.arange(1, c) * k)[None, :] + rows.grid
+        pred_counts = np.bincount(
+            np.concatenate([pred[uniform], cells.ravel()]), minlength=c * k
+        ).reshape(c, k)
+        true = np.bincount(y_true, minlength=k)
+        return float(y_true.size), correct, pred_counts, true, rows.per.sum(axis=0)
+
+    def _add(self, stats, sign=1.0) -> None:
+        total, correct, pred, true, per = stats
+        self.total += sign * total
+        self.correct += sign * correct
+        self.pred += sign * pred
+        self.true += sign * true
+        self.per += sign * per
+
+    def update(self, rows: _Rows) -> None:
+        m = len(rows)
+        if self.kind == "fading":
+            self._fading_update(rows)
+        elif self.kind == "window":
+            size = self.window
+            if m >= size:
+                rows = rows.tail(m - size)
+                slots = (self.seen + m - size + np.arange(size)) % size
+                self.total, self.correct = 0.0, np.zeros_like(self.correct)
+                self.pred, self.true = np.zeros_like(self.pred), np.zeros_like(self.true)
+                self.per = np.zeros(2)
+            else:
+                positions = self.seen + np.arange(m)
+                slots = positions % size
+                old = slots[positions >= size]
+                if old.size:
+                    self._add(self._stats(self._ring_rows(old)), sign=-1.0)
+            self.ring_true[slots], self.ring_per[slots] = rows.y_true, rows.per
+            self.ring_uniform[slots] = rows.uniform
+            self.ring_pred[slots[rows.uniform], 0] = rows.pred[rows.uniform]
+            self.ring_pred[slots[rows.varied]] = rows.grid
+            self._add(self._stats(rows))
+        else:
+            self._add(self._stats(rows))
+        self.seen += m
+
+    def _ring_rows(self, slots: np.ndarray) -> _Rows:
+        uniform = self.ring_uniform[slots]
+        return _Rows(self.ring_true[slots], self.ring_pred[slots, 0], uniform,
+                     self.ring_pred[slots[~uniform]], self.ring_per[slots])  # fmt: skip
+
+    def view_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Hits (V,) and predicted-class counts (V, k) of every view."""
+        return self.correct[1:] + self.correct[0], self.pred[1:] + self.pred[0]
+
+    def measures(self) -> dict[str, np.ndarray]:
+        """Accuracy, κ and κ⁺ of every view (NaN where undefined)."""
+        views = self.views
+        nan = np.full(views, NAN)
+        if self.total <= 0:
+            return {"accuracy": nan, "kappa": nan, "kappa_plus": nan}
+        total = self.total
+        correct, pred = self.view_counts()
+        p = correct / total
+        p_ran = (pred @ self.true) / (total * total)
+        # p_ran is exactly 1 only when true and predicted labels are all one and the same class
+        true_classes = np.flatnonzero(self.true > 0)
+        single = (pred > 0).sum(axis=1) == 1
+        if true_classes.size == 1:
+            undefined = single & (pred[:, true_classes[0]] > 0)
+        else:
+            undefined = np.zeros(views, dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kappa = np.where(undefined, NAN, (p - p_ran) / (1 - p_ran))
+        correct_per, scored_per = self.per
+        if scored_per > 0 and correct_per != scored_per:
+            p_per = correct_per / scored_per
+            kappa_temporal = (p - p_per) / (1 - p_per)
+            noise = ROUNDING_NOISE
+            kappa_plus = np.sqrt(
+                np.where(kappa > noise, kappa, 0.0)
+                * np.where(kappa_temporal > noise, kappa_temporal, 0.0)
+            )
+            kappa_plus = np.where(np.isnan(kappa), NAN, kappa_plus)
+        else:
+            kappa_plus = nan
+        return {"accuracy": p, "kappa": kappa, "kappa_plus": kappa_plus}
+
+    def state(self) -> dict[str, Any]:
+        if self.kind == "fading":
+            return {"k": self.k, "seen": self.seen, "fading": self._fading.state()}
+        out = {
+            "k": self.k, "total": self.total, "correct": self.correct.tolist(),
+            "pred": self.pred.tolist(), "true": self.true.tolist(), "per": self.per.tolist(),
+            "seen": self.seen,
+        }  # fmt: skip
+        if self.window:
+            n = min(self.seen, self.window)
+            slots = np.arange(self.seen - n, self.seen) % self.window
+            pred = self.ring_pred[slots]
+            uniform = self.ring_uniform[slots]
+            pred[uniform] = pred[uniform, :1]  # every bin of a uniform outcome
+            out["ring"] = [
+                self.ring_true[slots].tolist(),
+                pred.tolist(),
+                self.ring_per[slots].tolist(),
+            ]
+        return out
+
+    def load(self, state: dict[str, Any]) -> None:
+        if self.kind == "fading":
+            self.k, self.seen = state["k"], state["seen"]
+            self._fading.load(state["fading"])
+            self._fading_update(None)
+            return
+        self.k, self.total, self.seen = state["k"], state["total"], state["seen"]
+        self.correct = np.array(state["correct"], dtype=np.float64)
+        self.pred = np.array(state["pred"], dtype=np.float64).reshape(self.views + 1, self.k)
+        self.true = np.array(state["true"], dtype=np.float64)
+        self.per = np.array(state["per"], dtype=np.float64)
+        if self.window:
+            n = min(self.seen, self.window)
+            slots = np.arange(self.seen - n, self.seen) % self.window
+            true, pred, per = state["ring"]
+            pred = np.array(pred, dtype=np.int64).reshape(n, self.views)
+            self.ring_true[slots] = true
+            self.ring_pred[slots] = pred
+            self.ring_uniform[slots] = (pred == pred[:, :1]).all(axis=1)
+            self.ring_per[slots] = np.array(per, dtype=np.int64).reshape(n, 2)
+
+
+class DelayedEvaluator:
+    """Initial, binned and final performance and Ψ_α of one model, under every estimator.
+
+    Fed batches of outcomes as :class:`DelayedBatch` (class indices); keeps, per estimator,
+    the statistics of accuracy and Cohen's κ for each of the B+2 bins (O(B·k) numbers, never a
+    k×k matrix per bin) and the persistent baseline they share, so κ⁺ is available per bin too.
+
+    Parameters
+    ----------
+    estimators
+        Estimator names as for :class:`~streameval.core.evaluator.Evaluator`.
+    bins
+        B, the number of sub-periods of each latency period (default 100).
+    alpha
+        α ≥ 1 of Ψ_α (default 2): bin b weighs (1/α)^(b/B).
+    bin_rule
+        ``"vote"`` (time-weighted vote, default) or ``"last"`` (prediction in force at the end
+        of the bin) for bins with several re-predictions.
+
+    Examples
+    --------
+    SPEC E13: instance 1 as in :func:`bin_predictions`, instance 2 correct in every bin.
+
+    >>> ev = DelayedEvaluator(estimators=["cumulative"], bins=4, alpha=2.0)
+    >>> ev.update(DelayedBatch.from_timelines(
+    ...     [1, 1], [([0, 3, 5, 7, 8], [0, 1, 1, 0, 1]), ([0], [1])],
+    ...     t_instance=[0, 0], t_label=[8, 8]))
+    >>> m = ev.measures()["cumulative"]
+    >>> m["accuracy_initial"], m["binned_accuracy"], m["accuracy_final"]
+    (0.5, [0.5, 1.0, 1.0, 0.5], 1.0)
+    >>> round(m["psi_accuracy"], 6)
+    0.678678
+
+    References
+    ----------
+    Grzenda, Gomes, Bifet (2020), IJCNN, Λ(T, b) and Ψ_α (SPEC §6.3–6.5).
+    """
+
+    def __init__(
+        self,
+        estimators=("cumulative", "window:1000", "fading:0.999"),
+        bins: int = 100,
+        alpha: float = 2.0,
+        bin_rule: str = "vote",
+        max_classes: int = DEFAULT_MAX_CLASSES,
+    ) -> None:
+        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+            raise ValueError(f"bins={bins!r} is not allowed; use an integer >= 1 (default 100)")
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha >= 1:
+            raise ValueError(
+                f"alpha={alpha!r} is not allowed; use a number >= 1 (1 = plain mean of the bins)"
+            )
+        if not math.isfinite(alpha):
+            raise ValueError(f"alpha={alpha!r} is not allowed; use a finite number >= 1")
+        if bin_rule not in BIN_RULES:
+            raise ValueError(f"bin_rule={bin_rule!r} is not allowed; use one of {BIN_RULES}")
+        self.estimators = tuple(estimators)
+        self.bins, self.alpha, self.bin_rule, self.max_classes = (
+            bins,
+            float(alpha),
+            bin_rule,
+            max_classes,
+        )
+        names = estimator_names(self.estimators)
+        self._states = {name: _BinnedState(name, bins + 2) for name in names}
+        self._weights = psi_weights(bins, self.alpha)
+        self._last = -1
+        self._n = 0
+
+    #: Outcomes whose bins all hold one prediction (every outcome with a single prediction)
+    #: skip the (n, B+2) grid and update every view at once; False sends every outcome
+    #: through the grid, the general path the tests compare the fast one with.
+    _uniform_fast_path = True
+
+    def update(self, batch: DelayedBatch) -> None:
+        """Add a batch of outcomes (oldest first)."""
+        y_true = batch.y_true
+        n = y_true.size
+        if n == 0:
+            return
+        _check_latency(batch)
+        initial, bins = batch.initial, self.bins
+        if self._uniform_fast_path:
+            # an outcome without re-predictions holds its only prediction in every bin
+            binned = batch.final != initial
+            binned[batch.owner] = True
+        else:
+            binned = np.ones(n, dtype=bool)
+        at = np.flatnonzero(binned)
+        if at.size == n:
+            grid = bin_predictions(batch, bins, self.bin_rule)
+        elif at.size:
+            position = np.cumsum(binned) - 1
+            only = DelayedBatch(y_true[at], initial[at], batch.final[at], batch.t_instance[at],
+                                batch.t_label[at], position[batch.owner], batch.times,
+                                batch.labels)  # fmt: skip
+            grid = bin_predictions(only, bins, self.bin_rule)
+        else:
+            grid = np.empty((0, bins + 2), dtype=np.int64)
+        uniform = ~binned
+        if self._uniform_fast_path and at.size:
+            same = (grid == grid[:, :1]).all(axis=1)  # re-predictions that changed no bin
+            uniform[at[same]] = True
+            grid = grid[~same]
+        classes = (y_true, initial[uniform], grid)
+        low = min(int(c.min()) for c in classes if c.size)
+        k = max(int(c.max()) for c in classes if c.size) + 1
+        if k > self.max_classes or low < 0:
+            raise ValueError(
+                f"class indices must lie in [0, max_classes={self.max_classes}); got {low}..{k - 1}"
+            )
+        scored, correct = persistence(y_true, self._last)
+        per = np.stack([correct, scored], axis=1).astype(np.float64)
+        rows = _Rows(y_true, initial, uniform, grid, per)
+        for state in self._states.values():
+            state.grow(k)
+            state.update(rows)
+        self._last = int(y_true[-1])
+        self._n += n
+
+    def measures(self) -> dict[str, dict[str, Any]]:
+        """Per estimator: ``{measure}_initial``, ``binned_{measure}`` (B values),
+        ``{measure}_final`` and ``psi_{measure}`` for accuracy, kappa and kappa_plus."""
+        out = {}
+        bins = self.bins
+        for name, state in self._states.items():
+            values = state.measures()
+            block: dict[str, Any] = {
+                "n": min(state.seen, state.window) if state.window else state.seen
+            }
+            for measure, per_bin in values.items():
+                block[f"{measure}_initial"] = float(per_bin[0])
+                block[f"{measure}_final"] = float(per_bin[bins + 1])
+                block[f"psi_{measure}"] = float(self._weights @ per_bin[: bins + 1])
+                block[f"binned_{measure}"] = per_bin[1 : bins + 1].tolist()
+            out[name] = block
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "estimators": list(self.estimators), "bins": self.bins, "alpha": self.alpha,
+            "bin_rule": self.bin_rule, "max_classes": self.max_classes, "last": self._last,
+            "n": self._n, "states": {name: s.state() for name, s in self._states.items()},
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> DelayedEvaluator:
+        ev = cls(state["estimators"], state["bins"], state["alpha"], state["bin_rule"],
+                 state["max_classes"])  # fmt: skip
+        ev._last, ev._n = state["last"], state["n"]
+        for name, s in state["states"].items():
+            ev._states[name].load(s)
+        return ev

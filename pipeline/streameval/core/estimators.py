@@ -1,0 +1,541 @@
+"""Confusion-matrix estimators: cumulative, sliding window and fading factor.
+
+Each estimator holds the k-class confusion state of one stream of outcomes (true class index,
+predicted class index) plus the no-change (persistent) predictor's score under the same
+estimator, and is updated by batch with numpy. Measures are read from a
+:class:`ConfusionSnapshot` by :func:`streameval.core.measures.compute_measures`.
+
+References
+----------
+Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
+Learning 90(3): Algorithm 1 (prequential, all history), Algorithm 2 (sliding window),
+Algorithm 3 (fading factor, bias-free S_a/N_a). SPEC §1.1–1.3 and Part A §§2–4.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from streameval.core.fading import BlockFading
+from streameval.core.labels import DEFAULT_MAX_CLASSES
+
+__all__ = [
+    "ConfusionEstimator",
+    "ConfusionSnapshot",
+    "CumulativeConfusion",
+    "FadingConfusion",
+    "WindowConfusion",
+    "estimator_names",
+    "parse_estimator",
+]
+
+
+@dataclass(frozen=True)
+class ConfusionSnapshot:
+    """What every measure is computed from.
+
+    ``confusion[i, j]`` is the (possibly faded) count of outcomes with true class ``i`` and
+    predicted class ``j``. ``persistent_correct / persistent_total`` is the accuracy of the
+    no-change predictor under the same estimator (the first outcome of a stream has no previous
+    label and is not scored). ``n`` is the number of outcomes the estimate covers and
+    ``n_effective`` the sum of their weights (equal to ``n`` except under fading).
+    """
+
+    confusion: np.ndarray
+    persistent_correct: float
+    persistent_total: float
+    n: int
+    n_effective: float
+
+
+def validate_outcomes(y_true: Any, y_pred: Any, max_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Check a batch of class indices and return them as ``int64`` arrays.
+
+    Raises ``ValueError`` naming the argument, the value and what is allowed.
+    """
+    arrays = []
+    for name, values in (("y_true", y_true), ("y_pred", y_pred)):
+        array = np.asarray(values)
+        if array.ndim != 1:
+            raise ValueError(
+                f"{name} has shape {array.shape}; a 1-D array of class indices is needed"
+            )
+        if array.size and array.dtype.kind not in "iu":
+            if array.dtype.kind == "f":
+                if not np.all(np.isfinite(array)):
+                    bad = array[~np.isfinite(array)][0]
+                    raise ValueError(
+                        f"{name} contains {bad}; class indices must be finite integers"
+                    )
+                if not np.all(array == np.floor(array)):
+                    bad = array[array != np.floor(array)][0]
+                    raise ValueError(f"{name} contains {bad}; class indices must be integers")
+            elif array.dtype.kind != "b":
+                raise ValueError(
+                    f"{name} has dtype {array.dtype}; class indices must be integers "
+                    "(encode labels with LabelEncoder first)"
+                )
+        array = array.astype(np.int64, copy=False)
+        if array.size:
+            low, high = int(array.min()), int(array.max())
+            if low < 0:
+                raise ValueError(f"{name} contains {low}; class indices must be >= 0")
+            if high >= max_classes:
+                raise ValueError(
+                    f"{name} contains {high}; class indices must be < max_classes={max_classes}"
+                )
+        arrays.append(array)
+    if arrays[0].shape != arrays[1].shape:
+        raise ValueError(
+            f"y_true has {arrays[0].size} outcomes but y_pred has {arrays[1].size}; "
+            "they must have the same length"
+        )
+    return arrays[0], arrays[1]
+
+
+def _cell_counts(y_true: np.ndarray, y_pred: np.ndarray, k: int, weights=None) -> np.ndarray:
+    """k×k matrix of (weighted) counts of (true, predicted) pairs."""
+    cells = y_true * k + y_pred
+    if k * k <= 4 * cells.size + 64:
+        flat = np.bincount(cells, weights=weights, minlength=k * k)
+    else:  # many classes, small batch: do not allocate k*k bins per batch
+        flat = np.zeros(k * k, dtype=np.float64 if weights is not None else np.int64)
+        np.add.at(flat, cells, 1 if weights is None else weights)
+    return flat.reshape(k, k)
+
+
+def _matrix(rows: list, dtype) -> np.ndarray:
+    """A square matrix from nested lists (possibly 0×0)."""
+    return np.array(rows, dtype=dtype).reshape(len(rows), len(rows))
+
+
+def persistence(y_true: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per outcome: was the no-change predictor scored, and was it right.
+
+    The no-change predictor predicts the previous outcome's true label; the very first
+    outcome of a stream (``last == -1``) has none and is not scored (SPEC Part A §4).
+    """
+    previous = np.empty_like(y_true)
+    previous[0] = last
+    previous[1:] = y_true[:-1]
+    scored = previous >= 0
+    return scored, scored & (previous == y_true)
+
+
+class ConfusionEstimator:
+    """Common machinery of the three estimators (not used directly)."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, max_classes: int = DEFAULT_MAX_CLASSES) -> None:
+        if isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1:
+            raise ValueError(f"max_classes={max_classes!r} is not allowed; use an integer >= 1")
+        self.max_classes = max_classes
+        self._last = -1  # true class of the previous outcome, -1 before the first
+        self._counts = np.zeros((0, 0), dtype=self._dtype)
+
+    _dtype: ClassVar[type] = np.int64
+
+    @property
+    def name(self) -> str:
+        """The estimator's name on the wire: ``cumulative``, ``window:1000``, ``fading:0.999``."""
+        return self.kind
+
+    @property
+    def n_classes(self) -> int:
+        return self._counts.shape[0]
+
+    def _grow(self, k: int) -> None:
+        old = self._counts.shape[0]
+        if k > old:
+            grown = np.zeros((k, k), dtype=self._counts.dtype)
+            grown[:old, :old] = self._counts
+            self._counts = grown
+
+    def update(self, y_true: Any, y_pred: Any) -> None:
+        """Add a batch of outcomes (class indices), oldest first."""
+        y_true, y_pred = validate_outcomes(y_true, y_pred, self.max_classes)
+        if y_true.size:
+            k = max(int(y_true.max()), int(y_pred.max())) + 1
+            self.apply(y_true, y_pred, k, *persistence(y_true, self._last))
+
+    def apply(self, y_true, y_pred, n_classes: int, scored, correct) -> None:
+        """Add a non-empty batch that :func:`validate_outcomes` accepted.
+
+        For callers that feed several estimators the same stream (the
+        :class:`~streameval.core.evaluator.Evaluator`): they validate once and compute the
+        persistent-baseline flags once with :func:`persistence`. ``n_classes`` bounds the indices.
+        """
+        self._grow(n_classes)
+        self._update(y_true, y_pred, scored, correct)
+        self._last = int(y_true[-1])
+
+    @property
+    def last_label(self) -> int:
+        """True class index of the latest outcome (-1 before the first)."""
+        return self._last
+
+    def _update(self, y_true, y_pred, scored, correct) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def snapshot(self) -> ConfusionSnapshot:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def measures(self, labels=None, positive=None) -> dict[str, float]:
+        """All measures of :func:`streameval.core.measures.compute_measures` for this estimate."""
+        from streameval.core.measures import compute_measures
+
+        return compute_measures(self.snapshot(), labels=labels, positive=positive)
+
+    def _common_state(self) -> dict[str, Any]:
+        return {"kind": self.kind, "max_classes": self.max_classes, "last": self._last}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ConfusionEstimator:
+        """Rebuild any estimator from its :meth:`state` (dispatching on ``state["kind"]``)."""
+        kind = state.get("kind")
+        for sub in (CumulativeConfusion, WindowConfusion, FadingConfusion):
+            if sub.kind == kind:
+                return sub._from_state(state)
+        raise ValueError(
+            f"estimator state has kind={kind!r}; expected cumulative, window or fading"
+        )
+
+
+class CumulativeConfusion(ConfusionEstimator):
+    """Confusion counts over all history (Gama et al. 2013, Algorithm 1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> est = CumulativeConfusion()
+    >>> est.update(np.array([0, 0, 1, 1]), np.array([0, 1, 1, 1]))
+    >>> est.measures()["accuracy"]
+    0.75
+    >>> est.snapshot().confusion.tolist()
+    [[1, 1], [0, 2]]
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 1 (SPEC §1.1).
+    """
+
+    kind = "cumulative"
+
+    def __init__(self, max_classes: int = DEFAULT_MAX_CLASSES) -> None:
+        super().__init__(max_classes)
+        self._n = 0
+        self._persistent_correct = 0
+        self._persistent_total = 0
+
+    def _update(self, y_true, y_pred, scored, correct) -> None:
+        self._counts += _cell_counts(y_true, y_pred, self.n_classes)
+        self._n += y_true.size
+        self._persistent_total += int(np.count_nonzero(scored))
+        self._persistent_correct += int(np.count_nonzero(correct))
+
+    def snapshot(self) -> ConfusionSnapshot:
+        return ConfusionSnapshot(
+            confusion=self._counts.copy(),
+            persistent_correct=self._persistent_correct,
+            persistent_total=self._persistent_total,
+            n=self._n,
+            n_effective=float(self._n),
+        )
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the whole state."""
+        return {
+            **self._common_state(),
+            "counts": self._counts.tolist(),
+            "n": self._n,
+            "persistent": [self._persistent_correct, self._persistent_total],
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> CumulativeConfusion:
+        est = cls(max_classes=state["max_classes"])
+        est._last = state["last"]
+        est._counts = _matrix(state["counts"], np.int64)
+        est._n = state["n"]
+        est._persistent_correct, est._persistent_total = state["persistent"]
+        return est
+
+
+class WindowConfusion(ConfusionEstimator):
+    """Confusion counts over the last ``window_size`` outcomes (Gama et al. 2013, Algorithm 2).
+
+    A ring buffer holds the outcomes in the window; counts are kept exactly (integers). Before
+    the window is full the estimate covers what it holds and ``n`` says how many (SPEC Part A §3).
+
+    Parameters
+    ----------
+    window_size
+        Number of most recent outcomes the estimate covers (W).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> est = WindowConfusion(window_size=3)
+    >>> est.update(np.array([1, 0, 0, 1, 0, 1]), np.array([0, 0, 0, 0, 0, 0]))
+    >>> snap = est.snapshot()
+    >>> snap.n, snap.confusion.tolist()
+    (3, [[1, 0], [2, 0]])
+    >>> round(est.measures()["error"], 4)
+    0.6667
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 2 (SPEC §1.2).
+    """
+
+    kind = "window"
+
+    def __init__(self, window_size: int = 1000, max_classes: int = DEFAULT_MAX_CLASSES) -> None:
+        if isinstance(window_size, bool) or not isinstance(window_size, int) or window_size <= 0:
+            raise ValueError(f"window_size={window_size!r} is not allowed; use an integer >= 1")
+        super().__init__(max_classes)
+        self.window_size = window_size
+        self._seen = 0  # outcomes ever added; slot of outcome i is i % window_size
+        self._true = np.zeros(window_size, dtype=np.int64)
+        self._pred = np.zeros(window_size, dtype=np.int64)
+        self._scored = np.zeros(window_size, dtype=bool)
+        self._correct = np.zeros(window_size, dtype=bool)
+        self._persistent_correct = 0
+        self._persistent_total = 0
+
+    @property
+    def name(self) -> str:
+        return f"window:{self.window_size}"
+
+    def _update(self, y_true, y_pred, scored, correct) -> None:
+        size, m = self.window_size, y_true.size
+        if m >= size:  # the batch alone fills the window: rebuild from its tail
+            keep = slice(m - size, m)
+            slots = (self._seen + np.arange(m - size, m)) % size
+            self._true[slots], self._pred[slots] = y_true[keep], y_pred[keep]
+            self._scored[slots], self._correct[slots] = scored[keep], correct[keep]
+            self._counts = _cell_counts(self._true, self._pred, self.n_classes).astype(np.int64)
+            self._persistent_total = int(np.count_nonzero(self._scored))
+            self._persistent_correct = int(np.count_nonzero(self._correct))
+        else:
+            positions = self._seen + np.arange(m)
+            slots = positions % size
+            old = slots[positions >= size]  # slots whose previous occupant leaves the window
+            if old.size:
+                self._counts -= _cell_counts(self._true[old], self._pred[old], self.n_classes)
+                self._persistent_total -= int(np.count_nonzero(self._scored[old]))
+                self._persistent_correct -= int(np.count_nonzero(self._correct[old]))
+            self._true[slots], self._pred[slots] = y_true, y_pred
+            self._scored[slots], self._correct[slots] = scored, correct
+            self._counts += _cell_counts(y_true, y_pred, self.n_classes)
+            self._persistent_total += int(np.count_nonzero(scored))
+            self._persistent_correct += int(np.count_nonzero(correct))
+        self._seen += m
+
+    def _ordered_slots(self) -> np.ndarray:
+        n = min(self._seen, self.window_size)
+        return np.arange(self._seen - n, self._seen) % self.window_size
+
+    def snapshot(self) -> ConfusionSnapshot:
+        n = min(self._seen, self.window_size)
+        return ConfusionSnapshot(
+            confusion=self._counts.copy(),
+            persistent_correct=self._persistent_correct,
+            persistent_total=self._persistent_total,
+            n=n,
+            n_effective=float(n),
+        )
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot: the window's outcomes oldest first, and the counts they imply."""
+        slots = self._ordered_slots()
+        return {
+            **self._common_state(),
+            "window_size": self.window_size,
+            "n_classes": self.n_classes,
+            "seen": self._seen,
+            "true": self._true[slots].tolist(),
+            "pred": self._pred[slots].tolist(),
+            "scored": self._scored[slots].astype(np.int8).tolist(),
+            "correct": self._correct[slots].astype(np.int8).tolist(),
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> WindowConfusion:
+        est = cls(window_size=state["window_size"], max_classes=state["max_classes"])
+        est._last = state["last"]
+        est._seen = state["seen"]
+        slots = est._ordered_slots()
+        est._true[slots] = state["true"]
+        est._pred[slots] = state["pred"]
+        est._scored[slots] = np.asarray(state["scored"], dtype=bool)
+        est._correct[slots] = np.asarray(state["correct"], dtype=bool)
+        k = state["n_classes"]
+        est._counts = _cell_counts(est._true[slots], est._pred[slots], k).astype(np.int64)
+        est._persistent_total = int(np.count_nonzero(est._scored[slots]))
+        est._persistent_correct = int(np.count_nonzero(est._correct[slots]))
+        return est
+
+
+class FadingConfusion(ConfusionEstimator):
+    """Confusion counts with exponential forgetting (Gama et al. 2013, Algorithm 3).
+
+    Each outcome enters with weight 1 and every later outcome multiplies the weight of all
+    earlier ones by ``fading_factor``. The measures use the normalised (bias-free) estimate
+    S_a/N_a: every measure is a ratio of faded counts, and ``n_effective`` is
+    N_a = (1 − a^n)/(1 − a), the effective sample size. A batch of m outcomes is applied in
+    closed form over blocks of outcomes aligned on their count.
+
+    Parameters
+    ----------
+    fading_factor
+        Gama's a in (0, 1]: the weight kept by the old sum at each new outcome. 1 means no
+        forgetting (all history). Žliobaitė's η converts as a = 1 − η (SPEC §1.6).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> est = FadingConfusion(fading_factor=0.5)
+    >>> est.update(np.array([1, 1]), np.array([1, 0]))
+    >>> round(est.measures()["accuracy"], 3)
+    0.333
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 3, the fading
+    factor and the fading increment N_a (SPEC §1.3).
+
+    The sums are kept with :class:`~streameval.core.fading.BlockFading`, so that any split of
+    the same outcomes into batches gives bit-identical numbers.
+    """
+
+    kind = "fading"
+
+    def __init__(
+        self, fading_factor: float = 0.999, max_classes: int = DEFAULT_MAX_CLASSES
+    ) -> None:
+        if (
+            isinstance(fading_factor, bool)
+            or not isinstance(fading_factor, int | float)
+            or not (0.0 < fading_factor <= 1.0)
+        ):
+            raise ValueError(
+                f"fading_factor={fading_factor!r} is not allowed; use a number in (0, 1] "
+                "(e.g. 0.999; 1 keeps all history)"
+            )
+        super().__init__(max_classes)
+        self.fading_factor = float(fading_factor)
+        self._k = 0
+        # bins: faded counts of (true, predicted, flag), flag 0 = the no-change predictor not
+        # scored, 1 = scored and wrong, 2 = scored and right
+        self._fading = BlockFading(self.fading_factor, 0)
+
+    @property
+    def name(self) -> str:
+        return f"fading:{self.fading_factor!r}"
+
+    @property
+    def n_classes(self) -> int:
+        return self._k
+
+    def _grow(self, k: int) -> None:
+        old = self._k
+        if k > old:
+            pad = ((0, k - old), (0, k - old), (0, 0))
+            self._fading.relayout(lambda v: np.pad(v.reshape(old, old, 3), pad).ravel())
+            self._k = k
+
+    def _update(self, y_true, y_pred, scored, correct) -> None:
+        k = self._k
+        code = (y_true * k + y_pred) * 3 + scored + correct
+        self._fading.update(code.size, lambda rows, weights: (code[rows], weights))
+
+    def snapshot(self) -> ConfusionSnapshot:
+        k = self._k
+        by_flag = self._fading.value().reshape(k * k, 3)
+        per_flag = by_flag.sum(axis=0)
+        return ConfusionSnapshot(
+            confusion=by_flag.sum(axis=1).reshape(k, k),
+            persistent_correct=float(per_flag[2]),
+            persistent_total=float(per_flag[1] + per_flag[2]),
+            n=self._fading.n,
+            n_effective=float(per_flag.sum()),
+        )
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot: the sums at the last block boundary and inside the block."""
+        return {
+            **self._common_state(),
+            "fading_factor": self.fading_factor,
+            "n_classes": self._k,
+            "fading": self._fading.state(),
+        }
+
+    @classmethod
+    def _from_state(cls, state: dict[str, Any]) -> FadingConfusion:
+        est = cls(fading_factor=state["fading_factor"], max_classes=state["max_classes"])
+        est._last = state["last"]
+        est._k = state["n_classes"]
+        est._fading.load(state["fading"])
+        return est
+
+
+def estimator_names(specs: Any) -> list[str]:
+    """Check a configured list of estimators; return their wire names, in order.
+
+    >>> estimator_names(["cumulative", "window:500", "fading:0.99"])
+    ['cumulative', 'window:500', 'fading:0.99']
+    >>> estimator_names(["window:10", "window:10"])
+    Traceback (most recent call last):
+    ...
+    ValueError: estimator 'window:10' is configured twice; list each one once
+    """
+    if isinstance(specs, str):
+        raise ValueError(f"estimators={specs!r} is a single string; pass a list of estimator names")
+    names: list[str] = []
+    for spec in specs:
+        name = parse_estimator(spec).name
+        if name in names:
+            raise ValueError(f"estimator {spec!r} is configured twice; list each one once")
+        names.append(name)
+    if not names:
+        raise ValueError("estimators=() is empty; configure at least one estimator")
+    return names
+
+
+def parse_estimator(spec: str, max_classes: int = DEFAULT_MAX_CLASSES) -> ConfusionEstimator:
+    """Build an estimator from its name: ``cumulative``, ``window:W`` or ``fading:a``.
+
+    Examples
+    --------
+    >>> parse_estimator("window:500").name
+    'window:500'
+    >>> parse_estimator("fading:0.999").fading_factor
+    0.999
+    >>> parse_estimator("sliding")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: estimator 'sliding' is not known; use 'cumulative', 'window:W' ...
+    """
+    allowed = "use 'cumulative', 'window:W' (W an integer >= 1) or 'fading:a' (a in (0, 1])"
+    if not isinstance(spec, str):
+        raise ValueError(f"estimator {spec!r} is not a string; {allowed}")
+    kind, _, arg = spec.strip().partition(":")
+    try:
+        if kind == "cumulative" and not arg:
+            return CumulativeConfusion(max_classes=max_classes)
+        if kind == "window" and arg:
+            return WindowConfusion(window_size=int(arg), max_classes=max_classes)
+        if kind == "fading" and arg:
+            factor = float(arg)
+            if not math.isfinite(factor):
+                raise ValueError(arg)
+            return FadingConfusion(fading_factor=factor, max_classes=max_classes)
+    except ValueError as err:
+        raise ValueError(f"estimator {spec!r} is not allowed: {err}; {allowed}") from None
+    raise ValueError(f"estimator {spec!r} is not known; {allowed}")

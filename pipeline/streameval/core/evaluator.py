@@ -1,0 +1,163 @@
+"""The evaluator of one model and one view: labels in, every measure out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from streameval.core.estimators import (
+    ConfusionEstimator,
+    ConfusionSnapshot,
+    estimator_names,
+    parse_estimator,
+    persistence,
+    validate_outcomes,
+)
+from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
+from streameval.core.measures import compute_measures
+
+__all__ = ["DEFAULT_ESTIMATORS", "Evaluator"]
+
+#: Estimators of an evaluator unless configured otherwise (docs/replay.md, "Settings").
+DEFAULT_ESTIMATORS = ("cumulative", "window:1000", "fading:0.999")
+
+
+class Evaluator:
+    """Every configured estimator of one model and one view, fed with class labels.
+
+    Parameters
+    ----------
+    estimators
+        Estimator names: ``cumulative``, ``window:W``, ``fading:a`` (see
+        :func:`~streameval.core.estimators.parse_estimator`). Default: cumulative, a window of
+        1000 outcomes and fading factor 0.999.
+    positive_label
+        The class whose binary precision, recall and F1 are reported too (optional).
+    max_classes
+        Cap on the number of distinct classes (default 1000).
+    labels
+        A label encoder to share with other evaluators of the same model (for example the
+        initial and final views), so that a class has one index everywhere.
+
+    Examples
+    --------
+    >>> ev = Evaluator(estimators=["cumulative", "window:3"], positive_label="fraud")
+    >>> ev.update(["ok", "ok", "fraud", "ok"], ["ok", "fraud", "fraud", "ok"])
+    >>> m = ev.measures()
+    >>> sorted(m)
+    ['cumulative', 'window:3']
+    >>> m["cumulative"]["accuracy"], m["window:3"]["accuracy"], m["window:3"]["n"]
+    (0.75, 0.6666666666666666, 3)
+    >>> m["cumulative"]["precision_positive"], m["cumulative"]["recall[fraud]"]
+    (0.5, 1.0)
+
+    References
+    ----------
+    Gama, Sebastião, Rodrigues (2013) for the estimators; Žliobaitė et al. (2015) and
+    Brzezinski et al. for the measures (see :mod:`streameval.core.measures`).
+    """
+
+    def __init__(
+        self,
+        estimators: Sequence[str] = DEFAULT_ESTIMATORS,
+        positive_label: Label | None = None,
+        max_classes: int = DEFAULT_MAX_CLASSES,
+        labels: LabelEncoder | None = None,
+    ) -> None:
+        estimator_names(estimators)  # validates the list
+        self.estimators = tuple(estimators)
+        self.positive_label = positive_label
+        self.max_classes = max_classes
+        self._labels = LabelEncoder(max_classes=max_classes) if labels is None else labels
+        self._estimators: dict[str, ConfusionEstimator] = {}
+        for spec in self.estimators:
+            estimator = parse_estimator(spec, max_classes=max_classes)
+            self._estimators[estimator.name] = estimator
+        if positive_label is not None:
+            self._labels.encode([positive_label])  # validates it and gives it a stable index
+
+    @property
+    def labels(self) -> LabelEncoder:
+        """The label encoder (class names in index order)."""
+        return self._labels
+
+    @property
+    def names(self) -> list[str]:
+        """Wire names of the estimators, in configured order."""
+        return list(self._estimators)
+
+    def update(self, y_true: Iterable[Label], y_pred: Iterable[Label]) -> None:
+        """Add a batch of outcomes (true and predicted labels, oldest first).
+
+        All-or-nothing: a batch with a bad label, or mismatched lengths, raises ``ValueError``
+        and changes nothing.
+        """
+        y_true = y_true if isinstance(y_true, list | tuple) else list(y_true)
+        y_pred = y_pred if isinstance(y_pred, list | tuple) else list(y_pred)
+        if len(y_true) != len(y_pred):
+            raise ValueError(
+                f"y_true has {len(y_true)} outcomes but y_pred has {len(y_pred)}; "
+                "they must have the same length"
+            )
+        labels = self._labels
+        true_codes = labels.lookup(y_true)
+        pred_codes = labels.lookup(y_pred) if true_codes is not None else None
+        if pred_codes is None:  # a new class: encode both at once, all or nothing
+            codes = labels.encode([*y_true, *y_pred])
+            true_codes, pred_codes = codes[: len(y_true)], codes[len(y_true) :]
+        self.update_indices(true_codes, pred_codes)
+
+    def update_indices(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
+        """Add a batch already encoded with :attr:`labels`."""
+        y_true, y_pred = validate_outcomes(y_true, y_pred, len(self._labels))
+        if not y_true.size:
+            return
+        # every estimator sees the same stream: validate and score the no-change predictor once
+        first = next(iter(self._estimators.values()))
+        flags = persistence(y_true, first.last_label)
+        k = len(self._labels)
+        for estimator in self._estimators.values():
+            estimator.apply(y_true, y_pred, k, *flags)
+
+    def snapshots(self) -> dict[str, ConfusionSnapshot]:
+        """The current estimate of every estimator."""
+        return {name: est.snapshot() for name, est in self._estimators.items()}
+
+    def measures(self) -> dict[str, dict[str, float]]:
+        """``{estimator: {measure: value}}``, NaN where a measure is undefined."""
+        labels = self._labels.classes
+        positive = None
+        if self.positive_label is not None:
+            positive = self._labels.index(self.positive_label)
+        return {
+            name: compute_measures(
+                est.snapshot(), labels=labels, positive=positive, n_classes=len(labels)
+            )
+            for name, est in self._estimators.items()
+        }
+
+    def state(self) -> dict[str, Any]:
+        """A JSON-ready snapshot of the whole evaluator."""
+        return {
+            "estimators": list(self.estimators),
+            "positive_label": self.positive_label,
+            "labels": self._labels.state(),
+            "state": {name: est.state() for name, est in self._estimators.items()},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Evaluator:
+        """Rebuild an evaluator from :meth:`state`."""
+        labels = LabelEncoder.from_state(state["labels"])
+        evaluator = cls(
+            estimators=state["estimators"],
+            positive_label=state["positive_label"],
+            max_classes=labels.max_classes,
+        )
+        evaluator._labels = labels
+        evaluator._estimators = {
+            name: ConfusionEstimator.from_state(s) for name, s in state["state"].items()
+        }
+        return evaluator

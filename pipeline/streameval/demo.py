@@ -1,0 +1,247 @@
+"""``streameval demo``: Kafka, topics, a worker and the simulator, with a live terminal view.
+
+Everything it starts it stops again — on ``--duration``, on Ctrl-C and on SIGTERM: the simulator
+thread, the worker process, the demo's topics, and the local Kafka if the demo started it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from streameval.simulate.produce import produce_events
+from streameval.simulate.system import SimulationConfig, simulate
+
+__all__ = ["run_demo"]
+
+CHAMPION, CHALLENGER = "hoeffding_tree", "naive_bayes"
+WORKER_CONFIG = f"""
+publish_every = 500
+[join]
+label_grace_ms = 1000
+[models.hoeffding_tree]
+positive_label = 1
+[models.naive_bayes]
+positive_label = 1
+[models.logistic_regression]
+positive_label = 1
+[models.no_change]
+positive_label = 1
+[models.majority]
+positive_label = 1
+[[comparisons]]
+a = "{CHAMPION}"
+b = "{CHALLENGER}"
+"""
+WINDOW, FADING = "window:1000", "fading:0.999"
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+class _View:
+    """The latest metrics per model, the alarms, read from the output topics."""
+
+    def __init__(self, client: dict[str, str], prefix: str) -> None:
+        from confluent_kafka import Consumer
+
+        settings = {"group.id": f"{prefix}demo-view", "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False}  # fmt: skip
+        self.consumer = Consumer({**client, **settings})
+        self.consumer.subscribe([prefix + "metrics", prefix + "drift-alarms",
+                                 prefix + "comparisons"])  # fmt: skip
+        self.metrics: dict[str, dict[str, Any]] = {}
+        self.alarms: deque[dict[str, Any]] = deque(maxlen=8)
+        self.all_alarms: list[dict[str, Any]] = []
+        self.comparison: dict[str, Any] | None = None
+
+    def poll(self) -> list[dict[str, Any]]:
+        new_alarms = []
+        for message in self.consumer.consume(1000, 0.2):
+            if message.error():
+                continue
+            record = orjson.loads(message.value())
+            kind = record.get("kind")
+            if kind == "metrics" and record["view"] == "final":
+                self.metrics[record["model_id"]] = record
+            elif kind == "drift_alarm":
+                self.alarms.append(record)
+                self.all_alarms.append(record)
+                new_alarms.append(record)
+            elif kind == "comparison":
+                self.comparison = record
+        return new_alarms
+
+    def table(self, title: str) -> Table:
+        table = Table(title=title, title_justify="left")
+        for column in ("model", "outcomes", "κ⁺", "κ_per", "acc window", "acc fading",
+                       "initial acc", "Ψ₂ acc", "final acc", "label latency"):  # fmt: skip
+            table.add_column(column, justify="left" if column == "model" else "right")
+        for model, record in sorted(self.metrics.items()):
+            window, fading = record["estimators"][WINDOW], record["estimators"][FADING]
+            delayed = record["delayed"][WINDOW]
+            table.add_row(
+                model, str(record["n"]), _fmt(window["kappa_plus"]),
+                _fmt(window["kappa_temporal"]), _fmt(window["accuracy"]),
+                _fmt(fading["accuracy"]), _fmt(delayed["accuracy_initial"]),
+                _fmt(delayed["psi_accuracy"]), _fmt(delayed["accuracy_final"]),
+                f"{record['latency_ms']['mean'] / 1000:.1f} s",
+            )  # fmt: skip
+        return table
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _pending(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("streameval_pending_instances "):
+                    return str(int(float(line.split()[1])))
+    except OSError:
+        pass
+    return "–"
+
+
+def run_demo(
+    duration: float | None,
+    bootstrap: str | None,
+    metrics_port: int,
+    rate: float,
+    seed: int,
+    console: Console,
+) -> int:
+    """Run the demo; return the exit status."""
+    from confluent_kafka.admin import AdminClient
+
+    from streameval.devkafka import KafkaInstance
+    from streameval.topics import create_topics, load_topics
+
+    launched = time.monotonic()
+    started_kafka: KafkaInstance | None = None
+    bootstrap = bootstrap or os.environ.get("STREAMEVAL_BOOTSTRAP")
+    if not bootstrap:
+        local = KafkaInstance.load(KafkaInstance.named("default"))
+        if local is not None and local.running():
+            bootstrap = local.bootstrap
+        else:
+            console.print("starting a local Apache Kafka (the first time fetches it from Maven "
+                          "Central) …")  # fmt: skip
+            started_kafka = KafkaInstance.start(KafkaInstance.named("demo"), tie_to_parent=True,
+                                                log=console.print)  # fmt: skip
+            bootstrap = started_kafka.bootstrap
+    client = {"bootstrap.servers": bootstrap}
+    prefix = f"demo-{uuid.uuid4().hex[:6]}-"
+    app_id = prefix + "app"
+    admin = AdminClient(client)
+    specs = load_topics(prefix, partitions=3, app_id=app_id)
+    create_topics(admin, specs)
+    workdir = Path(tempfile.mkdtemp(prefix="streameval-demo-"))
+    (workdir / "demo.toml").write_text(WORKER_CONFIG)
+    log = workdir / "worker.log"
+    env = {**os.environ, "STREAMEVAL_BOOTSTRAP": bootstrap, "STREAMEVAL_TOPIC_PREFIX": prefix,
+           "STREAMEVAL_APP_ID": app_id, "STREAMEVAL_METRICS_PORT": str(metrics_port),
+           "STREAMEVAL_IDLE_MS": "3000", "STREAMEVAL_LOG_LEVEL": "warning"}  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "streameval.cli", "worker", "--config", str(workdir / "demo.toml")],
+        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    console.print(f"worker pid {worker.pid}; /metrics on http://localhost:{metrics_port}/metrics;"
+                  f" worker log {log}")  # fmt: skip
+    instances = int((duration or 3600) * rate)
+    drift_at = max(1, int(min(duration or 120, 120) * rate * 0.45))
+    sim = SimulationConfig(
+        instances=max(instances, drift_at + 1), drifts=[drift_at], rate=rate, seed=seed,
+        start_ms=int(time.time() * 1000) + 3000,
+    )  # fmt: skip
+    stop = threading.Event()
+    produced = [0]
+
+    def simulator() -> None:
+        produced[0] = produce_events(simulate(sim), client, prefix, realtime=True,
+                                     stop=stop.is_set)  # fmt: skip
+
+    thread = threading.Thread(target=simulator, name="simulator", daemon=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    view = _View(client, prefix)
+    status = 0
+    began = time.monotonic()
+    console.print(f"simulating {rate:.0f} instances/s, concept drift at instance {drift_at} "
+                  f"(~{drift_at / rate:.0f} s); Ctrl-C to stop")  # fmt: skip
+    thread.start()
+    try:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            while not stop.is_set():
+                elapsed = time.monotonic() - began
+                if duration is not None and elapsed >= duration:
+                    break
+                if worker.poll() is not None:
+                    console.print(f"[red]the worker exited ({worker.returncode}); see {log}")
+                    status = 1
+                    break
+                had_metrics = bool(view.metrics)
+                new_alarms = view.poll()
+                if view.metrics and not had_metrics:
+                    console.print(f"first metrics {time.monotonic() - launched:.1f} s after the "
+                                  "demo started")  # fmt: skip
+                for alarm in new_alarms:
+                    console.print(
+                        f"[bold red]drift alarm[/]: {alarm['model_id']} "
+                        f"({alarm['detector']}, outcome {alarm['n']}, statistic "
+                        f"{alarm['statistic']:.1f} > {alarm['threshold']:.0f})"
+                    )
+                title = (
+                    f"streameval demo — {elapsed:.0f} s, pending labels "
+                    f"{_pending(metrics_port)}, http://localhost:{metrics_port}/metrics"
+                )
+                parts: list[Any] = [view.table(title)]
+                if view.comparison:
+                    c = view.comparison["estimators"][WINDOW]
+                    parts.append(Text(
+                        f"{CHAMPION} vs {CHALLENGER} (window): McNemar {_fmt(c['mcnemar'], 2)}, "
+                        f"Q {_fmt(c['q_statistic'], 2)}, leader {c.get('leader') or '–'}"
+                    ))  # fmt: skip
+                live.update(Group(*parts))
+    except KeyboardInterrupt:
+        console.print("stopping …")
+    finally:
+        stop.set()
+        signal.signal(signal.SIGTERM, previous)
+        thread.join(30)
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        view.poll()
+        view.close()
+        console.print(view.table("final numbers"))
+        console.print(f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms: "
+                      + ", ".join(sorted({a["model_id"] for a in view.all_alarms})))  # fmt: skip
+        admin.delete_topics([s.name for s in specs], operation_timeout=30)
+        if started_kafka is not None:
+            started_kafka.stop()
+            console.print("stopped the local Kafka the demo started")
+    return status

@@ -1,0 +1,355 @@
+"""A local, single-node Apache Kafka (KRaft) for development and CI, without Docker.
+
+The broker comes from the official Apache Kafka artifacts on Maven Central, resolved with
+Maven into a cache outside the repository (``$STREAMEVAL_CACHE``, else
+``$XDG_CACHE_HOME/streameval``, else ``~/.cache/streameval``), so the second start is offline.
+Each instance gets its own directory (data, logs, state), a combined broker/controller on
+127.0.0.1 and free ports, and a heap sized for a small shared machine.
+
+Why Kafka 3.9: it is the last release line that still serves the older protocol versions
+aiokafka (and so Faust) negotiates, while 4.0 removed them; confluent-kafka works with both.
+3.9 runs KRaft without ZooKeeper and on Java 17.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from streameval.resources import resource
+
+__all__ = ["KAFKA_VERSION", "KafkaInstance", "LauncherError", "cache_dir", "ensure_artifacts"]
+
+KAFKA_VERSION = "3.9.1"  # the version in resources/kafka/pom.xml
+#: JVM options: a small heap and quick start-up for a 2-core machine shared with the tests.
+JVM_OPTIONS = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+)
+
+#: The broker's POM and logging template, package data (``streameval/resources/kafka/``).
+DEPLOY_DIR = resource("kafka")
+
+
+class LauncherError(RuntimeError):
+    """The local Kafka could not be fetched, started or stopped; the message says why."""
+
+
+def cache_dir() -> Path:
+    """Where artifacts and named instances live (outside the repository)."""
+    if os.environ.get("STREAMEVAL_CACHE"):
+        return Path(os.environ["STREAMEVAL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "streameval"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_artifacts(log=print) -> Path:
+    """The directory of the broker's jars, resolving them with Maven the first time.
+
+    Safe to call from several processes at once (a file lock serialises the download).
+    """
+    home = cache_dir() / f"kafka-{KAFKA_VERSION}"
+    libs = home / "libs"
+    if (libs / ".complete").exists():
+        return libs
+    with _locked(home / ".lock"):
+        if (libs / ".complete").exists():
+            return libs
+        java, mvn = shutil.which("java"), shutil.which("mvn")
+        if java is None or mvn is None:
+            raise LauncherError(
+                "the local Kafka needs Java (17+) and Maven on PATH "
+                f"(java: {java or 'missing'}, mvn: {mvn or 'missing'}); install them, or set "
+                "STREAMEVAL_TEST_BOOTSTRAP / --bootstrap to use an existing cluster"
+            )
+        pom = home / "pom.xml"
+        shutil.copyfile(DEPLOY_DIR / "pom.xml", pom)
+        staging = home / "libs.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        log(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {home} ...")
+        command = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+                   f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise LauncherError(
+                f"Maven could not resolve Apache Kafka {KAFKA_VERSION} ({pom})"
+                f" (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
+            )
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        (libs / ".complete").write_text(KAFKA_VERSION)
+    return libs
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The JVM of a test run must not outlive the test process, even after a SIGKILL."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+@dataclass
+class KafkaInstance:
+    """One local broker: its directory, ports and process.
+
+    Use :meth:`start`/:meth:`stop`, or ``with KafkaInstance.start(...) as kafka:``.
+    ``kafka.bootstrap`` is the address clients use.
+    """
+
+    directory: str
+    port: int
+    controller_port: int
+    pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.directory) / "logs" / "server.log"
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        directory: str | Path,
+        tie_to_parent: bool = True,
+        timeout: float = 90.0,
+        log=print,
+    ) -> KafkaInstance:
+        """Format a fresh KRaft log directory under ``directory`` and start the broker.
+
+        With ``tie_to_parent`` the JVM dies with the calling process (for tests); without,
+        it keeps running until :meth:`stop` (for ``streameval kafka start``).
+        """
+        libs = ensure_artifacts(log)
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for attempt in range(5):  # a free port can be taken between choosing and binding
+            instance = cls(str(directory), free_port(), free_port())
+            try:
+                instance._launch(libs, tie_to_parent, timeout)
+                return instance
+            except _PortTaken:
+                instance.stop()
+                if attempt == 4:
+                    raise LauncherError("no free port pair after 5 attempts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launch(self, libs: Path, tie_to_parent: bool, timeout: float) -> None:
+        root = Path(self.directory)
+        data, logs = root / "data", root / "logs"
+        shutil.rmtree(data, ignore_errors=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        template = (DEPLOY_DIR / "log4j.properties").read_text()
+        (root / "log4j.properties").write_text(template.replace("{log}", str(logs / "server.log")))
+        (root / "server.properties").write_text(self._properties(data))
+        java = shutil.which("java") or "java"
+        classpath = f"{libs}/*"
+        log4j = f"-Dlog4j.configuration=file:{root / 'log4j.properties'}"
+        formatted = subprocess.run(
+            [java, *JVM_OPTIONS, "-cp", classpath, log4j, "kafka.tools.StorageTool", "format",
+             "-t", uuid.uuid4().hex[:22], "-c", str(root / "server.properties"),
+             "--ignore-formatted"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if formatted.returncode != 0:
+            raise LauncherError(f"formatting KRaft storage failed:\n{formatted.stderr[-2000:]}")
+        with open(logs / "stdout.log", "ab") as out:
+            process = subprocess.Popen(
+                [java, *JVM_OPTIONS, "-cp", classpath, log4j, "kafka.Kafka",
+                 str(root / "server.properties")],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if tie_to_parent else os.setsid,
+            )  # fmt: skip
+        self.pid = process.pid
+        self._write_state()
+        self._wait_ready(process, timeout)
+
+    def _properties(self, data: Path) -> str:
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"log.dirs={data}",
+                "num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=8",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "transaction.state.log.num.partitions=4",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                "num.network.threads=2",
+                "num.io.threads=2",
+                "log.retention.check.interval.ms=60000",
+                "",
+            ]
+        )
+
+    def _wait_ready(self, process: subprocess.Popen, timeout: float) -> None:
+        """Until the broker answers a metadata request (or the JVM died, or time ran out)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                tail = self._log_tail()
+                if "BindException" in tail or "Address already in use" in tail:
+                    raise _PortTaken()
+                raise LauncherError(
+                    f"the Kafka JVM exited with {process.returncode}; log {self.log_file}:\n{tail}"
+                )
+            if _port_open(self.port) and self._serves_metadata() and self._serves_groups():
+                return
+            time.sleep(0.3)
+        tail = self._log_tail()
+        self.stop()
+        raise LauncherError(f"Kafka did not serve metadata within {timeout:.0f} s:\n{tail}")
+
+    def _serves_metadata(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        try:
+            metadata = admin.list_topics(timeout=2)
+        except Exception:  # not ready yet, whatever the client says
+            return False
+        return bool(metadata.brokers)
+
+    def _serves_groups(self) -> bool:
+        """Whether a consumer group finds its coordinator. A fresh broker creates the offsets
+        topic on the first such request and answers "coordinator not available" until it is
+        loaded; librdkafka then asks again only once a second, so each client that came too
+        early joins its group a second or more late (and a worker's processes one by one)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        try:
+            futures = admin.describe_consumer_groups(["streameval-launcher-probe"],
+                                                     request_timeout=2)  # fmt: skip
+            futures["streameval-launcher-probe"].result(timeout=3)
+        except Exception:  # the coordinator is not there yet
+            return False
+        return True
+
+    def _log_tail(self, lines: int = 25) -> str:
+        for path in (self.log_file, self.log_file.with_name("stdout.log")):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()
+                if text:
+                    return "\n".join(text[-lines:])
+        return "(no log)"
+
+    def running(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            command = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            return False
+        if stat.split(") ", 1)[1][0] == "Z":  # a zombie of ours is not running
+            return False
+        # after a reboot the pid may belong to another process: only our broker counts
+        ours = str(Path(self.directory) / "server.properties").encode()
+        return b"kafka.Kafka" in command and ours in command
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the JVM (a clean shutdown), SIGKILL after ``timeout``; idempotent."""
+        if self.pid is None:
+            return
+        if not self.running():  # gone already, or the pid now belongs to someone else
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)  # reap our own zombie, if it is one
+            self.pid = None
+            self._write_state()
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)
+            time.sleep(0.1)
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.pid = None
+        self._write_state()
+
+    def __enter__(self) -> KafkaInstance:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- named instances (streameval kafka start|stop|status) --------------------------------
+    def _write_state(self) -> None:
+        (Path(self.directory) / "state.json").write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> KafkaInstance | None:
+        path = Path(directory) / "state.json"
+        if not path.exists():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+    @staticmethod
+    def named(name: str) -> Path:
+        return cache_dir() / "instances" / name
+
+
+class _PortTaken(Exception):
+    pass

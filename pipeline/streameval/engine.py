@@ -1,0 +1,338 @@
+"""The evaluation engine: decoded events in, the records the service publishes out.
+
+Pure and deterministic (no I/O, no clock): the join, one :class:`ModelEvaluator` per model,
+one :class:`PairEvaluator` per configured comparison, and the publishing cadence. ``replay``
+drives it from a file; the streaming worker drives the same class from Kafka, which is why the
+two give identical numbers for the same events in the same order.
+
+Cadence: a metrics record per model and view every ``publish_every`` outcomes of that model
+(at exactly n = k·publish_every, whatever the batch sizes), a comparison record every
+``publish_every`` paired instances, a drift alarm the moment one fires, and one final record of
+each kind from :meth:`Engine.finish`. Every record's ``ts`` is event time (the label time of the
+last outcome it covers), so the output does not depend on when it was computed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable
+from typing import Any
+
+from streameval.config import EvaluationConfig
+from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome, join_partition
+from streameval.core.model import ModelEvaluator, PairEvaluator
+from streameval.schemas import Event, InstanceEvent, LabelEvent, PredictionEvent
+
+__all__ = ["Engine"]
+
+
+def _resolution_order(outcome: Outcome) -> tuple[int, str, str]:
+    return outcome.due, outcome.instance_id, outcome.model_id
+
+
+class Engine:
+    """Join, evaluate, compare and publish, for every model seen in the events."""
+
+    def __init__(self, config: EvaluationConfig, join: Join | list[Join] | None = None) -> None:
+        """``join``: the join :meth:`process` feeds (a new in-memory one by default), or one
+        per join partition, instances routed among them as the worker routes them; the
+        streaming worker's evaluation stage, whose outcomes come joined, passes none."""
+        self.config = config
+        j = config.join
+        if join is None:
+            join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending)
+        self.joins = join if isinstance(join, list) else [join]
+        self.join = self.joins[0]
+        self.models: dict[str, ModelEvaluator] = {}
+        self.pairs = {
+            f"{p.a}|{p.b}": PairEvaluator(p.a, p.b, config.estimators) for p in config.comparisons
+        }
+        self._pair_last_ts: dict[str, int] = {}
+        self._model_last_ts: dict[str, int] = {}
+        self._published: dict[str, int] = {}  # model or pair -> n of its latest record
+        self._now = 0
+        self.alarms = 0
+        #: outcomes a model refused, by (model, reason), and the latest reasons as text
+        self.rejected: Counter[tuple[str, str]] = Counter()
+        self.problems: deque[str] = deque(maxlen=10)
+        #: models and pairs updated since the caller last emptied it (checkpoints)
+        self.touched: set[str] = set()
+
+    # -- input ---------------------------------------------------------------------------
+    def process(self, events: Iterable[Event]) -> list[dict[str, Any]]:
+        """Run events in order; return the records they caused (metrics, alarms, comparisons)."""
+        return self.evaluate(self.resolve(events))
+
+    def resolve(self, events: Iterable[Event]) -> list[Outcome]:
+        """Apply events to the join in order; return the outcomes they resolved.
+
+        The clock of the join is event time: the largest ``ts`` seen so far, minus one — the
+        streaming join's clock is its watermark minus one, and so here too an event stamped
+        at the largest time seen waits until a later one shows that all of its time is in.
+        """
+        joins = self.joins
+        partitions = len(joins)
+        outcomes: list[Outcome] = []
+        for event in events:
+            if event.ts > self._now:
+                self._now = event.ts
+            kind = type(event)
+            if kind is PredictionEvent:
+                row = (PREDICTION, event.instance_id, event.model_id, event.ts, event.label, 0, 0)
+            elif kind is LabelEvent:
+                row = (LABEL, event.instance_id, "", event.ts, event.label, 0, 0)
+            elif kind is InstanceEvent:
+                row = (INSTANCE, event.instance_id, "", event.ts, "", 0, 0)
+            else:
+                raise TypeError(f"not an event: {event!r}")
+            now = self._now - 1
+            if partitions == 1:
+                out = joins[0].add_events((row,), now)[0]
+            else:  # every partition's clock moves; the event goes to its own
+                target = joins[join_partition(event.instance_id, partitions)]
+                out = target.add_events((row,), now)[0]
+                for join in joins:
+                    if join is not target:
+                        out += join.advance(now)
+                if len(out) > 1:  # as the worker's evaluation merges join partitions
+                    out.sort(key=_resolution_order)
+            if out:
+                outcomes.extend(out)
+        return outcomes
+
+    def evaluate(self, outcomes: list[Outcome]) -> list[dict[str, Any]]:
+        """Feed outcomes (in resolution order) to the models and pairs; return records.
+
+        Outcomes of one instance must not be split across two calls (the join returns them
+        together), so that comparisons can pair them.
+        """
+        # Each record is tagged with the position of the outcome that caused it; sorting by it
+        # (stable) makes the output one sequence in resolution order, the same however the
+        # outcomes were cut into calls.
+        if not outcomes:
+            return []
+        models = next(zip(*outcomes, strict=True))  # the model_id column
+        first = models[0]
+        if models.count(first) == len(models):  # one model: the common case per partition
+            by_model = {first: outcomes}
+        else:
+            by_model = defaultdict(list)
+            for outcome, model_id in zip(outcomes, models, strict=True):
+                by_model[model_id].append(outcome)
+        caused: list[tuple[Outcome, int, dict[str, Any]]] = []
+        for model_id, own in by_model.items():
+            for outcome, record in self._evaluate_model(model_id, own):
+                caused.append((outcome, 0, record))
+        for key, pair in self.pairs.items():
+            for outcome, record in self._evaluate_pair(key, pair, outcomes):
+                caused.append((outcome, 1, record))
+        if not caused:  # most calls: records are due every publish_every outcomes
+            return []
+        position = {id(o): i for i, o in enumerate(outcomes)}
+        caused.sort(key=lambda t: (position[id(t[0])], t[1]))
+        return [record for _, _, record in caused]
+
+    def finish(self, flush: bool = True) -> list[dict[str, Any]]:
+        """Final records: at the end of a replay, or when a worker shuts down.
+
+        With ``flush`` (the end of a finite stream) labels still waiting out their grace are
+        resolved first, since nothing more can arrive. A final record is not repeated when the
+        last periodic one already covered the same outcomes.
+        """
+        if flush:
+            out = [o for join in self.joins for o in join.flush()]
+            if len(self.joins) > 1:
+                out.sort(key=_resolution_order)
+            records = self.evaluate(out)
+        else:
+            records = []
+        for model_id, model in self.models.items():
+            if self._published.get(model_id) != model.n:
+                records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
+        for key, pair in self.pairs.items():
+            if key in self._pair_last_ts and self._published.get(key) != pair.n:
+                records.append(self._comparison_record(key, pair, self._pair_last_ts[key]))
+        return records
+
+    def latest_records(self) -> list[dict[str, Any]]:
+        """The current numbers of every model and pair as records, without publishing them
+        (for an exporter taking over restored state)."""
+        records = []
+        for model_id, model in self.models.items():
+            if model.n:
+                published = self._published.get(model_id)
+                records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
+                if published is None:
+                    self._published.pop(model_id, None)
+                else:
+                    self._published[model_id] = published
+        for key, pair in self.pairs.items():
+            if key in self._pair_last_ts:
+                published = self._published.get(key)
+                records.append(self._comparison_record(key, pair, self._pair_last_ts[key]))
+                if published is None:
+                    self._published.pop(key, None)
+                else:
+                    self._published[key] = published
+        return records
+
+    # -- internals -----------------------------------------------------------------------
+    def _model(self, model_id: str) -> ModelEvaluator:
+        model = self.models.get(model_id)
+        if model is None:
+            cfg, d = self.config, self.config.delayed
+            model = self.models[model_id] = ModelEvaluator(
+                model_id,
+                estimators=cfg.estimators,
+                positive_label=cfg.model(model_id).positive_label,
+                max_classes=cfg.max_classes,
+                bins=d.bins,
+                alpha=d.alpha,
+                bin_rule=d.bin_rule,
+                detectors=cfg.detectors_of(model_id),
+                normalize_max_count=cfg.normalize_max_count,
+            )
+        return model
+
+    def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:
+        """(outcome that caused it, record) pairs."""
+        model = self._model(model_id)
+        self.touched.add(model_id)
+        every = self.config.publish_every
+        records = []
+        start = 0
+        while start < len(outcomes):
+            # cut the batch where a metrics record is due, so records land on exact counts
+            taken = outcomes[start : start + every - model.n % every]
+            start += len(taken)
+            before = model.n
+            alarms, chunk = self._update(model_id, model, taken)
+            if not chunk:  # every outcome refused
+                continue
+            for alarm in alarms:
+                at = chunk[alarm.index - before - 1]
+                records.append(
+                    (at, {
+                        "kind": "drift_alarm",
+                        "model_id": model_id,
+                        "ts": at.t_label,
+                        "view": "final",
+                        "detector": alarm.detector,
+                        "statistic": alarm.statistic,
+                        "threshold": alarm.threshold,
+                        "n": alarm.index,
+                        "estimate": alarm.estimate,
+                    })
+                )  # fmt: skip
+                self.alarms += 1
+            self._model_last_ts[model_id] = chunk[-1].t_label
+            if model.n % every == 0:
+                for record in self._metrics_records(model_id, model, chunk[-1].t_label):
+                    records.append((chunk[-1], record))
+        return records
+
+    def _update(self, model_id: str, model: ModelEvaluator, chunk: list[Outcome]):
+        """Update a model; if the batch is refused (a class over ``max_classes``), retry one
+        outcome at a time and count the refused ones, so one bad label never stops the others
+        (the core is split-invariant: the result is as if they had never come)."""
+        try:
+            return model.update(chunk), chunk
+        except ValueError:
+            pass
+        alarms, accepted = [], []
+        for outcome in chunk:
+            try:
+                alarms += model.update([outcome])
+            except ValueError as err:
+                self.rejected[model_id, "class_limit"] += 1
+                self.problems.append(f"model {model_id!r}: {err}")
+            else:
+                accepted.append(outcome)
+        return alarms, accepted
+
+    def _evaluate_pair(self, key: str, pair: PairEvaluator, outcomes: list[Outcome]) -> list:
+        """(outcome that caused it, record) pairs."""
+        pairs = pair.pairs(outcomes)
+        if pairs:
+            self.touched.add(key)
+        every = self.config.publish_every
+        records = []
+        start = 0
+        while start < len(pairs):
+            n = pair.n
+            chunk = pairs[start : start + every - n % every]
+            pair.update_pairs(chunk)
+            self._pair_last_ts[key] = chunk[-1][1].t_label
+            if pair.n % every == 0:
+                record = self._comparison_record(key, pair, chunk[-1][1].t_label)
+                records.append((chunk[-1][1], record))
+            start += len(chunk)
+        return records
+
+    def _metrics_records(self, model_id: str, model: ModelEvaluator, ts: int) -> list[dict]:
+        self._published[model_id] = model.n
+        measures = model.measures()
+        records = []
+        for view, estimators in measures["views"].items():
+            record = {
+                "kind": "metrics",
+                "model_id": model_id,
+                "ts": ts,
+                "n": measures["n"],
+                "view": view,
+                "estimators": estimators,
+            }
+            if view == "final":
+                record["delayed"] = measures["delayed"]
+                record["latency_ms"] = measures["latency_ms"]
+            records.append(record)
+        return records
+
+    def _comparison_record(self, key: str, pair: PairEvaluator, ts: int) -> dict[str, Any]:
+        self._published[key] = pair.n
+        return {
+            "kind": "comparison",
+            "pair": key,
+            "model_a": pair.model_a,
+            "model_b": pair.model_b,
+            "ts": ts,
+            "n": pair.n,
+            "estimators": pair.measures(),
+        }
+
+    # -- state ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The evaluators' state (the join checkpoints itself: :meth:`Join.changes`)."""
+        return {
+            "models": {m: ev.state() for m, ev in self.models.items()},
+            "pairs": {k: p.state() for k, p in self.pairs.items()},
+            **self.scalars(),
+        }
+
+    def scalars(self) -> dict[str, Any]:
+        """The state but the models' and pairs' (small: one number or two per model)."""
+        return {
+            "pair_last_ts": dict(self._pair_last_ts),
+            "model_last_ts": dict(self._model_last_ts),
+            "published": dict(self._published),
+            "now": self._now,
+            "alarms": self.alarms,
+            "rejected": [[m, r, c] for (m, r), c in self.rejected.items()],
+        }
+
+    @classmethod
+    def from_state(
+        cls, config: EvaluationConfig, state: dict[str, Any], join: Join | None = None
+    ) -> Engine:
+        engine = cls(config, join)
+        engine.models = {m: ModelEvaluator.from_state(s) for m, s in state["models"].items()}
+        for key, s in state["pairs"].items():
+            if key in engine.pairs:
+                engine.pairs[key] = PairEvaluator.from_state(s)
+        engine._pair_last_ts = dict(state["pair_last_ts"])
+        engine._model_last_ts = dict(state["model_last_ts"])
+        engine._published = dict(state["published"])
+        engine._now = state["now"]
+        engine.alarms = state["alarms"]
+        engine.rejected = Counter({(m, r): c for m, r, c in state["rejected"]})
+        return engine

@@ -1,0 +1,143 @@
+"""What a person looks at after a replay: a summary table and a plot."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from streameval.replay import ReplayResult
+
+__all__ = ["MeasureHistory", "plot_history", "print_summary"]
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_summary(result: ReplayResult, console: Console, estimator: str) -> None:
+    """Per model the key measures of the final view, then alarms, comparisons and skips."""
+    table = Table(
+        title=f"final view, {estimator} (acc₀: initial prediction, Ψ₂: while labels pending)",
+        box=box.SIMPLE_HEAD,
+    )
+    table.add_column("model", no_wrap=True)
+    for column in ("n", "acc", "acc₀", "Ψ₂", "κ", "κ_per", "κ⁺", "p_per", "alarms"):
+        table.add_column(column, justify="right", no_wrap=True)
+    alarms = defaultdict(int)
+    for alarm in result.alarms:
+        alarms[alarm["model_id"]] += 1
+    for (model_id, view), record in sorted(result.final_metrics.items()):
+        if view != "final":
+            continue
+        m = record["estimators"].get(estimator, {})
+        d = record.get("delayed", {}).get(estimator, {})
+        table.add_row(
+            model_id, str(record["n"]), _fmt(m.get("accuracy")), _fmt(d.get("accuracy_initial")),
+            _fmt(d.get("psi_accuracy")), _fmt(m.get("kappa")), _fmt(m.get("kappa_temporal")),
+            _fmt(m.get("kappa_plus")), _fmt(m.get("p_per")), str(alarms[model_id]),
+        )  # fmt: skip
+    console.print(table)
+    for key, record in sorted(result.final_comparisons.items()):
+        c = record["estimators"].get(estimator, {})
+        console.print(
+            f"comparison {key}: n={record['n']} Q={_fmt(c.get('q_statistic'))} "
+            f"McNemar={_fmt(c.get('mcnemar'))} "
+            f"({'significant' if c.get('significant') else 'not significant'} at 99 %), "
+            f"leader: {c.get('leader') or 'none'}"
+        )
+    odd = {k: v for k, v in result.join_counters.items() if v}
+    if odd:
+        console.print("join: " + ", ".join(f"{k}={v}" for k, v in sorted(odd.items())))
+    if result.pending:
+        console.print(f"{result.pending} instances still wait for a label (not evaluated)")
+    for (model_id, reason), count in sorted(result.rejected.items()):
+        console.print(f"[bold red]model {model_id}: {count} outcomes refused ({reason})[/]")
+    for problem in result.problems[:3]:
+        console.print(f"  {problem}")
+    total_skipped = sum(result.skipped.values())
+    console.print(
+        f"{result.events} events from {result.lines} lines in {result.seconds:.2f} s; "
+        f"{result.records['metrics']} metrics, {result.records['drift_alarm']} alarms, "
+        f"{result.records['comparison']} comparison records; {total_skipped} lines skipped"
+    )
+    for reason, count in result.skipped.most_common():
+        console.print(f"  skipped {count}: {reason}")
+    for number, message in result.skipped_examples:
+        console.print(f"  line {number}: {message}")
+
+
+class MeasureHistory:
+    """Collects, per model, the final view's main measures at every metrics record."""
+
+    MEASURES = ("accuracy", "kappa", "kappa_temporal", "kappa_plus")
+
+    def __init__(self, estimator: str) -> None:
+        self.estimator = estimator
+        self.points: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+        self.psi: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self.alarms: dict[str, list[tuple[int, str]]] = defaultdict(list)
+
+    def __call__(self, records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r["kind"] == "metrics" and r["view"] == "final":
+                m = r["estimators"].get(self.estimator, {})
+                values = {k: _nan(m.get(k)) for k in self.MEASURES}
+                self.points[r["model_id"]].append((r["n"], values))
+                d = r.get("delayed", {}).get(self.estimator, {})
+                self.psi[r["model_id"]].append((r["n"], _nan(d.get("psi_accuracy"))))
+            elif r["kind"] == "drift_alarm":
+                self.alarms[r["model_id"]].append((r["n"], r["detector"]))
+
+
+def _nan(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def plot_history(history: MeasureHistory, path: Path) -> None:
+    """One panel per measure, one line per model, drift alarms as marks on each line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    titles = {
+        "accuracy": "accuracy (final prediction)",
+        "kappa": "Cohen's κ",
+        "kappa_temporal": "κ_per (vs. no-change; < 0 = worse)",
+        "kappa_plus": "κ⁺ = √(κ·κ_per)",
+        "psi": "Ψ₂: accuracy while labels were pending",
+    }
+    fig, axes = plt.subplots(len(titles), 1, figsize=(11, 2.6 * len(titles)), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, model_id in enumerate(sorted(history.points)):
+        color = colors[i % len(colors)]
+        xs = [n for n, _ in history.points[model_id]]
+        for ax, measure in zip(axes, titles, strict=True):
+            if measure == "psi":
+                ys = [v for _, v in history.psi[model_id]]
+            else:
+                ys = [values[measure] for _, values in history.points[model_id]]
+            ax.plot(xs, ys, color=color, label=model_id, linewidth=1.4)
+            for n, detector in history.alarms[model_id]:
+                ax.axvline(n, color=color, linestyle="--" if detector == "page_hinkley" else ":",
+                           alpha=0.7, linewidth=1)  # fmt: skip
+    for ax, title in zip(axes, titles.values(), strict=True):
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[2].axhline(0, color="black", linewidth=0.8)
+    axes[-1].set_xlabel(f"outcomes per model ({history.estimator}); dashed/dotted: drift alarms")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncols=max(1, len(labels)), frameon=False)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,581 @@
+"""The one place that knows the wire format: input messages in, output records out.
+
+Input messages are decoded and validated with msgspec, in bulk, into records the join uses
+directly; anything else — any byte string at all — becomes a :class:`DeadLetter` with a reason
+a person can act on and a short code to count by (:data:`DEAD_LETTER_REASONS`). No decoder
+here raises on its input. The JSON Schemas in ``topics/schemas/`` state the same contract for
+other languages (a test checks that both accept and reject the same examples): a message has
+the fields of its topic and no others. Output records are plain dicts encoded with orjson, NaN
+becoming ``null``.
+
+Decoding is about one message alone. Whether a well-formed event may enter the join at all
+depends on its event time against its partition (:class:`TimeRules`), which the worker's
+router and ``streameval replay`` apply alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any, Protocol
+
+import msgspec
+import numpy as np
+import orjson
+
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "KINDS",
+    "MAX_DEPTH",
+    "MAX_MESSAGE_BYTES",
+    "MAX_TS",
+    "NO_TS",
+    "BatchDecoder",
+    "DeadLetter",
+    "DecodedBatch",
+    "Event",
+    "EventError",
+    "InstanceEvent",
+    "InstanceRecord",
+    "LabelEvent",
+    "LabelRecord",
+    "PredictionEvent",
+    "PredictionRecord",
+    "StoredMessage",
+    "TimeRules",
+    "decode_event",
+    "encode_record",
+]
+
+#: Event times are epoch milliseconds; anything past the year 2200 is a unit error (µs, ns).
+MAX_TS = 7_258_118_400_000
+#: "nothing seen yet" for the progress (largest ``ts``) of an input partition
+NO_TS = -(2**62)
+#: Largest input message accepted (bytes); larger ones are dead letters.
+MAX_MESSAGE_BYTES = 1_048_576
+#: Deepest nesting of JSON arrays and objects accepted (``features`` is free-form JSON); a
+#: deeper message is a dead letter, refused before it is parsed.
+MAX_DEPTH = 64
+
+#: Every reason code a dead letter may carry, with what it means (docs/replay.md lists them).
+DEAD_LETTER_REASONS = {
+    "invalid_json": "not JSON (a syntax error, NaN or Infinity, a lone UTF-16 surrogate)",
+    "invalid_utf8": "a string holds bytes that are not UTF-8",
+    "too_deep": f"arrays and objects nested deeper than {MAX_DEPTH}",
+    "oversized": f"larger than {MAX_MESSAGE_BYTES} bytes",
+    "empty_message": "no value at all (a tombstone)",
+    "not_an_object": "JSON, but not one object",
+    "missing_field": "a required field is absent",
+    "unknown_field": "a field the topic's schema does not have",
+    "wrong_topic": "the fields of another kind of message (a prediction on the instances topic)",
+    "unknown_type": "`type` names no kind, or another kind than its topic carries",
+    "wrong_type": "a field of the wrong JSON type (a string for a number, a float for ts ...)",
+    "empty_value": "an empty id or label",
+    "bad_timestamp": "ts outside 0 .. year 2200 (seconds, µs or ns instead of ms?)",
+    "bad_label": "an integer label outside the signed 64-bit range",
+    "ts_in_future": "ts later than the message was sent (or than now), beyond max_future_ms",
+    "ts_too_old": "ts older than its partition's latest event by more than label_ttl_ms",
+    "unknown_topic": "read from a topic that is not an input topic",
+    "undecodable": "anything else the decoder could not make sense of",
+}
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+Timestamp = Annotated[int, msgspec.Meta(ge=0, le=MAX_TS)]
+#: integer labels are 64-bit: they travel through msgpack and numpy
+ClassLabel = (
+    Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+)
+
+
+class InstanceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An instance became available (its ``ts`` starts the latency period)."""
+
+    instance_id: Id
+    ts: Timestamp
+    features: dict[str, Any] | None = None
+
+
+class PredictionRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model predicted an instance (again, if it re-predicts)."""
+
+    instance_id: Id
+    model_id: Id
+    ts: Timestamp
+    label: ClassLabel
+    scores: dict[str, float] | None = None
+    model_version: str | None = None
+
+
+class LabelRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The ground truth of an instance arrived."""
+
+    instance_id: Id
+    ts: Timestamp
+    label: ClassLabel
+
+
+# replay files merge the three topics into one stream: each line says its type
+class InstanceEvent(InstanceRecord, tag="instance", tag_field="type", frozen=True):
+    pass
+
+
+class PredictionEvent(PredictionRecord, tag="prediction", tag_field="type", frozen=True):
+    pass
+
+
+class LabelEvent(LabelRecord, tag="label", tag_field="type", frozen=True):
+    pass
+
+
+Event = InstanceEvent | PredictionEvent | LabelEvent
+KINDS = ("instance", "prediction", "label")
+
+_event_decoder = msgspec.json.Decoder(Event)
+
+
+class EventError(ValueError):
+    """A malformed event, with a reason a person can act on and a short code to count by."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: fields that give away a message of another kind, per kind of topic
+_FOREIGN = {
+    "instance": {"model_id": "a prediction", "label": "a prediction or a label"},
+    "label": {"model_id": "a prediction"},
+    "prediction": {},
+}
+_FIELDS = {
+    "instance": "instance_id, ts, features",
+    "prediction": "instance_id, model_id, ts, label, scores, model_version",
+    "label": "instance_id, ts, label",
+}
+
+
+def _explain(err: BaseException, kind: str | None = None) -> EventError:
+    """Any exception of the decoder as a message and a stable reason code (``kind``: the kind
+    of message expected, if known)."""
+    message = str(err)
+    if isinstance(err, UnicodeDecodeError):
+        return EventError(
+            f"a string is not valid UTF-8 ({message}); encode text as UTF-8", "invalid_utf8"
+        )
+    if isinstance(err, RecursionError):
+        return EventError(f"nested deeper than {MAX_DEPTH} levels", "too_deep")
+    if not isinstance(err, msgspec.DecodeError):
+        return EventError(f"could not be decoded ({type(err).__name__}: {message})", "undecodable")
+    if not isinstance(err, msgspec.ValidationError):
+        return EventError(f"not valid JSON: {message}", "invalid_json")
+    if "Invalid value" in message and "$.type" in message:
+        return EventError(
+            message + "; `type` must be one of 'instance', 'prediction', 'label'", "unknown_type"
+        )
+    if message.startswith("Object contains unknown field"):
+        name = message.split("`")[1] if message.count("`") >= 2 else ""
+        foreign = _FOREIGN.get(kind or "", {}).get(name)
+        if foreign:
+            return EventError(
+                f"{message}: this looks like {foreign}, not a {kind}; send it to its own topic",
+                "wrong_topic",
+            )
+        allowed = f" (a {kind} has {_FIELDS[kind]})" if kind in _FIELDS else ""
+        return EventError(message + allowed, "unknown_field")
+    if message.startswith("Object missing required field"):
+        return EventError(message, "missing_field")
+    if message.startswith("Expected `object`"):
+        return EventError(message + "; a message is one JSON object", "not_an_object")
+    if "$.ts" in message and ("<=" in message or ">=" in message):
+        return EventError(
+            message + " (ts is epoch milliseconds: is it in seconds, µs or ns?)", "bad_timestamp"
+        )
+    if "$.label" in message and ("<=" in message or ">=" in message) and "length" not in message:
+        return EventError(message + " (integer labels are 64-bit)", "bad_label")
+    if "length >=" in message:
+        return EventError(message + " (ids and labels must not be empty)", "empty_value")
+    return EventError(message, "wrong_type")
+
+
+def _nesting(value: bytes) -> int:
+    """How deep arrays and objects nest in a JSON text (brackets inside strings do not count),
+    without parsing it: a bound checked before msgspec recurses into ``features``."""
+    data = np.frombuffer(value, dtype=np.uint8)
+    backslash = data == 0x5C
+    # a quote is escaped when an odd run of backslashes precedes it
+    index = np.arange(data.size)
+    last_plain = np.maximum.accumulate(np.where(backslash, -1, index))
+    run = index - 1 - np.concatenate(([-1], last_plain[:-1]))
+    quote = (data == 0x22) & (run % 2 == 0)
+    outside = np.cumsum(quote) % 2 == 0  # a string's content lies between odd and even quotes
+    step = ((data == 0x5B) | (data == 0x7B)).astype(np.int64)
+    step -= (data == 0x5D) | (data == 0x7D)
+    step[~outside] = 0
+    return int(np.cumsum(step).max(initial=0))
+
+
+def too_deep(value: bytes) -> bool:
+    """Whether ``value`` nests arrays and objects deeper than :data:`MAX_DEPTH`; cheap for
+    the usual message, which has far fewer brackets than that.
+
+    >>> too_deep(b'{"features": {"x": [[1, 2], [3]]}}'), too_deep(b"[" * 65 + b"]" * 65)
+    (False, True)
+    >>> too_deep(b'{"s": "' + b"[" * 100 + b'"}')  # inside a string: not nesting
+    False
+    """
+    if value.count(b"[") + value.count(b"{") <= MAX_DEPTH:
+        return False
+    return _nesting(value) > MAX_DEPTH
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode and validate one line of a replay file (a JSON object with a ``type``).
+
+    Examples
+    --------
+    >>> decode_event('{"type": "label", "instance_id": "i1", "ts": 1000, "label": "fraud"}')
+    LabelEvent(instance_id='i1', ts=1000, label='fraud')
+    >>> decode_event('{"type": "label", "instance_id": "", "ts": 1000, "label": 1}')
+    Traceback (most recent call last):
+    ...
+    streameval.schemas.EventError: Expected `str` of length >= 1 - at `$.instance_id` (ids and labels must not be empty)
+
+    Any input at all either decodes or raises :class:`EventError`, whose ``code`` is one of
+    :data:`DEAD_LETTER_REASONS` — never another exception:
+
+    >>> decode_event(b'{"type": "label", "instance_id": "\\xff", "ts": 1, "label": 1}')
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    streameval.schemas.EventError: a string is not valid UTF-8 (...); encode text as UTF-8
+    """  # noqa: E501
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")  # a lone surrogate: invalid UTF-8 below
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise EventError(
+            f"the line has {len(data)} bytes, over the limit of {MAX_MESSAGE_BYTES}", "oversized"
+        )
+    if too_deep(data):
+        raise _explain(RecursionError())
+    try:
+        return _event_decoder.decode(data)
+    except Exception as err:  # whatever the input: EventError and nothing else out of here
+        raise _explain(err) from None
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One output record as JSON; NaN and infinities become ``null``.
+
+    >>> encode_record({"model_id": "m", "kappa": float("nan")})
+    b'{"model_id":"m","kappa":null}'
+    """
+    return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+# -- bulk decoding of topic messages ---------------------------------------------------------
+
+
+class Message(Protocol):
+    """What the decoder needs of a Kafka message (confluent_kafka.Message has it)."""
+
+    def topic(self) -> str: ...
+    def partition(self) -> int: ...
+    def offset(self) -> int: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+#: ``Message.timestamp()``'s type when the message has no timestamp (librdkafka's value)
+NO_TIMESTAMP = 0
+
+
+class StoredMessage:
+    """A :class:`Message` held in memory: input for tests and benchmarks without a broker.
+    ``timestamp`` is the Kafka timestamp (epoch ms), None for a message without one."""
+
+    __slots__ = ("_k", "_o", "_p", "_t", "_ts", "_v")
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
+                 value: bytes | None, timestamp: int | None = None) -> None:  # fmt: skip
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+        self._ts = (NO_TIMESTAMP, 0) if timestamp is None else (1, timestamp)
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._ts
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A malformed input message: the original bytes and where they came from, and why."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    code: str
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """Kafka headers of the dead-letter record (``topics/schemas/dead-letter.schema.json``)."""
+        headers = [
+            ("streameval.source.topic", self.topic.encode()),
+            ("streameval.source.partition", str(self.partition).encode()),
+            ("streameval.source.offset", str(self.offset).encode()),
+            ("streameval.reason", self.reason.encode("utf-8", "backslashreplace")),
+            ("streameval.reason.code", self.code.encode()),
+        ]
+        if self.value is not None and len(self.value) > MAX_MESSAGE_BYTES:
+            headers.append(("streameval.value.bytes", str(len(self.value)).encode()))
+        return headers
+
+    def payload(self) -> bytes:
+        """The dead-letter record's value: the original bytes, cut to the first
+        :data:`MAX_MESSAGE_BYTES` if longer (the ``streameval.value.bytes`` header then gives
+        the original length), so that it always fits the dead-letters topic."""
+        value = self.value or b""
+        return value if len(value) <= MAX_MESSAGE_BYTES else value[:MAX_MESSAGE_BYTES]
+
+
+@dataclass
+class DecodedBatch:
+    """Valid messages of one batch as columns, in arrival order per kind, plus dead letters.
+
+    ``instances``, ``predictions``, ``labels`` hold the decoded records; ``ts`` columns are
+    int64 arrays (epoch ms), ids and labels are lists (the join hashes them).
+    """
+
+    instances: list[InstanceRecord] = field(default_factory=list)
+    predictions: list[PredictionRecord] = field(default_factory=list)
+    labels: list[LabelRecord] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+    def ts(self, kind: str) -> np.ndarray:
+        records = getattr(self, kind + "s")
+        return np.fromiter((r.ts for r in records), dtype=np.int64, count=len(records))
+
+    def __len__(self) -> int:
+        return len(self.instances) + len(self.predictions) + len(self.labels)
+
+
+# On a topic the kind is the topic's; a message may still say its `type`, which must agree.
+class _InstanceMessage(InstanceRecord, frozen=True):
+    type: str | None = None
+
+
+class _PredictionMessage(PredictionRecord, frozen=True):
+    type: str | None = None
+
+
+class _LabelMessage(LabelRecord, frozen=True):
+    type: str | None = None
+
+
+_RECORDS = {"instance": _InstanceMessage, "prediction": _PredictionMessage, "label": _LabelMessage}
+
+
+def _deep_checked(decode: Any) -> Any:
+    """``decode`` refusing, before it parses, a message nested deeper than :data:`MAX_DEPTH`
+    (for instances, whose ``features`` are free-form JSON: the other kinds have typed fields
+    only, which msgspec refuses at the first bracket it does not expect)."""
+
+    def decode_instance(value: bytes) -> Any:
+        if len(value) > MAX_DEPTH and too_deep(value):
+            raise RecursionError
+        return decode(value)
+
+    return decode_instance
+
+
+class BatchDecoder:
+    """Decode batches of Kafka messages of the three input topics.
+
+    Parameters
+    ----------
+    topics
+        Which topic carries which kind: ``{"instances": "instance", "predictions":
+        "prediction", "labels": "label"}`` (with any prefix).
+    max_bytes
+        Messages larger than this are dead letters (code ``oversized``).
+
+    A message may carry a ``type`` field; it must then name the kind of its topic. Any byte
+    string is either decoded or a dead letter: the decoder never raises on its input. Counts
+    of dead letters by reason code accumulate in :attr:`counters`.
+
+    Examples
+    --------
+    >>> decoder = BatchDecoder({"labels": "label"})
+    >>> batch = decoder.decode([
+    ...     StoredMessage("labels", 0, 0, b"i1", b'{"instance_id": "i1", "ts": 5, "label": 1}'),
+    ...     StoredMessage("labels", 0, 1, b"i1", b'{"instance_id": "i1", "ts": "5"}'),
+    ...     StoredMessage("labels", 0, 2, None, b'{"instance_id": "i\\xff", "ts": 5}')])
+    >>> [(r.instance_id, r.ts, r.label) for r in batch.labels]
+    [('i1', 5, 1)]
+    >>> [d.code for d in batch.dead_letters], dict(decoder.counters)
+    (['wrong_type', 'invalid_utf8'], {'wrong_type': 1, 'invalid_utf8': 1})
+    """
+
+    def __init__(self, topics: dict[str, str], max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        unknown = {kind for kind in topics.values() if kind not in _RECORDS}
+        if unknown:
+            raise ValueError(f"topic kinds {sorted(unknown)} are not known; use {KINDS}")
+        self.topics = dict(topics)
+        self.max_bytes = max_bytes
+        self.counters: Counter[str] = Counter()
+        #: one decode function per kind (:class:`~streameval.app.stages.Router` inlines the
+        #: common case of :meth:`decode_message` with them); each raises on bad input, which
+        #: :meth:`decode_message` explains
+        self.decoders = {kind: msgspec.json.Decoder(record).decode
+                         for kind, record in _RECORDS.items()}  # fmt: skip
+        self.decoders["instance"] = _deep_checked(self.decoders["instance"])
+
+    def decode(self, messages: Iterable[Message]) -> DecodedBatch:
+        batch = DecodedBatch()
+        columns = {"instance": batch.instances, "prediction": batch.predictions,
+                   "label": batch.labels}  # fmt: skip
+        decode_message = self.decode_message
+        for message in messages:
+            kind, result = decode_message(message)
+            if kind is None:
+                batch.dead_letters.append(result)
+            else:
+                columns[kind].append(result)
+        return batch
+
+    def decode_message(
+        self, message: Message
+    ) -> tuple[str, InstanceRecord | PredictionRecord | LabelRecord] | tuple[None, DeadLetter]:
+        """One message: ``(kind, record)``, or ``(None, dead letter)`` (counted)."""
+        topic = message.topic()
+        kind = self.topics.get(topic)
+        value = message.value()
+        if kind is None:
+            error = EventError(f"topic {topic!r} is not an input topic", "unknown_topic")
+        elif value is None:
+            error = EventError("the message has no value (a tombstone?)", "empty_message")
+        elif len(value) > self.max_bytes:
+            error = EventError(
+                f"the message has {len(value)} bytes, over the limit of {self.max_bytes}",
+                "oversized",
+            )
+        else:
+            try:
+                record = self.decoders[kind](value)
+            except Exception as err:  # any bytes at all: a dead letter, never a crash
+                error = _explain(err, kind)
+            else:
+                if record.type is None or record.type == kind:
+                    return kind, record
+                error = EventError(
+                    f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
+                    "unknown_type",
+                )
+        return None, self.dead_letter(message, error)
+
+    def dead_letter(self, message: Message, error: EventError) -> DeadLetter:
+        """``message`` as a dead letter for ``error`` (counted)."""
+        self.counters[error.code] += 1
+        return DeadLetter(message.topic(), message.partition(), message.offset(), message.key(),
+                          message.value(), str(error), error.code)  # fmt: skip
+
+
+# -- event time: what an event may do to the clock ------------------------------------------
+
+
+def _iso(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+
+
+@dataclass(frozen=True)
+class TimeRules:
+    """Which well-formed events may enter the join, by their event time.
+
+    Event time drives every clock of the service (the join's grace and TTL, the watermark,
+    the order of outcomes), so one wrong ``ts`` could otherwise move them all. Two rules, the
+    same in the worker's router and in ``streameval replay``:
+
+    * **in the future** — ``ts`` later than the time the message was sent (its Kafka
+      timestamp; the present when there is none, as in replay), by more than
+      ``max_future_ms``: nothing can have happened after it was reported. This is Kafka's own
+      rule for record timestamps (``message.timestamp.after.max.ms``, 1 hour since Kafka 4.0).
+    * **too old** — ``ts`` more than ``max_age_ms`` (the join's ``label_ttl_ms``) before the
+      latest accepted event of its input partition (in replay: of its type): the join would
+      have forgotten everything such an event could join.
+
+    A refused event is a dead letter (``ts_in_future``, ``ts_too_old``); it moves no progress,
+    no watermark and no clock. An event that passes both moves its partition's progress to
+    its ``ts`` if that is later.
+
+    Examples
+    --------
+    >>> rules = TimeRules(max_future_ms=3_600_000, max_age_ms=86_400_000)
+    >>> now = 1_767_225_600_000                            # 2026-01-01
+    >>> rules.check(now - 5, progress=now - 10, sent_ms=now, now_ms=now) is None
+    True
+    >>> rules.check(now + 7_200_000, progress=now, sent_ms=now, now_ms=now).code
+    'ts_in_future'
+    >>> rules.check(now - 2 * 86_400_000, progress=now, sent_ms=now, now_ms=now).code
+    'ts_too_old'
+    """
+
+    max_future_ms: int
+    max_age_ms: int
+
+    @staticmethod
+    def sent(sent_ms: int | None, now_ms: int) -> int:
+        """When a message was sent: its Kafka timestamp, or the present if it has none (or
+        one later than the present)."""
+        return sent_ms if sent_ms is not None and 0 < sent_ms <= now_ms else now_ms
+
+    def check(self, ts: int, progress: int, sent_ms: int | None, now_ms: int,
+              where: str = "its partition") -> EventError | None:  # fmt: skip
+        """None if an event at ``ts`` may enter, given its partition's ``progress``; else
+        why not."""
+        if ts > progress:
+            sent = self.sent(sent_ms, now_ms)
+            if ts > sent + self.max_future_ms:
+                when = "the message was sent" if sent == sent_ms else "now"
+                return EventError(
+                    f"ts {ts} ({_iso(ts)}) is {_span(ts - sent)} after {when} ({_iso(sent)}): "
+                    "event times are epoch milliseconds of when the event happened, and may run "
+                    f"ahead of that by at most join.max_future_ms = {self.max_future_ms}",
+                    "ts_in_future",
+                )
+        elif ts < progress - self.max_age_ms:
+            return EventError(
+                f"ts {ts} ({_iso(ts)}) is {_span(progress - ts)} older than the latest event so "
+                f"far of {where} ({_iso(progress)}): a partition carries its events in time "
+                f"order, give or take join.label_ttl_ms = {self.max_age_ms}, and nothing an "
+                "event that old could join is still held",
+                "ts_too_old",
+            )
+        return None
+
+
+def _span(ms: int) -> str:
+    for unit, size in (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000)):
+        if ms >= 2 * size:
+            return f"{ms / size:,.1f} {unit}"
+    return f"{ms:,} ms"

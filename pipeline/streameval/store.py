@@ -1,0 +1,527 @@
+"""The join's disk store: pending instances in RocksDB, a bounded cache in RAM.
+
+:class:`DiskState` gives the join (:mod:`streameval.core.join`) the interface of
+:class:`~streameval.core.state.MemoryState` over an embedded RocksDB database (rocksdict), so a
+partition holds as many pending instances as its disk does — a week of labels' delay is a
+matter of disk, not memory (docs/architecture.md has the measurements that chose RocksDB).
+
+* **Reads are batched.** The join asks for the records of a whole event batch at once
+  (:meth:`DiskState.prefetch`: one multi-get for those not in RAM); what it reads and changes
+  stays in RAM until the next checkpoint.
+* **Writes happen at checkpoints.** :meth:`DiskState.commit` writes everything that changed
+  since the last one in one atomic RocksDB batch, together with the changelog offset the
+  checkpoint ends at. After a crash the database is exactly at its last checkpoint, and the
+  worker catches up from the changelog from there (streameval.app.checkpoint). Between
+  checkpoints RAM holds what changed (bounded by the traffic of one checkpoint interval) and a
+  cache of clean records (bounded by ``cache_mb``; dropped whole when it is over); RocksDB's
+  block cache and write buffers take about as much again.
+* **Time queues are ordered keys.** The join's expiry and memory queues are keys
+  ``x|f`` + time + instance id; the smallest is a seek away, and entries that go are deleted
+  in the same batch as their records, so the database never holds more than the state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import shutil
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from streameval.core.state import (
+    EVENT,
+    MEMORY,
+    META,
+    RECORD,
+    Cut,
+    decode_value,
+    encode_changes,
+    encode_value,
+    intern_record,
+    split_time_key,
+    time_key,
+)
+
+__all__ = ["FORMAT", "DiskState", "StoreError"]
+
+#: The layout of the database; another is rebuilt from the changelog.
+FORMAT = 1
+_QUEUES = {"expiry": b"x", "forget": b"f"}
+_LOCAL = b"~"  # the store's own scalars: format, fingerprint, changelog position, counts
+_BYTES_PER_CACHED = 400  # a cached record in RAM, roughly (a list, its ints and strings)
+_U64 = struct.Struct(">Q")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: full disk, unreadable files (the message says what to do)."""
+
+
+class _Queue:
+    """A time queue over the database's ordered keys, with what changed since the last
+    commit in RAM: entries pushed (a heap) and entries taken or discarded (a set)."""
+
+    def __init__(self, db: Any, prefix: bytes) -> None:
+        self.db, self.prefix = db, prefix
+        self.heap: list[tuple[int, str]] = []
+        self.removed: set[tuple[int, str]] = set()
+        #: pushed again after being taken from the database: it may still be there
+        self.shadowed: set[tuple[int, str]] = set()
+        self._reset()
+
+    def _reset(self, start: tuple[int, str] | None = None) -> None:
+        self._it = self.db.iter()
+        # from the first live entry: the ones taken before it are deleted, and a seek from
+        # the prefix would step over all their tombstones until compaction drops them
+        self._it.seek(self.prefix if start is None else time_key(self.prefix, *start))
+        self._head: tuple[int, str] | None = None
+        self._advance()
+
+    def _advance(self) -> None:
+        it, prefix = self._it, self.prefix
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                break
+            entry = split_time_key(key)
+            it.next()
+            if entry not in self.removed:
+                self._head = entry
+                return
+        self._head = None
+
+    def push(self, t: int, instance_id: str) -> None:
+        entry = (t, instance_id)
+        if entry in self.removed:  # taken from the database, and back: it may be there still
+            self.removed.discard(entry)
+            self.shadowed.add(entry)
+        heapq.heappush(self.heap, entry)
+
+    def discard(self, t: int, instance_id: str) -> None:
+        entry = (t, instance_id)
+        self.removed.add(entry)
+        if self._head == entry:
+            self._advance()
+
+    def peek(self) -> tuple[int, str] | None:
+        heap, removed = self.heap, self.removed
+        while heap and heap[0] in removed:
+            heapq.heappop(heap)
+        head = self._head
+        if heap and (head is None or heap[0] < head):
+            return heap[0]
+        return head
+
+    def pop(self) -> tuple[int, str]:
+        entry = self.peek()
+        if entry is None:
+            raise IndexError("pop from an empty queue")
+        if self.heap and self.heap[0] == entry:
+            heapq.heappop(self.heap)
+            if entry in self.shadowed:  # the database may have it: delete it there too
+                self.shadowed.discard(entry)
+                self.removed.add(entry)
+        else:
+            self.removed.add(entry)
+            self._advance()
+        return entry
+
+    def freeze(self) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:
+        """What the database lacks of the queue now: entries to put, entries to delete. The
+        queue goes on as it is until :meth:`written` says the database has them."""
+        removed = self.removed
+        return {e for e in self.heap if e not in removed}, set(removed)
+
+    @staticmethod
+    def write(batch: Any, prefix: bytes, puts: set, deletes: set) -> None:
+        for t, instance_id in deletes:
+            batch.delete(time_key(prefix, t, instance_id))
+        for t, instance_id in puts:
+            batch.put(time_key(prefix, t, instance_id), b"")
+
+    def written(self, puts: set, deletes: set) -> None:
+        """The database now holds ``puts`` and no longer ``deletes`` (a :meth:`freeze`'s):
+        keep in RAM only what it still lacks, and read it again from the live head."""
+        start = self.peek()  # everything before it is taken (deleted, or in ``removed``)
+        heap, removed = self.heap, self.removed
+        held = set(heap)
+        # taken since the freeze, but written by it: the next batch deletes them
+        self.removed = {e for e in removed if e not in deletes} | {e for e in puts
+                                                                   if e not in held}  # fmt: skip
+        self.heap = [e for e in heap if e not in puts and e not in removed]
+        heapq.heapify(self.heap)
+        self.shadowed -= puts
+        self._reset(start)
+
+
+class DiskState:
+    """A join partition's instances in a RocksDB database at ``path`` (see the module doc).
+
+    Parameters
+    ----------
+    path
+        The partition's directory (created if missing).
+    cache_mb
+        RAM for clean records read from the database (and as much again for RocksDB's block
+        cache).
+    fingerprint
+        Of the evaluation configuration: a database written under another is rebuilt.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        cache_mb: int = 256,
+        fingerprint: str = "",
+        cache_entries: int | None = None,
+    ) -> None:
+        from rocksdict import (
+            BlockBasedOptions,
+            Cache,
+            DBCompressionType,
+            Options,
+            Rdict,
+        )
+
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.cache_entries = (max(1_000, cache_mb * 1024 * 1024 // 2 // _BYTES_PER_CACHED)
+                              if cache_entries is None else cache_entries)  # fmt: skip
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_compression_type(DBCompressionType.lz4())
+        options.set_bottommost_compression_type(DBCompressionType.zstd())
+        # RocksDB's own RAM is about cache_mb too: half a block cache, half two write buffers
+        # (with its default, two of 64 MB per database, they held 270 MB in a worker's process
+        # of six partitions, and could hold 768 MB)
+        options.set_write_buffer_size(max(4, cache_mb // 4) * 1024 * 1024)
+        options.set_max_write_buffer_number(2)
+        table = BlockBasedOptions()
+        table.set_block_cache(Cache(max(8, cache_mb // 2) * 1024 * 1024))
+        table.set_bloom_filter(10, False)  # most lookups are of new ids: absent, say so fast
+        options.set_block_based_table_factory(table)
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = Rdict(str(self.path), options)
+        except Exception as err:  # a corrupt or foreign directory
+            raise StoreError(f"cannot open the store at {self.path}: {err}") from err
+        self.records: dict[str, list | None] = {}  # cache: None = not in the database
+        self.memory: dict[str, tuple[Any, int] | None] = {}
+        self._dirty_records: set[str] = set()
+        self._dirty_memory: set[str] = set()
+        self._fresh_records: set[str] = set()
+        self._fresh_memory: set[str] = set()
+        self.queues = {name: _Queue(self.db, prefix) for name, prefix in _QUEUES.items()}
+        self.valid: dict[str, Any] = {}
+        #: stale queue entries go at once (the join asks): the database holds no dead keys
+        self.discards = True
+        self.touch = self._dirty_records.add
+        local = self._local()
+        self._pending = local.get("pending", 0)
+        self._remembered = local.get("remembered", 0)
+        self.reads = 0  # records and memory entries read from the database
+        self.hits = 0  # ... found in RAM
+
+    # -- the store's own scalars -----------------------------------------------------------
+    def _local(self) -> dict[str, Any]:
+        data = self.db.get(_LOCAL)
+        return decode_value(data) if data is not None else {}
+
+    def usable(self) -> tuple[bool, str]:
+        """Whether the database holds a checkpoint of this configuration and format (else:
+        why not), to be caught up from its changelog position; an empty one is usable."""
+        local = self._local()
+        if not local:
+            return True, "empty"
+        if local.get("format") != FORMAT:
+            return False, f"format {local.get('format')}, this worker writes {FORMAT}"
+        if local.get("fingerprint") != self.fingerprint:
+            return False, "written under another evaluation configuration"
+        return True, "ok"
+
+    @property
+    def position(self) -> int | None:
+        """The changelog offset the database's last checkpoint ends at (None: none yet)."""
+        return self._local().get("position")
+
+    @property
+    def sealed(self) -> tuple[int, int] | None:
+        """Number and intent chunks of the changelog checkpoint the database is at."""
+        value = self._local().get("sealed")
+        return tuple(value) if value else None
+
+    @property
+    def committed_at(self) -> float | None:
+        """When (epoch seconds) the database's last checkpoint was written."""
+        return self._local().get("at")
+
+    def waiting(self) -> list[list]:
+        """The events that were waiting for the clock at the last checkpoint."""
+        out, it = [], self.db.iter()
+        it.seek(EVENT)
+        while it.valid() and it.key()[:1] == EVENT:
+            out.append(decode_value(it.value()))
+            it.next()
+        return out
+
+    def scalars(self) -> dict[bytes, bytes]:
+        """The encoded scalars of the last checkpoint: the join's and its stage's keys."""
+        return {key: value for key in (META, b"t")
+                if (value := self.db.get(key)) is not None}  # fmt: skip
+
+    # -- the join's interface ---------------------------------------------------------------
+    def prefetch(self, instance_ids: Iterable[str]) -> None:
+        records, memory = self.records, self.memory
+        ids = list(instance_ids)
+        missing = [i for i in ids if i not in records]
+        self.hits += len(ids) - len(missing)
+        if not missing:
+            return
+        self.reads += len(missing)
+        keys = [RECORD + i.encode() for i in missing] + [MEMORY + i.encode() for i in missing]
+        values = self.db.get(keys)
+        n = len(missing)
+        for instance_id, value in zip(missing, values[:n], strict=True):
+            records[instance_id] = (None if value is None
+                                    else intern_record(decode_value(value), 6))  # fmt: skip
+        for instance_id, value in zip(missing, values[n:], strict=True):
+            if instance_id in memory:  # changed since the database was written: RAM has it
+                continue
+            if value is None:
+                memory[instance_id] = None
+            else:
+                label, until = decode_value(value)
+                memory[instance_id] = (label, until)
+
+    def create(self, instance_id: str, record: list, expiry: int) -> None:
+        self.put(instance_id, record)
+        self.queues["expiry"].push(expiry, instance_id)
+
+    def resolved(self, instance_id: str, label: Any, until: int) -> None:
+        self.drop(instance_id)
+        self.remember(instance_id, label, until)
+        self.queues["forget"].push(until + 1, instance_id)
+
+    def put(self, instance_id: str, record: list) -> None:
+        if instance_id not in self._dirty_records:
+            self._fresh_records.add(instance_id)
+        self.records[instance_id] = record
+        self._dirty_records.add(instance_id)
+        self._pending += 1
+
+    def drop(self, instance_id: str) -> None:
+        self.records[instance_id] = None
+        self._pending -= 1
+        if instance_id in self._fresh_records:
+            self._fresh_records.discard(instance_id)
+            self._dirty_records.discard(instance_id)
+        else:
+            self._dirty_records.add(instance_id)
+
+    def remember(self, instance_id: str, label: Any, until: int) -> None:
+        if instance_id not in self._dirty_memory and self.memory.get(instance_id) is None:
+            self._fresh_memory.add(instance_id)
+        self.memory[instance_id] = (label, until)
+        self._dirty_memory.add(instance_id)
+        self._remembered += 1
+
+    def forget(self, instance_id: str) -> None:
+        self.memory[instance_id] = None
+        self._remembered -= 1
+        if instance_id in self._fresh_memory:
+            self._fresh_memory.discard(instance_id)
+            self._dirty_memory.discard(instance_id)
+        else:
+            self._dirty_memory.add(instance_id)
+
+    def push(self, queue: str, t: int, instance_id: str) -> None:
+        self.queues[queue].push(t, instance_id)
+
+    def discard(self, queue: str, t: int, instance_id: str) -> None:
+        self.queues[queue].discard(t, instance_id)
+
+    def peek(self, queue: str) -> tuple[int, str] | None:
+        return self.queues[queue].peek()
+
+    def pop(self, queue: str) -> tuple[int, str]:
+        return self.queues[queue].pop()
+
+    def pending_count(self) -> int:
+        return self._pending
+
+    def memory_count(self) -> int:
+        return self._remembered
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def changed(self) -> int:
+        """How many keys the next checkpoint writes (records and remembered instances)."""
+        return len(self._dirty_records) + len(self._dirty_memory)
+
+    def changes(self, meta: dict[str, Any]) -> dict[bytes, bytes | None]:
+        return encode_changes(self.records, self._dirty_records, self.memory,
+                              self._dirty_memory, meta)  # fmt: skip
+
+    def freeze(self, changes: dict[bytes, bytes | None]) -> Cut:
+        """Close the changes since the last freeze: ``changes`` (those of :meth:`changes`,
+        plus the stage's keys) and the time queues' changes, as they are now, make the next
+        batch; what changes from now on goes into the one after. The join goes on while the
+        checkpoint is written to Kafka, and :meth:`written` then writes the batch."""
+        cut = Cut(changes, {name: q.freeze() for name, q in self.queues.items()},
+                  (self._pending, self._remembered))  # fmt: skip
+        self._dirty_records.clear()
+        self._dirty_memory.clear()
+        self._fresh_records.clear()
+        self._fresh_memory.clear()
+        return cut
+
+    def written(
+        self, cut: Cut, position: int | None = None, sealed: tuple[int, int] | None = None
+    ) -> None:
+        """The checkpoint of ``cut`` is in the changelog: write its batch in one atomic write,
+        with the changelog ``position`` it ends at and the number and intent chunks of the
+        checkpoint (``sealed``)."""
+        from rocksdict import WriteBatch
+
+        batch = WriteBatch(raw_mode=True)
+        for key, value in cut.changes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        for name, (puts, deletes) in cut.queues.items():
+            _Queue.write(batch, _QUEUES[name], puts, deletes)
+        local = self._local()
+        pending, remembered = cut.counts
+        local.update(format=FORMAT, fingerprint=self.fingerprint, pending=pending,
+                     remembered=remembered, at=time.time())  # fmt: skip
+        if position is not None:
+            local["position"] = position
+        if sealed is not None:
+            local["sealed"] = list(sealed)
+        batch.put(_LOCAL, encode_value(local))
+        self._write(batch)
+        for name, (puts, deletes) in cut.queues.items():
+            self.queues[name].written(puts, deletes)
+        if len(self.records) + len(self.memory) > self.cache_entries:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """Start the cache again, but for what changed since the last freeze (the database
+        does not have it yet): both entries of an instance, as :meth:`prefetch` reads both."""
+        dirty = self._dirty_records | self._dirty_memory
+        for cache in (self.records, self.memory):
+            keep = {k: cache[k] for k in dirty if k in cache}
+            cache.clear()  # the same dicts: the join holds them
+            cache.update(keep)
+
+    def commit(
+        self,
+        changes: dict[bytes, bytes | None] | None = None,
+        position: int | None = None,
+        sealed: tuple[int, int] | None = None,
+    ) -> None:
+        """:meth:`freeze` and :meth:`written` in one: write ``changes`` (those of
+        :meth:`changes`, plus the stage's keys) and the time queues' changes in one atomic
+        batch."""
+        self.written(self.freeze(changes or {}), position, sealed)
+
+    def _write(self, batch: Any) -> None:
+        try:
+            self.db.write(batch)
+        except Exception as err:
+            raise StoreError(
+                f"cannot write the store at {self.path} ({err}): is the disk full? Free space "
+                "and restart the worker; it continues from its last checkpoint"
+            ) from err
+
+    def apply(self, items: list[tuple[bytes, bytes | None]], queue_entries: Any) -> None:
+        """Write changes read from a changelog (records, memory, the scalars), keeping the
+        time queues and counts in step; applying the same changes twice changes nothing, so a
+        restore cut short by a crash is simply done again."""
+        from rocksdict import WriteBatch
+
+        batch = WriteBatch(raw_mode=True)
+        changed = [k for k, _ in items if k[:1] in (RECORD, MEMORY)]
+        old = dict(zip(changed, self.db.get(changed), strict=True)) if changed else {}
+        forget = _QUEUES["forget"]
+        for key, value in items:
+            kind = key[:1]
+            if kind == RECORD or kind == MEMORY:
+                instance_id = key[1:].decode()
+                before = old.get(key)
+                if kind == RECORD:
+                    entries = lambda v: [(_QUEUES[q], t) for q, t in queue_entries(v)]  # noqa: E731
+                else:
+                    entries = lambda v: [(forget, v[1] + 1)]  # noqa: E731
+                if before is not None:
+                    if kind == RECORD:
+                        self._pending -= 1
+                    else:
+                        self._remembered -= 1
+                    for prefix, t in entries(decode_value(before)):
+                        batch.delete(time_key(prefix, t, instance_id))
+                if value is not None:
+                    if kind == RECORD:
+                        self._pending += 1
+                    else:
+                        self._remembered += 1
+                    for prefix, t in entries(decode_value(value)):
+                        batch.put(time_key(prefix, t, instance_id), b"")
+                old[key] = value  # the same key again later in these items
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._write(batch)
+        self.records.clear()
+        self.memory.clear()
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return self.db.get(keys) if keys else []
+
+    def settle(self, position: int | None, sealed: tuple[int, int] | None) -> None:
+        """The changes applied so far make checkpoint ``sealed`` ending at changelog
+        ``position``."""
+        for queue in self.queues.values():  # apply() wrote under iterators made before it:
+            queue.heap, queue.removed, queue.shadowed = [], set(), set()  # read them again
+            queue._reset()
+        self.commit({}, position, sealed)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every key a changelog holds of this store (records, memory, waiting events and
+        scalars; not the time queues, which follow from the records)."""
+        it = self.db.iter()
+        it.seek_to_first()
+        while it.valid():
+            key = it.key()
+            if key[:1] in (RECORD, MEMORY, EVENT, META, b"t"):
+                yield key, it.value()
+            it.next()
+
+    def __iter__(self) -> Iterator[tuple[str, list]]:
+        it = self.db.iter()
+        it.seek(RECORD)
+        while it.valid() and it.key()[:1] == RECORD:
+            yield it.key()[1:].decode(), decode_value(it.value())
+            it.next()
+
+    def disk_bytes(self) -> int:
+        """Bytes the database takes on disk (its files, the write-ahead log included)."""
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+    def compaction_debt(self) -> int:
+        """Bytes RocksDB estimates its compactions still have to rewrite."""
+        return self.db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0
+
+    def close(self) -> None:
+        for queue in self.queues.values():  # an open iterator keeps the database (and its lock)
+            queue._it = None
+        self.queues = {}
+        self.db.close()
+        del self.db
+
+    @staticmethod
+    def wipe(path: str | Path) -> None:
+        """Remove a store (to rebuild it from its changelog)."""
+        shutil.rmtree(path, ignore_errors=True)
