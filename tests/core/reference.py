@@ -3,7 +3,7 @@
 The fading estimate of any ratio measure equals the same measure computed on all outcomes with
 sample weights a^(n-1-j), so scikit-learn's ``sample_weight`` gives a reference for fading too.
 The persistent baseline and κ_M have no scikit-learn counterpart: they are computed with plain
-loops straight from their definitions (SPEC Part A §§4–5).
+loops straight from their definitions (docs/measures.md).
 """
 
 from __future__ import annotations

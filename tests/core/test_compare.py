@@ -188,7 +188,7 @@ def test_state_round_trips_exactly_through_json(spec, stream):
 
 
 def test_e6_q_statistic_on_every_prefix():
-    """SPEC §8 E6: L(A) = [1,0,1,1,0], L(B) = [0,0,1,0,0]."""
+    """E6 (docs/measures.md): L(A) = [1,0,1,1,0], L(B) = [0,0,1,0,0]."""
     expected = {
         "cumulative": [NAN, NAN, math.log(2), math.log(3), math.log(3)],
         "fading:0.5": [NAN, NAN, 0.223144, 1.178655, math.log(0.8125 / 0.25)],
@@ -206,7 +206,7 @@ def test_e6_q_statistic_on_every_prefix():
 
 
 def test_e7_signed_mcnemar():
-    """SPEC §8 E7: error indicators A = [1,1,0,1,0,1,1,0], B = [0,1,0,0,0,0,1,1]."""
+    """E7 (docs/measures.md): error indicators A = [1,1,0,1,0,1,1,0], B = [0,1,0,0,0,0,1,1]."""
     comparison = ModelComparison(estimators=["cumulative", "window:4", "fading:0.9"])
     comparison.update(np.array([1, 1, 0, 1, 0, 1, 1, 0]), np.array([0, 1, 0, 0, 0, 0, 1, 1]))
     m = comparison.measures()

@@ -1,4 +1,5 @@
-"""Latency bins, Λ(T, b) and Ψ_α against SPEC E13, a slow reference and the estimators."""
+"""Latency bins, Λ(T, b) and Ψ_α against E13 (docs/measures.md), a slow reference and the
+estimators."""
 
 import json
 import math
@@ -37,7 +38,7 @@ def test_e13_multi_prediction_bin_vote_and_last():
 
 
 def reference_bins(times, labels, t0, t1, bins, rule):
-    """SPEC §6.2 written as plainly as possible, with exact fractions."""
+    """Grzenda et al.'s bins written as plainly as possible, with exact fractions."""
     from fractions import Fraction
 
     out = [labels[0]]

@@ -19,7 +19,8 @@ from streameval.core.drift import (
 )
 
 # ---------------------------------------------------------------------------------------------
-# plain references: the recursions of SPEC §1.3 and §3.1 written out, one outcome at a time
+# plain references: [GSR]'s fading error (Algorithm 3) and Page-Hinkley (§5.1) written out,
+# one outcome at a time
 
 
 def reference_page_hinkley(values, delta, threshold, min_instances):
@@ -58,11 +59,12 @@ def reference_ratio(errors, long_factor, short_factor):
 
 
 # ---------------------------------------------------------------------------------------------
-# worked examples of the SPEC
+# worked examples (docs/measures.md)
 
 
 def test_e8_page_hinkley_on_a_step():
-    """SPEC §8 E8: 20 zeros then 20 ones, δ = 0.1, λ = 5 → first alarm at T = 27, PH 5.1743."""
+    """E8 (docs/measures.md): 20 zeros then 20 ones, δ = 0.1, λ = 5 → first alarm at T = 27,
+    PH 5.1743."""
     x = np.r_[np.zeros(20), np.ones(20)]
     ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
     statistics = []
@@ -97,7 +99,8 @@ def _e9_errors() -> np.ndarray:
     ("min_instances", "expected"), [(1, 212), (30, 212), (208, 212), (209, 213)]
 )
 def test_e9_algorithm_4(min_instances, expected):
-    """SPEC §8 E9: a_long = 0.99, a_short = 0.9, δ = 0.1, λ = 10 → first alarm at item 212.
+    """E9 (docs/measures.md): a_long = 0.99, a_short = 0.9, δ = 0.1, λ = 10 → first alarm at
+    item 212.
 
     R is undefined for items 1–4, so the PH test makes its first update at item 5 and has made
     208 updates at item 212: any ``min_instances`` from 1 to 208 (the default 30 included)
@@ -345,7 +348,7 @@ def test_default_detectors_see_an_abrupt_increase_of_the_error_rate():
     1483–1848 (median 1648.5) and 212–364 (median 300), with no alarm before the change. The
     noise-free stream (losses exactly 0.15 then 0.45, :func:`test_noise_free_delays`) gives
     1655 and 305. The bounds, 2500 and 600, are about 1.5× and 2× the noise-free delays and
-    keep SPEC §3.3's orders of magnitude: thousands for one fading estimate, hundreds for the
+    keep [GSR] §5.3's orders of magnitude: thousands for one fading estimate, hundreds for the
     ratio.
     """
     rng = np.random.default_rng(11)

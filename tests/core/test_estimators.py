@@ -92,7 +92,8 @@ def test_state_round_trips_exactly_through_json(spec, stream):
 
 
 def test_e1_prequential_window_fading():
-    """SPEC §8 E1: losses e = [1,0,0,1,0,1] as outcomes (true 0, predicted 1 when e = 1)."""
+    """E1 (docs/measures.md): losses e = [1,0,0,1,0,1] as outcomes (true 0, predicted 1 when
+    e = 1)."""
     errors = [1, 0, 0, 1, 0, 1]
     expected = {
         "cumulative": [1, 0.5, 1 / 3, 0.5, 0.4, 0.5],
@@ -181,7 +182,7 @@ def test_names_on_the_wire():
 
 
 def test_e2_fading_conventions():
-    """SPEC §8 E2: x = [1, 0, 1, 1]; Gama's a = 0.9 gives M = 2.629/3.439 = 0.764466, and
+    """E2 (docs/measures.md): x = [1, 0, 1, 1]; Gama's a = 0.9 gives M = 2.629/3.439 = 0.764466, and
     Žliobaitė's biased estimate with η = 1 − a from 0 is (1 − a^t)·M = 0.2629."""
     est = parse_estimator("fading:0.9")
     est.update(np.zeros(4, dtype=int), np.array([1, 0, 1, 1]))  # loss 1 = wrong

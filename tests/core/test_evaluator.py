@@ -87,3 +87,12 @@ def test_bad_batches_change_nothing():
 def test_bad_configuration(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Evaluator(**kwargs)
+
+
+def test_new_classes_are_numbered_in_outcome_order_however_the_batch_is_cut():
+    whole, split = Evaluator(), Evaluator()
+    whole.update(["A", "C"], ["B", "A"])
+    split.update(["A"], ["B"])
+    split.update(["C"], ["A"])
+    assert whole.labels.classes == split.labels.classes == ["A", "B", "C"]
+    assert json.dumps(whole.measures()) == json.dumps(split.measures())

@@ -1,4 +1,4 @@
-"""The join rules of DESIGN.md "Join semantics", one table row per rule."""
+"""The join rules (docs/replay.md, "How events become outcomes"), one rule per test."""
 
 import pytest
 from hypothesis import given, settings

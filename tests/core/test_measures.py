@@ -74,7 +74,7 @@ def _snapshot(counts, persistent=(0, 0)):
 
 
 def test_e11_eight_measures():
-    """SPEC §8 E11: TP=8, FN=2, FP=4, TN=86 (class 1 positive)."""
+    """E11 (docs/measures.md): TP=8, FN=2, FP=4, TN=86 (class 1 positive)."""
     m = compute_measures(_snapshot([[86, 4], [2, 8]]), positive=1)
     expected = {
         "accuracy": 0.94,
@@ -104,7 +104,7 @@ def test_e11_undefined_cases():
 
 
 def test_e3_kappa_family():
-    """SPEC §8 E3 under the project's persistent-baseline rule (Part A §4).
+    """E3 (docs/measures.md) under the project's persistent-baseline rule.
 
     p = 0.7, p_ran = 0.5, κ = 0.4, p_maj = 0.6 as in E3; the first outcome is not scored by the
     no-change predictor, so p_per = P(T) = 7/9 and κ_per = (0.7 − 7/9)/(1 − 7/9) = −0.35, whence
@@ -133,7 +133,7 @@ def test_e3_kappa_family():
     ("n", "se", "se0", "z"), [(10, 0.28983, 0.31623, 1.2649), (100, None, 0.1, 4.0)]
 )
 def test_e5_kappa_significance(n, se, se0, z):
-    """SPEC §8 E5: p = 0.7, p_ran = 0.5."""
+    """E5 (docs/measures.md): p = 0.7, p_ran = 0.5."""
     # a balanced 2×2 matrix with accuracy 0.7 has P = P_h = (0.5, 0.5), so p_ran = 0.5
     counts = np.array([[0.35, 0.15], [0.15, 0.35]]) * n
     m = compute_measures(ConfusionSnapshot(counts, 0, 0, n, float(n)))
@@ -146,7 +146,7 @@ def test_e5_kappa_significance(n, se, se0, z):
 
 
 def test_fading_standard_error_uses_effective_sample_size():
-    """With fading, N in Cohen's standard error is N_a = (1 − a^t)/(1 − a) (SPEC §4.2)."""
+    """With fading, N in Cohen's standard error is N_a = (1 − a^t)/(1 − a) (docs/measures.md)."""
     est = parse_estimator("fading:0.9")
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 50)

@@ -2,9 +2,12 @@
 
 import json
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from streameval.core.join import Outcome
 from streameval.core.model import NORMALIZED_MEASURES, ModelEvaluator, PairEvaluator
 from streameval.core.normalize import normalize
@@ -90,3 +93,29 @@ def test_pairs_never_cross_incarnations_of_a_reused_id():
     split.update(stream[2:])
     assert whole.n == split.n == 2
     assert whole.measures() == split.measures()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("ABCD"), st.lists(st.sampled_from("ABCD"), min_size=1,
+                                                     max_size=3)),
+        min_size=1, max_size=40,
+    ),
+    st.lists(st.integers(0, 40), max_size=4),
+)  # fmt: skip
+def test_classes_are_discovered_in_outcome_order_however_the_batches_fall(rows, cuts):
+    """A class's index (and so every sum's order, to the last bit) must not depend on where
+    the batches are cut: truth then predictions, outcome by outcome."""
+    outcomes = [
+        Outcome("m", f"i{i}", truth, tuple(range(i, i + len(labels))), tuple(labels), i, i + 9)
+        for i, (truth, labels) in enumerate(rows)
+    ]
+    whole, split = ModelEvaluator("m"), ModelEvaluator("m")
+    whole.update(outcomes)
+    bounds = [0, *sorted(c for c in cuts if c < len(outcomes)), len(outcomes)]
+    for start, end in pairwise(bounds):
+        split.update(outcomes[start:end])
+    first_seen = list(dict.fromkeys(x for truth, labels in rows for x in (truth, *labels)))
+    assert whole.labels.classes == split.labels.classes == first_seen
+    assert json.dumps(split.measures()) == json.dumps(whole.measures())

@@ -1,4 +1,4 @@
-"""Histogram normalization: E12, the reference table of SPEC §5.4, a brute-force grid, errors."""
+"""Histogram normalization: E12, the paper's reference counts, a brute-force grid, errors."""
 
 import math
 
@@ -14,7 +14,7 @@ from streameval.core.normalize import (
     normalize,
 )
 
-#: SPEC §5.4: numerators at x = 0.9, n = 160, undefined → 0, for P:N = 10:150 ... 150:10.
+#: [BS]: numerators at x = 0.9, n = 160, undefined → 0, for P:N = 10:150 ... 150:10.
 COUNTS = [(10, 150), (32, 128), (80, 80), (128, 32), (150, 10)]
 REFERENCE = {
     "accuracy": [1540, 4121, 6425, 4121, 1540],
@@ -29,7 +29,7 @@ REFERENCE = {
 
 
 def literal_value(measure: str, tp: int, fn: int, fp: int, tn: int) -> float:
-    """The measure straight from the formulas of SPEC §5.2; undefined → 0."""
+    """The measure straight from [BS]'s formulas (1)–(8); undefined → 0."""
     positives, negatives = tp + fn, fp + tn
     predicted_pos, predicted_neg, n = tp + fp, fn + tn, tp + fn + fp + tn
     precision = tp / predicted_pos if predicted_pos else None
@@ -70,7 +70,7 @@ def brute_force_count(measure: str, positives: int, negatives: int, x: float) ->
 
 
 def test_e12_precision_example_of_the_paper():
-    """SPEC §8 E12 / Brzezinski et al. §III-B: 506/1661 ≈ 0.30 and 1650/1661 ≈ 0.99."""
+    """E12 (docs/measures.md) / Brzezinski et al. §III-B: 506/1661 ≈ 0.30 and 1650/1661 ≈ 0.99."""
     assert count_at_most("precision", 150, 10, 0.9) == 506
     assert normalize("precision", 150, 10, 0.9) == 506 / 1661
     assert count_at_most("precision", 10, 150, 0.9) == 1650
@@ -132,7 +132,7 @@ def test_counts_equal_a_brute_force_double_loop(measure, query):
 
 @pytest.mark.parametrize("measure", MEASURES)
 def test_every_measure_is_non_decreasing_in_tp_for_fixed_fp(measure):
-    """The assumption behind the bisection, for P, N <= 24 with undefined → 0 (SPEC §5.4)."""
+    """The assumption behind the bisection, for P, N <= 24 with undefined → 0."""
     for positives in range(25):
         for negatives in range(0 if positives else 1, 25):
             tp = np.arange(positives + 1)[:, None]
@@ -159,7 +159,7 @@ def test_measure_values_equal_the_literal_formulas(measure, positives, negatives
 
 
 def test_large_counts_run_without_a_grid():
-    """P = N = 10^6: 10^12 matrices, counted by bisection (closed forms of SPEC §5.4)."""
+    """P = N = 10^6: 10^12 matrices, counted by bisection (closed forms of the counts)."""
     p = n = 10**6
     # precision ≤ 3/4 ⇔ TP ≤ 3·FP: 1 (the undefined cell) + Σ_{FP=1..N} (min(P, 3·FP) + 1)
     fp = np.arange(1, n + 1)

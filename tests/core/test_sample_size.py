@@ -1,9 +1,13 @@
-"""SPEC §8 E10: sample sizes, window half-widths and fading horizons."""
+"""E10 (docs/measures.md): sample sizes, window half-widths and fading horizons."""
 
 import math
 
 import pytest
-from streameval.core.sample_size import fading_horizon, hoeffding_sample_size, window_for_precision
+from streameval.reference.sample_size import (
+    fading_horizon,
+    hoeffding_sample_size,
+    window_for_precision,
+)
 
 
 def test_e10():

@@ -1,10 +1,11 @@
-"""SPEC §8 E4 and E14: Žliobaitė et al.'s Algorithm 1, P(T), Δ(ℓ), temporal correction."""
+"""E4 and E14 (docs/measures.md): Žliobaitė et al.'s Algorithm 1, P(T), Δ(ℓ), temporal
+correction."""
 
 import json
 import math
 
 import pytest
-from streameval.core.temporal import (
+from streameval.reference.temporal import (
     ZliobaiteKappa,
     label_persistence,
     temporal_correction,

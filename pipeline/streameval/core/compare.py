@@ -13,9 +13,8 @@ Reading the signs: Q < 0 (A has the smaller loss) or M < 0 (A makes fewer exclus
 A is better, M > 0 that B is better. ``|M| > 6.635`` rejects "no difference" at the 99 % level
 (χ² with one degree of freedom, no continuity correction). :func:`leader` applies this rule.
 
-Undefined values: Q is NaN when either loss sum is 0 (SPEC Part A §10); M is 0 when
-n01 + n10 = 0 — no exclusive error of either model is no evidence of a difference (SPEC §2.2;
-Part A §10's "NaN when a sum is 0" is about the sums of Q).
+Undefined values: Q is NaN when either loss sum is 0; M is 0 when n01 + n10 = 0 — no exclusive
+error of either model is no evidence of a difference (docs/measures.md).
 
 Exactness: cumulative and window loss sums are kept as exact binary fractions (every finite
 float is one), so any split of a stream into batches gives the very same state and measures,
@@ -28,7 +27,7 @@ Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, 
 Learning 90(3), §4 "Comparative assessment": the Q statistic Q_i(A, B) = log(S_i^A/S_i^B)
 and its fading form Q_i^α (Figs. 4–5); §4.1 "The 0–1 loss function": the signed McNemar
 statistic and the threshold 6.635; §4.2: McNemar over sliding windows and with fading factors
-(Figs. 6–7). SPEC Part A §10 and Part B §2, examples E6–E7.
+(Figs. 6–7). Worked examples E6 and E7 of docs/measures.md.
 """
 
 from __future__ import annotations
@@ -147,7 +146,7 @@ def _float_log_ratio(x: float, y: float) -> float:
 def q_statistic(loss_sum_a: float, loss_sum_b: float) -> float:
     """Q = ln(S^A/S^B) of two accumulated (or windowed, or faded) non-negative loss sums.
 
-    Negative: A has accumulated less loss. NaN when either sum is 0 (SPEC Part A §10).
+    Negative: A has accumulated less loss. NaN when either sum is 0.
 
     Examples
     --------
@@ -170,7 +169,7 @@ def mcnemar(n01: float, n10: float) -> float:
 
     ``n01`` counts instances A got wrong and B right, ``n10`` the reverse (faded counts are
     allowed). M > 0: B is better; M < 0: A is better; ``|M| > 6.635`` is significant at 99 %.
-    M = 0 when n01 + n10 = 0: neither model made an exclusive error (SPEC §2.2).
+    M = 0 when n01 + n10 = 0: neither model made an exclusive error.
 
     Examples
     --------
@@ -537,7 +536,7 @@ class ModelComparison:
 
     Examples
     --------
-    E6 of SPEC §8: Q after each pair (cumulative, and fading with a = 0.5).
+    E6 (docs/measures.md): Q after each pair (cumulative, and fading with a = 0.5).
 
     >>> cmp = ModelComparison(estimators=["cumulative", "fading:0.5"])
     >>> for a, b in zip([1, 0, 1, 1, 0], [0, 0, 1, 0, 0]):
@@ -570,8 +569,8 @@ class ModelComparison:
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §4 (Q statistic and its fading
     form Q_i^α), §4.1 (signed McNemar M, 6.635) and §4.2 (McNemar over windows and with fading
-    factors); SPEC Part A §10 and Part B §2 (the fading McNemar counts and M = 0 are the
-    project's choices, not the paper's).
+    factors). The fading McNemar counts and M = 0 are the project's choices, not the paper's
+    (docs/measures.md).
     """
 
     def __init__(self, estimators: Sequence[str] = ("cumulative", "window:1000", "fading:0.999")):

@@ -9,8 +9,8 @@ instances labelled by T; Ψ_α weights bins 0..B by (1/α)^(b/B), so early predi
 References
 ----------
 Grzenda, Gomes, Bifet (2020), *Performance measures for evolving predictions under delayed
-labelling classification*, IJCNN: latency bins, Λ(T, b) and the prioritised measure Ψ_α
-(SPEC §6.2–6.5, Part A §9).
+labelling classification*, IJCNN: latency bins, Λ(T, b) and the prioritised measure Ψ_α;
+the choices where it is silent are in docs/measures.md.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") ->
 
     Examples
     --------
-    SPEC E13, instance 1: t = 0, label at t = 8, B = 4, initial 0, re-predictions
+    E13 (docs/measures.md), instance 1: t = 0, label at t = 8, B = 4, initial 0, re-predictions
     t = 3 → 1, t = 5 → 1, t = 7 → 0, final 1 (at t = 8):
 
     >>> batch = DelayedBatch.from_timelines(
@@ -448,7 +448,8 @@ class DelayedEvaluator:
 
     Examples
     --------
-    SPEC E13: instance 1 as in :func:`bin_predictions`, instance 2 correct in every bin.
+    E13 (docs/measures.md): instance 1 as in :func:`bin_predictions`, instance 2 correct in
+    every bin.
 
     >>> ev = DelayedEvaluator(estimators=["cumulative"], bins=4, alpha=2.0)
     >>> ev.update(DelayedBatch.from_timelines(
@@ -462,7 +463,7 @@ class DelayedEvaluator:
 
     References
     ----------
-    Grzenda, Gomes, Bifet (2020), IJCNN, Λ(T, b) and Ψ_α (SPEC §6.3–6.5).
+    Grzenda, Gomes, Bifet (2020), IJCNN, Λ(T, b) and Ψ_α.
     """
 
     def __init__(

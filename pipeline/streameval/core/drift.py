@@ -13,7 +13,7 @@ on an outcome is the same whatever the batch boundaries are, so a detector gives
 estimates, statistics and alarm indices however a stream is split into batches (one by one
 included), and a detector restored from its :meth:`state` continues bit-identically.
 
-Two detectors are on by default for each model (SPEC Part A §8, :data:`DEFAULT_DETECTORS`):
+Two detectors are on by default for each model (:data:`DEFAULT_DETECTORS`):
 
 ``page_hinkley``
     PH on the fading error M_a(t), a = 0.999 (:class:`FadingErrorPageHinkley`).
@@ -28,8 +28,8 @@ References
 ----------
 Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
 Learning 90(3): §5.1 the Page-Hinkley test, §5.2 PH on fading error estimates (Algorithm 3),
-§5.3 PH on the ratio of two fading estimates (Algorithm 4). SPEC §§1.3, 3.1–3.3 and
-Part A §8; worked examples E8 and E9.
+§5.3 PH on the ratio of two fading estimates (Algorithm 4). Worked examples E8 and E9 of
+docs/measures.md.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ __all__ = [
     "make_detector",
 ]
 
-#: Detectors of every model unless configured otherwise (SPEC Part A §8).
+#: Detectors of every model unless configured otherwise.
 DEFAULT_DETECTORS = (
     {
         "type": "page_hinkley",
@@ -312,7 +312,7 @@ class PageHinkley:
 
     Examples
     --------
-    E8 of the SPEC: 20 zeros then 20 ones, δ = 0.1, λ = 5.
+    E8 (docs/measures.md): 20 zeros then 20 ones, δ = 0.1, λ = 5.
 
     >>> import numpy as np
     >>> ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
@@ -323,8 +323,8 @@ class PageHinkley:
     References
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §5.1 (with the running mean
-    x̄_t; the printed x̄_T makes m_T = −T·δ and the test never fires). Page (1954). SPEC §3.1,
-    Part A §8, E8.
+    x̄_t; the printed x̄_T makes m_T = −T·δ and the test never fires). Page (1954). Worked example
+    E8 of docs/measures.md.
     """
 
     def __init__(
@@ -520,8 +520,7 @@ class FadingErrorPageHinkley(_ErrorDetector):
     References
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), Algorithm 3 and §3 (fading
-    error, eq. 1), §5.1–5.2 (PH on error estimates; δ = 0.1, λ = 100). SPEC §1.3, §3.1–3.2,
-    Part A §8.
+    error, eq. 1), §5.1–5.2 (PH on error estimates; δ = 0.1, λ = 100).
     """
 
     name = "page_hinkley"
@@ -589,7 +588,7 @@ class RatioPageHinkley(_ErrorDetector):
 
     Examples
     --------
-    E9 of the SPEC: error rate 0.2 for 200 outcomes, then 0.8; a_long = 0.99, a_short = 0.9,
+    E9 (docs/measures.md): error rate 0.2 for 200 outcomes, then 0.8; a_long = 0.99, a_short = 0.9,
     δ = 0.1, λ = 10.
 
     >>> import numpy as np
@@ -602,8 +601,8 @@ class RatioPageHinkley(_ErrorDetector):
     References
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §5.3 and Algorithm 4 (drift
-    detector based on the ratio of two fading factors), Algorithm 3 for each estimate. SPEC
-    §3.3, Part A §8, E9.
+    detector based on the ratio of two fading factors), Algorithm 3 for each estimate. Worked
+    example E9 of docs/measures.md.
     """
 
     name = "ratio_page_hinkley"

@@ -9,7 +9,7 @@ References
 ----------
 Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
 Learning 90(3): Algorithm 1 (prequential, all history), Algorithm 2 (sliding window),
-Algorithm 3 (fading factor, bias-free S_a/N_a). SPEC §1.1–1.3 and Part A §§2–4.
+Algorithm 3 (fading factor, bias-free S_a/N_a). The project's choices: docs/measures.md.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def persistence(y_true: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
     """Per outcome: was the no-change predictor scored, and was it right.
 
     The no-change predictor predicts the previous outcome's true label; the very first
-    outcome of a stream (``last == -1``) has none and is not scored (SPEC Part A §4).
+    outcome of a stream (``last == -1``) has none and is not scored.
     """
     previous = np.empty_like(y_true)
     previous[0] = last
@@ -221,7 +221,7 @@ class CumulativeConfusion(ConfusionEstimator):
 
     References
     ----------
-    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 1 (SPEC §1.1).
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 1.
     """
 
     kind = "cumulative"
@@ -270,7 +270,7 @@ class WindowConfusion(ConfusionEstimator):
     """Confusion counts over the last ``window_size`` outcomes (Gama et al. 2013, Algorithm 2).
 
     A ring buffer holds the outcomes in the window; counts are kept exactly (integers). Before
-    the window is full the estimate covers what it holds and ``n`` says how many (SPEC Part A §3).
+    the window is full the estimate covers what it holds and ``n`` says how many.
 
     Parameters
     ----------
@@ -290,7 +290,7 @@ class WindowConfusion(ConfusionEstimator):
 
     References
     ----------
-    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 2 (SPEC §1.2).
+    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 2.
     """
 
     kind = "window"
@@ -395,7 +395,7 @@ class FadingConfusion(ConfusionEstimator):
     ----------
     fading_factor
         Gama's a in (0, 1]: the weight kept by the old sum at each new outcome. 1 means no
-        forgetting (all history). Žliobaitė's η converts as a = 1 − η (SPEC §1.6).
+        forgetting (all history). Žliobaitė's η converts as a = 1 − η.
 
     Examples
     --------
@@ -408,7 +408,7 @@ class FadingConfusion(ConfusionEstimator):
     References
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 3, the fading
-    factor and the fading increment N_a (SPEC §1.3).
+    factor and the fading increment N_a ([GSR] Algorithm 3).
 
     The sums are kept with :class:`~streameval.core.fading.BlockFading`, so that any split of
     the same outcomes into batches gives bit-identical numbers.

@@ -104,9 +104,10 @@ class Evaluator:
         labels = self._labels
         true_codes = labels.lookup(y_true)
         pred_codes = labels.lookup(y_pred) if true_codes is not None else None
-        if pred_codes is None:  # a new class: encode both at once, all or nothing
-            codes = labels.encode([*y_true, *y_pred])
-            true_codes, pred_codes = codes[: len(y_true)], codes[len(y_true) :]
+        if pred_codes is None:  # a new class: encode both at once, all or nothing, and
+            # number new classes in outcome order, so that no index depends on batch boundaries
+            codes = labels.encode([x for pair in zip(y_true, y_pred, strict=True) for x in pair])
+            true_codes, pred_codes = codes[0::2], codes[1::2]
         self.update_indices(true_codes, pred_codes)
 
     def update_indices(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:

@@ -19,7 +19,7 @@ matrix, per-bin counts, two loss sums ...). An update costs one bincount over th
 References
 ----------
 Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
-Learning 90(3): Algorithm 3, fading factors (SPEC §1.3).
+Learning 90(3): Algorithm 3, fading factors.
 """
 
 from __future__ import annotations

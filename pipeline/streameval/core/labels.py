@@ -9,7 +9,7 @@ import numpy as np
 
 __all__ = ["DEFAULT_MAX_CLASSES", "LabelEncoder"]
 
-#: Default cap on the number of distinct classes of one model (SPEC Part A §7).
+#: Default cap on the number of distinct classes of one model (docs/measures.md).
 DEFAULT_MAX_CLASSES = 1000
 
 Label = str | int

@@ -2,7 +2,7 @@
 
 One function, :func:`compute_measures`, turns a
 :class:`~streameval.core.estimators.ConfusionSnapshot` into the flat mapping of every
-measure the project publishes. Undefined values are NaN (SPEC Part A §1).
+measure the project publishes. Undefined values are NaN (docs/measures.md).
 
 Measures (names on the wire)
 ----------------------------
@@ -10,16 +10,16 @@ Measures (names on the wire)
     p = trace/total and 1 − p.
 ``balanced_accuracy``, ``g_mean``
     Arithmetic and geometric mean of the recalls of the classes present in the true labels
-    (SPEC Part A §7, §5.3).
+    (docs/measures.md).
 ``kappa``
     Cohen's κ = (p − p_ran)/(1 − p_ran) ([ZB] §4.2, [BS]).
 ``kappa_m``
-    κ_M = (p − p_maj)/(1 − p_maj) (SPEC Part A §5).
+    κ_M = (p − p_maj)/(1 − p_maj) (Bifet et al. 2015, as in MOA).
 ``kappa_temporal``
     κ_per = (p − p_per)/(1 − p_per), the Kappa-Temporal statistic ([ZB] §4.3).
 ``kappa_plus``
     κ⁺ = sqrt(max(0, κ)·max(0, κ_per)), the geometric combination of κ and κ_per of the
-    journal version of [ZB] (SPEC Part A §6).
+    journal version of [ZB].
 ``mcc``
     Gorodkin's R_K, the k-class Matthews correlation; the binary formula for k = 2.
 ``precision_macro``, ``recall_macro``, ``f1_macro``
@@ -34,7 +34,7 @@ Measures (names on the wire)
     (no-change, first outcome not scored) and random with the model's prediction shares.
 ``kappa_se``, ``kappa_se0``, ``kappa_z``
     Cohen's standard error of κ, its standard error under H0: κ = 0, and z = κ/se0
-    (one-sided 5 % test: z > 1.65), with N = ``n_effective`` ([ZB] §4.2, SPEC §4.2).
+    (one-sided 5 % test: z > 1.65), with N = ``n_effective`` ([ZB] §4.2).
 ``n``, ``n_effective``
     Outcomes the estimate covers and the sum of their weights (N_a under fading).
 
@@ -44,7 +44,7 @@ References
 for classification of streaming data with temporal dependence*, Machine Learning 98(3):
 baselines (§3), κ, κ_per and the combined κ⁺ (§4). Brzezinski, Stefanowski, Susmaga, Szczęch,
 *On the dynamics of classification measures for imbalanced and streaming data*: the eight
-confusion-matrix measures (SPEC §5.2). Gorodkin (2004) for R_K (SPEC §5.3).
+confusion-matrix measures, eqs. (1)–(8). Gorodkin (2004) for R_K.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ ROUNDING_NOISE = 1e-12
 
 
 def _positive_part(x: float) -> float:
-    # max(0, nan) is 0 in Python: keep NaN explicitly (SPEC §0).
+    # max(0, nan) is 0 in Python: keep NaN explicitly.
     return x if (x != x or x > ROUNDING_NOISE) else 0.0
 
 
@@ -133,7 +133,7 @@ def compute_measures(
 
     Examples
     --------
-    The binary example E11 of SPEC §8 (TP=8, FN=2, FP=4, TN=86; class 1 is positive):
+    The binary example E11 of docs/measures.md (TP=8, FN=2, FP=4, TN=86; class 1 is positive):
 
     >>> import numpy as np
     >>> from streameval.core.estimators import ConfusionSnapshot
@@ -242,7 +242,7 @@ def compute_measures(
 
 
 def _positive_measures(true, pred, diag, positive: int) -> dict[str, float]:
-    """Binary precision, recall and F1 of one class against all others (SPEC §5.2)."""
+    """Binary precision, recall and F1 of one class against all others ([BS] eqs. (1)–(8))."""
     if positive < len(true):
         tp, actual, predicted = diag[positive], true[positive], pred[positive]
     else:  # a class not seen yet

@@ -132,9 +132,9 @@ class ModelEvaluator:
         # the outcomes' fields as columns, transposed at C speed (Outcome is a named tuple)
         _, _, y_trues, timelines, labels, t_instances, t_labels, _ = zip(*outcomes, strict=True)
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
-        codes = self._labels.encode(
-            [*y_trues, *chain.from_iterable(labels)]
-        )  # all-or-nothing: a bad label raises before anything changes
+        codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
+        if codes is None:  # a new class
+            codes = _discover(self._labels, y_trues, labels, lengths)
         y_true, predicted = codes[:n], codes[n:]
         ends = np.cumsum(lengths)
         starts = ends - lengths
@@ -219,7 +219,7 @@ class ModelEvaluator:
 
 
 def _normalized(snapshot: ConfusionSnapshot, positive: int) -> dict[str, float]:
-    """N(M, P:N, x) of the one-vs-rest binary measures of the positive class (SPEC §5.4)."""
+    """N(M, P:N, x) of the one-vs-rest binary measures of the positive class ([BS] eq. (10))."""
     counts = np.asarray(snapshot.confusion)
     if positive < counts.shape[0]:
         tp = int(counts[positive, positive])
@@ -266,7 +266,7 @@ class PairEvaluator:
 
     References
     ----------
-    Gama, Sebastião, Rodrigues (2013), §4 (SPEC §2).
+    Gama, Sebastião, Rodrigues (2013), §4.
     """
 
     def __init__(
@@ -342,3 +342,21 @@ class PairEvaluator:
         pair._comparison = ModelComparison.from_state(state["comparison"])
         pair._n = state["n"]
         return pair
+
+
+def _discover(
+    encoder: LabelEncoder,
+    y_trues: Sequence[Label],
+    labels: Sequence[Sequence[Label]],
+    lengths: np.ndarray,
+) -> np.ndarray:
+    """Codes of ``[*y_trues, *predictions]``, new classes numbered in outcome order (each
+    outcome's truth, then its predictions), so that a class's index, and with it the order of
+    every sum, does not depend on where batches are cut. All or nothing, like ``encode``."""
+    per_outcome = encoder.encode(
+        list(chain.from_iterable((t, *p) for t, p in zip(y_trues, labels, strict=True)))
+    )
+    truth_at = np.cumsum(lengths + 1) - (lengths + 1)
+    prediction = np.ones(per_outcome.size, dtype=bool)
+    prediction[truth_at] = False
+    return np.concatenate([per_outcome[truth_at], per_outcome[prediction]])

@@ -7,8 +7,8 @@ the empirical CDF of M at the observed value. 0.84 reads "better than 84 % of al
 results on this data set", comparable across data sets and class ratios. It depends on the
 counts P and N, not only on their ratio.
 
-Conventions (SPEC Part A §1 and §11, Part B §5.4)
--------------------------------------------------
+Conventions
+-----------
 - A matrix whose measure is undefined (e.g. precision with TP + FP = 0) counts as value 0.
   This is the only convention that reproduces the paper's 506/1661 and 1650/1661.
 - "At most x" is tested as M ≤ x + 1e-12 (:data:`TIE_TOLERANCE`) so that a matrix whose value
@@ -16,8 +16,8 @@ Conventions (SPEC Part A §1 and §11, Part B §5.4)
   closer than that to x are only possible for counts in the millions.
 - Defined for exact counts (cumulative or windowed confusion matrices), not for faded ones.
 
-Measures (names as in :data:`MEASURES`; formulas of SPEC §5.2, undefined → 0)
-------------------------------------------------------------------------------
+Measures (names as in :data:`MEASURES`; formulas (1)–(8) of the paper, undefined → 0)
+------------------------------------------------------------------------------------
 ``accuracy`` (TP + TN)/n; ``balanced_accuracy`` (TP/P + TN/N)/2; ``kappa``
 2(TP·TN − FN·FP)/(P·N̂ + P̂·N) (Cohen's κ of the binary matrix); ``g_mean`` sqrt(TP/P · TN/N);
 ``f1`` 2TP/(2TP + FP + FN); ``precision`` TP/(TP + FP); ``recall`` TP/P; ``mcc``
@@ -43,8 +43,8 @@ References
 ----------
 Brzezinski, Stefanowski, Susmaga, Szczęch, *On the dynamics of classification measures for
 imbalanced and streaming data*, IEEE TNNLS: measures (1)–(8), histogram-based normalization
-eq. (10) and the worked example N(precision, 150:10, 0.9) = 506/1661 (§III-B). SPEC Part B
-§5.2 and §5.4, example E12.
+eq. (10) and the worked example N(precision, 150:10, 0.9) = 506/1661 (§III-B), worked example
+E12 of docs/measures.md.
 """
 
 from __future__ import annotations
@@ -193,8 +193,8 @@ def count_at_most(measure: str, positives: int, negatives: int, value: float) ->
 
     Examples
     --------
-    E12 of SPEC §8: 506 of the 1661 matrices with P = 150, N = 10 have precision ≤ 0.9 (the 10
-    with precision exactly 0.9 and the undefined one included).
+    E12 (docs/measures.md): 506 of the 1661 matrices with P = 150, N = 10 have precision
+    ≤ 0.9 (the 10 with precision exactly 0.9 and the undefined one included).
 
     >>> count_at_most("precision", 150, 10, 0.9), count_at_most("precision", 10, 150, 0.9)
     (506, 1650)
@@ -240,8 +240,8 @@ def normalize(measure: str, positives: int, negatives: int, value: float) -> flo
 
     Examples
     --------
-    E12 of SPEC §8: precision 0.9 is a strong result with 10 positives among 160 examples and a
-    weak one with 150.
+    E12 (docs/measures.md): precision 0.9 is a strong result with 10 positives among 160
+    examples and a weak one with 150.
 
     >>> [round(normalize("precision", p, n, 0.9), 4) for p, n in [(150, 10), (10, 150)]]
     [0.3046, 0.9934]
@@ -256,7 +256,7 @@ def normalize(measure: str, positives: int, negatives: int, value: float) -> flo
 
     References
     ----------
-    Brzezinski et al., eq. (10) and the example of §III-B; SPEC §5.4 (undefined → 0, ≤).
+    Brzezinski et al., eq. (10) and the example of §III-B (undefined → 0, ≤).
     """
     _check_measure(measure)
     positives, negatives = _check_counts(positives, negatives)

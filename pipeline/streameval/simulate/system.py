@@ -3,7 +3,7 @@ labels — the traffic a team's online models put on Kafka.
 
 Instances come from one of River's synthetic generators (with concept drift injected at given
 positions, abrupt or gradual) or from a data set River ships; each model is a real online
-learner or a baseline. Following Grzenda et al.'s Algorithm 1 (SPEC §6.1, reference code):
+learner or a baseline. Following Grzenda et al.'s Algorithm 1 (IJCNN 2020, and the authors' code):
 
 * when an instance arrives every model predicts it (the initial prediction);
 * when a label arrives, every pending instance that has waited ``repredict_every`` labels since
@@ -52,7 +52,7 @@ class SimulationConfig:
     delay: str = "exponential"
     delay_value: float = 2_000.0  # instances (fixed_instances) or ms (fixed_ms, exponential mean)
     unlabelled: float = 0.0  # fraction of instances whose label never comes
-    repredict_every: int = 100  # K of SPEC §6.1; 0: no re-predictions
+    repredict_every: int = 100  # K of Grzenda et al.'s Algorithm 1; 0: none
     rate: float = 200.0  # instances per second of event time
     start_ms: int = 1_767_225_600_000
     seed: int = 42

@@ -11,7 +11,7 @@ References
 Žliobaitė, Bifet, Read, Pfahringer, Holmes (2015), *Evaluation methods and decision theory for
 classification of streaming data with temporal dependence*, Machine Learning 98(3):
 Algorithm 1 (§4.6), P(T) (Table 3), Definition 1 (Δ(ℓ)), the Temporal Correction classifier
-(§5.1). SPEC §4.5–4.6 and examples E4, E14.
+(§5.1). Worked examples E4 and E14 of docs/measures.md.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ class ZliobaiteKappa:
     -----
     Starts from p = 0 and uniform P, P_h, P(i|i) = 1/k with y_prev = 0, as the paper does, so
     early values are biased toward those priors for about 1/η steps; P(i|i) is refreshed only
-    when the current label is i (SPEC §4.5). Per outcome O(k): meant for checks and small
+    when the current label is i ([ZB] Algorithm 1). Per outcome O(k): meant for checks and small
     streams, not for the hot path.
 
     Examples
     --------
-    E4 of SPEC §8 (k = 2, η = 0.5, y = 0,0,0,1, ŷ = 0,0,1,1):
+    E4 (docs/measures.md) (k = 2, η = 0.5, y = 0,0,0,1, ŷ = 0,0,1,1):
 
     >>> z = ZliobaiteKappa(n_classes=2, new_weight=0.5)
     >>> z.update([0, 0, 0, 1], [0, 0, 1, 1])

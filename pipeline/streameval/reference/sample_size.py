@@ -3,7 +3,7 @@
 References
 ----------
 Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, Machine
-Learning 90(3), §3.2 and §3.4 (SPEC §1.7).
+Learning 90(3), §3.2 and §3.4; worked example E10 of docs/measures.md.
 """
 
 from __future__ import annotations
