@@ -96,3 +96,17 @@ def test_new_classes_are_numbered_in_outcome_order_however_the_batch_is_cut():
     split.update(["C"], ["A"])
     assert whole.labels.classes == split.labels.classes == ["A", "B", "C"]
     assert json.dumps(whole.measures()) == json.dumps(split.measures())
+
+
+def test_a_class_faded_to_nothing_leaves_kappa_undefined_not_a_crash():
+    """Under fading:0.999 a class seen once, 10⁵ outcomes ago, weighs 3.5e-44: p_ran, p_maj
+    and p_per round to exactly 1.0 although two classes hold mass. κ, κ_M, κ_per and κ's
+    standard errors are then NaN (as good as one class), never a ZeroDivisionError."""
+    ev = Evaluator(estimators=["fading:0.999", "cumulative"])
+    ev.update(["a", "b"], ["a", "b"])
+    ev.update(["a"] * 100_000, ["a"] * 100_000)
+    faded = ev.measures()["fading:0.999"]
+    assert faded["accuracy"] == 1.0
+    for name in ("kappa", "kappa_m", "kappa_temporal", "kappa_plus", "kappa_se", "kappa_z"):
+        assert math.isnan(faded[name]), name
+    assert not math.isnan(ev.measures()["cumulative"]["kappa"])  # exact counts: defined

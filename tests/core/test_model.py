@@ -119,3 +119,13 @@ def test_classes_are_discovered_in_outcome_order_however_the_batches_fall(rows, 
     first_seen = list(dict.fromkeys(x for truth, labels in rows for x in (truth, *labels)))
     assert whole.labels.classes == split.labels.classes == first_seen
     assert json.dumps(split.measures()) == json.dumps(whole.measures())
+
+
+def test_a_faded_out_class_in_the_delayed_block_is_no_crash():
+    """The delayed block's κ under fading, with the same faded-away class (see
+    test_evaluator.py): NaN, not a ZeroDivisionError."""
+    model = ModelEvaluator("m", estimators=["fading:0.999"])
+    model.update(_outcomes(["a", "b"], ["a", "b"]))
+    model.update(_outcomes(["a"] * 100_000, ["a"] * 100_000))
+    delayed = model.measures()["delayed"]["fading:0.999"]
+    assert math.isnan(delayed["kappa_final"])

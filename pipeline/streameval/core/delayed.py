@@ -24,7 +24,7 @@ import numpy as np
 from streameval.core.estimators import estimator_names, persistence
 from streameval.core.fading import BlockFading
 from streameval.core.labels import DEFAULT_MAX_CLASSES
-from streameval.core.measures import ROUNDING_NOISE
+from streameval.core.measures import chance_is_certain, kappa_plus, skill
 
 __all__ = [
     "BIN_RULES",
@@ -361,28 +361,18 @@ class _BinnedState:
         correct, pred = self.view_counts()
         p = correct / total
         p_ran = (pred @ self.true) / (total * total)
-        # p_ran is exactly 1 only when true and predicted labels are all one and the same class
-        true_classes = np.flatnonzero(self.true > 0)
-        single = (pred > 0).sum(axis=1) == 1
-        if true_classes.size == 1:
-            undefined = single & (pred[:, true_classes[0]] > 0)
-        else:
-            undefined = np.zeros(views, dtype=bool)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kappa = np.where(undefined, NAN, (p - p_ran) / (1 - p_ran))
+        true = self.true.tolist()
+        views_of = zip(p.tolist(), p_ran.tolist(), pred.tolist(), strict=True)
+        kappa = [skill(a, r, chance_is_certain(true, h)) for a, r, h in views_of]
         correct_per, scored_per = self.per
-        if scored_per > 0 and correct_per != scored_per:
+        if scored_per > 0:
             p_per = correct_per / scored_per
-            kappa_temporal = (p - p_per) / (1 - p_per)
-            noise = ROUNDING_NOISE
-            kappa_plus = np.sqrt(
-                np.where(kappa > noise, kappa, 0.0)
-                * np.where(kappa_temporal > noise, kappa_temporal, 0.0)
-            )
-            kappa_plus = np.where(np.isnan(kappa), NAN, kappa_plus)
+            per_is_one = correct_per == scored_per
+            plus = [kappa_plus(k, skill(a, p_per, per_is_one))
+                    for k, a in zip(kappa, p.tolist(), strict=True)]  # fmt: skip
         else:
-            kappa_plus = nan
-        return {"accuracy": p, "kappa": kappa, "kappa_plus": kappa_plus}
+            plus = nan
+        return {"accuracy": p, "kappa": np.array(kappa), "kappa_plus": np.asarray(plus)}
 
     def state(self) -> dict[str, Any]:
         if self.kind == "fading":

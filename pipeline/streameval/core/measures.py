@@ -91,11 +91,30 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den != 0 else NAN
 
 
-def _skill(p: float, baseline: float, baseline_is_one: bool) -> float:
-    """(p − baseline)/(1 − baseline), NaN when the baseline is exactly 1 (or NaN)."""
-    if baseline_is_one or baseline != baseline or p != p:
+def skill(p: float, baseline: float, baseline_is_one: bool) -> float:
+    """(p − baseline)/(1 − baseline): κ against p_ran, κ_M against p_maj, κ_per against p_per.
+
+    NaN when the baseline is 1: exactly (``baseline_is_one``, decided from which classes hold
+    mass, never from a rounded ratio of faded counts), or to within rounding noise — a class
+    that faded to 1e-44 beside the others leaves 1 − baseline = 0 in floating point, as good as
+    one class.
+
+    >>> skill(0.7, 0.5, False), skill(1.0, 1.0, True), skill(1.0, 1.0, False)
+    (0.3999999999999999, nan, nan)
+    """
+    if baseline_is_one or p != p or not 1.0 - baseline > ROUNDING_NOISE:
         return NAN
     return (p - baseline) / (1.0 - baseline)
+
+
+def chance_is_certain(true: Sequence[float], pred: Sequence[float]) -> bool:
+    """Whether p_ran = Σ P(i)·P_h(i) is exactly 1: every true and every predicted label is one
+    and the same class. ``true`` and ``pred`` are the per-class counts (faded or not).
+
+    >>> chance_is_certain([5.0, 0.0], [5.0, 0.0]), chance_is_certain([5.0, 0.0], [4.0, 1e-30])
+    (True, False)
+    """
+    return sum(1 for t, h in zip(true, pred, strict=True) if t > 0 or h > 0) == 1
 
 
 #: κ and κ_per closer to 0 than this are rounding noise of faded counts (a majority-class
@@ -107,6 +126,18 @@ ROUNDING_NOISE = 1e-12
 def _positive_part(x: float) -> float:
     # max(0, nan) is 0 in Python: keep NaN explicitly.
     return x if (x != x or x > ROUNDING_NOISE) else 0.0
+
+
+def kappa_plus(kappa: float, kappa_temporal: float) -> float:
+    """κ⁺ = sqrt(max(0, κ)·max(0, κ_per)) ([ZB], the journal version's combined measure);
+    NaN when either is undefined.
+
+    >>> kappa_plus(0.4, -0.5), kappa_plus(0.36, 0.25), kappa_plus(float("nan"), 0.5)
+    (0.0, 0.3, nan)
+    """
+    if kappa != kappa or kappa_temporal != kappa_temporal:
+        return NAN
+    return math.sqrt(_positive_part(kappa) * _positive_part(kappa_temporal))
 
 
 def compute_measures(
@@ -200,20 +231,17 @@ def compute_measures(
         # p_ran and p_maj are exactly 1 only when all mass sits in one class: test that
         # exactly rather than trusting a rounded ratio of faded counts.
         single_true, single_pred = n_true == 1, n_pred == 1
-        p_ran_is_one = n_seen == 1  # one class seen at all: true and predicted agree on it
+        p_ran_is_one = chance_is_certain(true, pred)
         out["accuracy"] = p
         out["error"] = 1.0 - p
         out["p_ran"] = 1.0 if p_ran_is_one else p_ran
         out["p_maj"] = p_maj = 1.0 if single_true else max(true) / total
-        out["kappa"] = kappa = _skill(p, p_ran, p_ran_is_one)
-        out["kappa_m"] = _skill(p, p_maj, single_true)
-        out["kappa_temporal"] = kappa_temporal = _skill(
+        out["kappa"] = kappa = skill(p, p_ran, p_ran_is_one)
+        out["kappa_m"] = skill(p, p_maj, single_true)
+        out["kappa_temporal"] = kappa_temporal = skill(
             p, p_per, snapshot.persistent_correct == snapshot.persistent_total
         )
-        if kappa != kappa or kappa_temporal != kappa_temporal:
-            out["kappa_plus"] = NAN
-        else:
-            out["kappa_plus"] = math.sqrt(_positive_part(kappa) * _positive_part(kappa_temporal))
+        out["kappa_plus"] = kappa_plus(kappa, kappa_temporal)
         out["balanced_accuracy"] = recall_sum / n_true
         out["g_mean"] = 0.0 if zero_recall else math.exp(log_recall_sum / n_true)
         # Gorodkin's R_K: (c·s − Σ p_j t_j) / sqrt((s² − Σ p_j²)(s² − Σ t_j²)); undefined (NaN)
@@ -229,7 +257,7 @@ def compute_measures(
         out["recall_macro"] = recall_sum / n_seen
         out["f1_macro"] = f1_sum / n_seen
         n_eff = float(snapshot.n_effective)
-        if not p_ran_is_one and n_eff > 0:
+        if kappa == kappa and n_eff > 0:  # κ defined: 1 − p_ran is no rounding noise
             out["kappa_se"] = math.sqrt(p * (1 - p) / (n_eff * (1 - p_ran) ** 2))
             out["kappa_se0"] = se0 = math.sqrt(p_ran / (n_eff * (1 - p_ran)))
             out["kappa_z"] = _ratio(kappa, se0)
