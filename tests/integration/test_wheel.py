@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,9 +46,15 @@ def _free_port() -> int:
 def installed(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     """(the new virtualenv's bin/, the environment to run it in, a scratch directory)."""
     base = tmp_path_factory.mktemp("wheel")
+    source = base / "source"  # a copy: an in-tree build would leave build/ in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "pipeline", source / "pipeline",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))  # fmt: skip
     dist = base / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-          str(dist), str(ROOT)], cwd=base, env=dict(os.environ))  # fmt: skip
+          str(dist), str(source)], cwd=base, env=dict(os.environ))  # fmt: skip
     wheel = next(dist.glob("streameval-*.whl"))
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=base, env=dict(os.environ))
