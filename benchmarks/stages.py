@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from streameval.app.runner import GC_THRESHOLDS, INPUT_KINDS  # noqa: E402
-from streameval.app.stages import EvalStage, JoinStage, Router, model_partitioner  # noqa: E402
+from streameval.app.stages import EvalStage, JoinStage, Router  # noqa: E402
+from streameval.app.topology import Topology  # noqa: E402
 from streameval.app.wire import (  # noqa: E402
     WIRE_VERSION,
     EventBatch,
@@ -73,7 +74,7 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
     router.assign(inputs)
     joins = [JoinStage(q, config, inputs) for q in range(partitions)]
     evals = [EvalStage(r, config, partitions) for r in range(partitions)]
-    partition_of = model_partitioner(config, partitions)
+    topology = Topology(config, partitions)
     join_logs: list[list[bytes]] = [[] for _ in range(partitions)]
     eval_logs: list[list[bytes]] = [[] for _ in range(partitions)]
     seconds = defaultdict(float)
@@ -93,15 +94,10 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
         t2 = clock()
         for q, stage in enumerate(joins):
             for data in join_logs[q]:
-                before = stage.frontier
+                before = (stage.frontier, stage.join.clock)
                 outcomes = stage.apply(stage.offset + 1, decode_events(data))
-                per_eval = defaultdict(list)
-                for outcome in outcomes:
-                    per_eval[partition_of(outcome.model_id)].append(outcome)
-                for r in range(partitions):
-                    own = per_eval.get(r)
-                    if own or stage.frontier != before:
-                        eval_logs[r].append(encode(stage.batch(own or [])))
+                for r, batch in topology.after_batch(stage, before, outcomes):
+                    eval_logs[r].append(encode(batch))
             join_logs[q].clear()
         t3 = clock()
         for r, stage in enumerate(evals):

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.checkpoint import Restorer, checkpoint_records, live
 from streameval.app.runner import INPUT_KINDS
-from streameval.app.stages import EvalStage, JoinStage, Router, model_partitioner
+from streameval.app.stages import EvalStage, JoinStage, Router
+from streameval.app.topology import Topology
 from streameval.app.wire import (
     INSTANCE,
     LABEL,
@@ -96,7 +97,7 @@ class Harness:
         for stage in self.evals:
             stage.release_min = self.release_min
         self.eval_pos = [0] * evals
-        self.partition_of = model_partitioner(config, evals)
+        self.topology = Topology(config, evals)
         self.records = []
         self.dead = 0
         self.letters = []
@@ -144,23 +145,20 @@ class Harness:
     def join(self, q):
         stage, log = self.joins[q], self.events[q]
         for _ in range(self.rng.randint(1, 3)):
-            before = (stage.frontier, stage.join.clock)
             if stage.behind:  # the next step of what the last batch set off, first
-                outcomes = stage.proceed()
+                clock = stage.join.clock
+                batches = self.topology.after_step(stage, clock, stage.proceed())
                 self.steps += 1
             elif self.join_pos[q] < len(log):
                 offset = self.join_pos[q]
                 self.join_pos[q] += 1
+                before = (stage.frontier, stage.join.clock)
                 outcomes = stage.apply(offset, decode_events(log[offset]))
+                batches = self.topology.after_batch(stage, before, outcomes)
             else:
                 return
-            moved = (stage.frontier, stage.join.clock) != before
-            per_eval = [[] for _ in self.evals]
-            for outcome in outcomes:
-                per_eval[self.partition_of(outcome.model_id)].append(outcome)
-            for r, own in enumerate(per_eval):
-                if own or moved:
-                    self.outcomes[r].append(encode(stage.batch(own)))
+            for r, batch in batches:
+                self.outcomes[r].append(encode(batch))
 
     def evaluate(self, r):
         stage, log = self.evals[r], self.outcomes[r]

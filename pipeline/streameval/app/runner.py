@@ -62,9 +62,17 @@ from .stages import (
     JoinStage,
     Router,
     config_fingerprint,
-    model_partitioner,
 )
-from .wire import WIRE_VERSION, EventBatch, WireError, decode_events, decode_outcomes, encode
+from .topology import Topology
+from .wire import (
+    WIRE_VERSION,
+    EventBatch,
+    OutcomeBatch,
+    WireError,
+    decode_events,
+    decode_outcomes,
+    encode,
+)
 
 __all__ = ["Pipeline", "Topics"]
 
@@ -290,7 +298,7 @@ class Pipeline:
         self.inputs = sorted((name, p) for name in t.inputs for p in range(counts[name]))
         self.join_partitions = counts[t.events]
         self.eval_partitions = counts[t.outcomes]
-        self.partition_of = model_partitioner(self.config, self.eval_partitions)
+        self.topology = Topology(self.config, self.eval_partitions)
         self.router = Router(t.inputs, self.join_partitions, idle_ms=s.idle_ms,
                              rules=self.config.time_rules())  # fmt: skip
         self.producer = Producer({
@@ -499,7 +507,7 @@ class Pipeline:
             stage.offset = max(stage.offset, message.offset())
             outcomes = None
         if outcomes is not None:
-            self._emit(q, stage, outcomes, (stage.frontier, stage.join.clock) != before)
+            self._emit(q, stage, self.topology.after_batch(stage, before, outcomes))
         if stage.behind:  # (also after a failure: its steps go on as after a restart)
             self._queued.setdefault(q, deque())
 
@@ -521,9 +529,7 @@ class Pipeline:
                         if self.exporter is not None:
                             self.exporter.count_skipped_batch("join")
                         break  # the next step in the next turn
-                    # the frontier goes to every evaluation partition with the last step only:
-                    # fewer, larger releases there (a step's own outcomes go where they belong)
-                    self._emit(q, stage, outcomes, not stage.behind and stage.join.clock != clock)
+                    self._emit(q, stage, self.topology.after_step(stage, clock, outcomes))
                     if self._stepped:  # a checkpoint was cut: the rest in the next turns
                         break
                     continue
@@ -537,18 +543,12 @@ class Pipeline:
                 if stage.behind:  # its first step is taken: the next ones in the next turn
                     break
 
-    def _emit(self, q: int, stage: JoinStage, outcomes: list[Outcome], moved: bool) -> None:
-        """Send a join step's outcomes (and its clock, if it ``moved``) to the evaluation
-        partitions; cut a checkpoint of the stage, or hold it, if it has changed enough."""
-        per_eval: dict[int, list[Outcome]] = defaultdict(list)
-        partition_of = self.partition_of
-        for outcome in outcomes:
-            per_eval[partition_of(outcome.model_id)].append(outcome)
-        for r in range(self.eval_partitions):
-            own = per_eval.get(r)
-            if own or moved:
-                self._produce(self.topics.outcomes, encode(stage.batch(own or [])), partition=r)
-                self.stats.outcome_batches += 1
+    def _emit(self, q: int, stage: JoinStage, batches: list[tuple[int, OutcomeBatch]]) -> None:
+        """Send a join step's outcome batches (:class:`~streameval.app.topology.Topology`);
+        cut a checkpoint of the stage, or hold it, if it has changed enough."""
+        for r, batch in batches:
+            self._produce(self.topics.outcomes, encode(batch), partition=r)
+        self.stats.outcome_batches += len(batches)
         if self.exporter is not None:
             self._count_join(q, stage)
         if stage.join.changed >= self.settings.checkpoint_max_changes:

@@ -44,7 +44,7 @@ import logging
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,6 @@ __all__ = [
     "Router",
     "config_fingerprint",
     "join_partition",
-    "model_partitioner",
 ]
 
 log = logging.getLogger("streameval.worker")
@@ -95,38 +94,6 @@ RELEASE_MIN = 2_048
 SLICE_EVENTS = 500
 #: An evaluation checkpoint from before outcome batches were numbered: the whole batch applied
 _WHOLE = 2**62
-
-
-def model_partitioner(config: EvaluationConfig, partitions: int) -> Callable[[str], int]:
-    """The evaluation partition of a model. Models compared with each other (the configured
-    pairs, transitively) share one partition, so a comparison sees both models' outcomes.
-
-    >>> from streameval.config import load_config
-    >>> config = load_config(comparisons=[{"a": "champion", "b": "challenger"}])
-    >>> part = model_partitioner(config, 6)
-    >>> part("champion") == part("challenger")
-    True
-    """
-    parent: dict[str, str] = {}
-
-    def find(m: str) -> str:
-        while parent.get(m, m) != m:
-            m = parent[m]
-        return m
-
-    for pair in config.comparisons:
-        a, b = find(pair.a), find(pair.b)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    cache: dict[str, int] = {}
-
-    def partition(model_id: str) -> int:
-        p = cache.get(model_id)
-        if p is None:
-            p = cache[model_id] = zlib.crc32(find(model_id).encode()) % partitions
-        return p
-
-    return partition
 
 
 def config_fingerprint(config: EvaluationConfig) -> str:
