@@ -51,7 +51,7 @@ from typing import Any
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Join, Outcome, join_partition
+from streameval.core.join import Join, Outcome, join_partition, take_runs
 from streameval.core.state import decode_value, encode_value
 from streameval.engine import Engine
 from streameval.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
@@ -573,22 +573,13 @@ class EvalStage:
 
     def _take(self, key: tuple) -> list[tuple[int, str, str, int, Outcome]]:
         """The waiting outcomes before ``key``, run by run (not sorted as a whole)."""
-        taken: list = []
-        runs, dirty = self._runs, self._dirty
-        for number, run in list(runs.items()):
-            cut = bisect.bisect_left(run, key)
-            if not cut:
-                continue
-            taken += run[:cut] if cut < len(run) else run
-            if cut < len(run):
-                runs[number] = run[cut:]
-                dirty.add(number)
-            else:
-                del runs[number]
-                dirty.discard(number)
-                if number in self._stored:  # a checkpoint has it: its key goes
-                    self._stored.discard(number)
-                    self._gone.append(number)
+        taken, shortened, emptied = take_runs(self._runs, key)
+        self._dirty.update(shortened)
+        for number in emptied:
+            self._dirty.discard(number)
+            if number in self._stored:  # a checkpoint has it: its key goes
+                self._stored.discard(number)
+                self._gone.append(number)
         return taken
 
     def tick(self) -> tuple[list[dict[str, Any]], list[Outcome]]:

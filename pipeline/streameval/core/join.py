@@ -158,25 +158,30 @@ def _models(record: list) -> list[str]:
     return list(dict.fromkeys(record[PREDICTIONS::3]))
 
 
-def split_runs(runs: list[list], key: tuple) -> tuple[list, list[list]]:
-    """Sorted runs cut at ``key``: the entries before it (concatenated run by run, so not
-    sorted as a whole) and the runs of what is left.
+def take_runs(runs: dict[Any, list], key: tuple) -> tuple[list, list, list]:
+    """Cut sorted runs, named by the keys of ``runs``, at ``key``, in place: what comes before
+    it is taken (concatenated run by run, so not sorted as a whole), and each run keeps the
+    rest. Returns ``(taken, names of the runs cut short, names of the runs emptied)``.
 
-    >>> split_runs([[(1,), (5,)], [(2,), (3,)], [(7,)]], (4,))
-    ([(1,), (2,), (3,)], [[(5,)], [(7,)]])
+    >>> runs = {"a": [(1,), (5,)], "b": [(2,), (3,)], "c": [(7,)]}
+    >>> take_runs(runs, (4,)), runs
+    (([(1,), (2,), (3,)], ['a'], ['b']), {'a': [(5,)], 'c': [(7,)]})
     """
     taken: list = []
-    kept = []
-    for run in runs:
+    shortened, emptied = [], []
+    for name, run in list(runs.items()):
         cut = bisect.bisect_left(run, key)
-        if cut == len(run):
-            taken += run
-        elif cut:
+        if not cut:
+            continue
+        if cut < len(run):
             taken += run[:cut]
-            kept.append(run[cut:])
+            runs[name] = run[cut:]
+            shortened.append(name)
         else:
-            kept.append(run)
-    return taken, kept
+            taken += run
+            del runs[name]
+            emptied.append(name)
+    return taken, shortened, emptied
 
 
 class Join:
@@ -420,7 +425,9 @@ class Join:
     # -- time order -------------------------------------------------------------------------
     def _take(self, now: int) -> None:
         """Move the waiting events stamped up to ``now`` to the events due, in order."""
-        taken, self._runs = split_runs(self._runs, (now + 1,))
+        runs = dict(enumerate(self._runs))
+        taken = take_runs(runs, (now + 1,))[0]
+        self._runs = list(runs.values())
         if not taken:
             return
         if self._pos:
