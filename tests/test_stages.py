@@ -176,7 +176,8 @@ class Harness:
         stage = (self.joins if kind == "join" else self.evals)[index]
         log = self.changelogs.setdefault((kind, index), [])
         number, chunks = self.sealed.get((kind, index), (0, 0))
-        changes = {**self.carry.pop((kind, index), {}), **stage.changes()}
+        cut = stage.cut()  # as the worker checkpoints: cut, and written once durable
+        changes = {**self.carry.pop((kind, index), {}), **cut.changes}
         self.cut_behind += kind == "join" and stage.behind
         records, new_chunks = checkpoint_records(number + 1, changes, chunks, {"v": 1})
         if self.rng.random() < 0.2:  # a crash in the middle of the checkpoint
@@ -184,7 +185,7 @@ class Harness:
             self.restore(kind, index)
             return
         log.extend(records)
-        stage.commit()
+        stage.written(cut)
         self.sealed[kind, index] = (number + 1, new_chunks)
 
     def restore(self, kind, index):
@@ -493,6 +494,13 @@ def _outcomes(n, due=1_000):
                     due + i, due + i) for i in range(n)]  # fmt: skip
 
 
+def _checkpoint(stage):
+    """A checkpoint as the worker takes one: cut, then written once it is durable."""
+    cut = stage.cut()
+    stage.written(cut)
+    return cut.changes
+
+
 def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     """Outcomes waiting for another join partition's frontier are kept in runs, one per
     outcome batch, each under a key of its own: a checkpoint writes the runs that came or
@@ -511,33 +519,32 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     stage.apply(1, OutcomeBatch(WIRE_VERSION, 0, 1, 5_000, _outcomes(10, due=2_000)))
     assert stage.waiting == 110  # join partition 1 has not spoken: they wait
     log = {}
-    first = stage.changes()
+    first = _checkpoint(stage)
     assert len(runs(first)) == 2  # one key per batch
     log.update(first)
-    stage.commit()
     assert runs(stage.changes()) == {}  # nothing came or went
     stage.apply(2, OutcomeBatch(WIRE_VERSION, 0, 2, 5_000, _outcomes(1, due=3_000)))
-    second = stage.changes()
+    second = _checkpoint(stage)
     assert list(runs(second)) == [OUTCOME + (111).to_bytes(8, "big")]
     log.update(second)
-    stage.commit()
     restored = EvalStage.restore(live(log), config, 2)
     assert restored.waiting == stage.waiting == 111
     # partition 1's frontier releases the first 50 of the first batch: that run shrinks
     assert stage.apply(3, OutcomeBatch(WIRE_VERSION, 1, 0, 1_050, [])) == ([], [])  # too few
     released = stage.tick()[1]  # released however few
     assert len(released) == 50
-    third = runs(stage.changes())
-    assert list(third) == [OUTCOME + (1).to_bytes(8, "big")] and third[OUTCOME + bytes(7) + b"\x01"]
-    log.update(stage.changes())
-    stage.commit()
+    third = _checkpoint(stage)
+    assert (
+        list(runs(third)) == [OUTCOME + (1).to_bytes(8, "big")]
+        and third[OUTCOME + bytes(7) + b"\x01"]
+    )
+    log.update(third)
     # and then the rest of it and all of the second: their keys go
     stage.apply(4, OutcomeBatch(WIRE_VERSION, 1, 1, 2_500, []))
     stage.tick()
-    fourth = runs(stage.changes())
-    assert len(fourth) == 2 and set(fourth.values()) == {None}
-    log.update(stage.changes())
-    stage.commit()
+    fourth = _checkpoint(stage)
+    assert len(runs(fourth)) == 2 and set(runs(fourth).values()) == {None}
+    log.update(fourth)
     again = EvalStage.restore(live(log), config, 2)
     assert again.waiting == stage.waiting == 1
     for s in (again, stage):
@@ -555,10 +562,9 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     items.update(_chunks(BUFFER, encode_value([list(o) for o in _outcomes(100)])))
     upgraded = EvalStage.restore(items.items(), config, 2)
     assert upgraded.waiting == 100
-    changes = upgraded.changes()
+    changes = _checkpoint(upgraded)
     assert len(runs(changes)) == 1 and None not in runs(changes).values()
     assert [v for k, v in changes.items() if k[:1] == BUFFER] == [None]
-    upgraded.commit()
     upgraded.apply(1, OutcomeBatch(WIRE_VERSION, 1, 0, 10_000, []))
     assert upgraded.tick()[1] == _outcomes(100)
     assert runs(upgraded.changes()) == {OUTCOME + (1).to_bytes(8, "big"): None}

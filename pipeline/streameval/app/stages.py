@@ -387,7 +387,7 @@ class JoinStage:
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
-        """What changed since the last :meth:`commit` (streameval.app.checkpoint), with the
+        """What changed since the last :meth:`cut` (streameval.app.checkpoint), with the
         stage's own scalars: the offset it covers, its frontier, progress and dedup marks."""
         changes = self.join.changes()
         changes[STAGE] = encode_value({
@@ -400,10 +400,6 @@ class JoinStage:
             "duplicates": self.duplicates,
         })  # fmt: skip
         return changes
-
-    def commit(self, *where: Any) -> None:
-        """The last :meth:`changes` are durable (``where``: for a disk store)."""
-        self.join.commit(*where)
 
     def cut(self) -> Any:
         """Close a checkpoint while the stage goes on: its changes are the cut's
@@ -591,7 +587,7 @@ class EvalStage:
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
-        """What changed since the last :meth:`commit` (streameval.app.checkpoint): each model's
+        """What changed since the last :meth:`cut` (streameval.app.checkpoint): each model's
         and pair's state, encoded and cut into chunks of which only the changed ones count —
         a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes that
         came or went while waiting for the frontiers, and the stage's scalars."""
@@ -633,14 +629,6 @@ class EvalStage:
         self._stored |= self._dirty
         self._dirty.clear()
         self._gone.clear()
-
-    def commit(self) -> None:
-        """The last :meth:`changes` are durable."""
-        touched = set(self.engine.touched)
-        self.engine.touched.clear()
-        self._settle(self._pending, touched)
-        self._pending = {}
-        self._runs_written()
 
     def cut(self) -> Any:
         """Close a checkpoint while the stage goes on: its changes are the cut's
