@@ -79,7 +79,8 @@ def test_sigkill_in_checkpoints_and_restores_and_empty_disks(deploy, stream, exp
         log = deployment.workers[-1][2]
         if when == "any":
             time.sleep(rng.uniform(0.5, 10.0))
-        else:  # right after its first partition is restored, or 0–1.5 s after all are
+        else:  # right after its first partition is restored (one line each, even when its
+            # changelog holds nothing yet), or 0–1.5 s after all are
             mark = "caught up from changelog" if when == "restoring" else "assigned:"
             deadline = time.monotonic() + 60
             while mark not in log.read_text() and time.monotonic() < deadline:
@@ -94,7 +95,9 @@ def test_sigkill_in_checkpoints_and_restores_and_empty_disks(deploy, stream, exp
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
     logs = "".join(log.read_text() for _, _, log in deployment.workers)
-    assert "caught up from changelog offset 0" in logs  # an empty disk, rebuilt
+    after_wipes = "".join(deployment.workers[n + 1][2].read_text()
+                          for n, (_, wipe) in enumerate(plan) if wipe)  # fmt: skip
+    assert "caught up from changelog offset 0" in after_wipes  # an empty disk, rebuilt
     assert re.search(r"caught up from changelog offset [1-9]", logs)  # its own disk
 
 

@@ -986,9 +986,9 @@ class Pipeline:
             changelog.resume(q, *state.sealed, end)
         state.settle(end, changelog.sealed(q))
         scalars = state.scalars()
-        if start is not None or sealed:
-            log.info("join %d: %d pending instances in %s, caught up from changelog offset %s",
-                     q, state.pending_count(), state.path, start or 0)  # fmt: skip
+        # one line per partition, a new one included: what a restart found is in the log
+        log.info("join %d: %d pending instances in %s, caught up from changelog offset %s",
+                 q, state.pending_count(), state.path, start or 0)  # fmt: skip
         if not scalars:
             return JoinStage(q, self.config, self.inputs, state, SLICE_EVENTS)
         return JoinStage.resume(scalars, self.config, self.inputs, state, SLICE_EVENTS)
