@@ -10,8 +10,8 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streameval.app.router import Router
 from streameval.app.runner import INPUT_KINDS
-from streameval.app.stages import Router
 from streameval.app.wire import (
     WIRE_VERSION,
     EventBatch,

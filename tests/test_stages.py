@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.checkpoint import Restorer, checkpoint_records, live
+from streameval.app.router import Router
 from streameval.app.runner import INPUT_KINDS
-from streameval.app.stages import EvalStage, JoinStage, Router
+from streameval.app.stages import EvalStage, JoinStage
 from streameval.app.topology import Topology
 from streameval.app.wire import (
     INSTANCE,

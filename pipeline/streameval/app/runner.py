@@ -55,12 +55,12 @@ from streameval.store import DiskState, StoreError
 from streameval.topics import load_topics
 
 from .checkpoint import Changelog, ChangelogError, live, watermarks
+from .router import Router
 from .settings import WorkerSettings
 from .stages import (
     SLICE_EVENTS,
     EvalStage,
     JoinStage,
-    Router,
     config_fingerprint,
 )
 from .topology import Topology

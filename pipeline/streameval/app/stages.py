@@ -1,7 +1,8 @@
-"""The worker's three stages as plain classes: no Kafka, no threads, no clock.
+"""The worker's join and evaluation stages as plain classes: no Kafka, no threads, no clock.
 
-:mod:`streameval.app.runner` moves bytes between Kafka and these classes; everything that decides
-a number is here, so it is tested without a broker (``tests/test_stages.py``).
+:mod:`streameval.app.runner` moves bytes between Kafka and these classes (and the ingest stage,
+:class:`~streameval.app.router.Router`); everything that decides a number is in the three, so
+it is tested without a broker (``tests/test_stages.py``).
 
 Ordering — why streaming gives the numbers replay gives
 --------------------------------------------------------
@@ -9,9 +10,9 @@ The numbers under windows, fading factors and the persistent baseline depend on 
 model's outcomes, and a worker group reads three topics and many partitions at uneven speeds.
 The stages therefore order outcomes by **event time**, never by arrival:
 
-* :class:`Router` (ingest) reports, with every batch it sends to a join partition, the progress
-  of each input partition it reads: the largest ``ts`` read so far, and whether the partition
-  is idle (read to its end and quiet for ``idle_ms``).
+* :class:`~streameval.app.router.Router` (ingest) reports, with every batch it sends to a join
+  partition, the progress of each input partition it reads: the largest ``ts`` read so far,
+  and whether the partition is idle (read to its end and quiet for ``idle_ms``).
 * :class:`JoinStage` computes a watermark W — the smallest progress over every input partition
   that is not idle — so every event with ``ts < W`` has arrived (each input partition carries
   non-decreasing ``ts``; events that break this are *late*, counted by the join). Its join
@@ -42,8 +43,6 @@ import bisect
 import hashlib
 import logging
 import struct
-import time
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -51,28 +50,21 @@ from typing import Any
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Join, Outcome, join_partition, take_runs
+from streameval.core.join import Join, Outcome, take_runs
 from streameval.core.state import decode_value, encode_value
 from streameval.engine import Engine
-from streameval.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
+from streameval.schemas import NO_TS
 
 from .wire import (
-    INSTANCE,
-    LABEL,
-    PREDICTION,
     WIRE_VERSION,
     EventBatch,
-    EventRow,
     OutcomeBatch,
-    Source,
 )
 
 __all__ = [
     "EvalStage",
     "JoinStage",
-    "Router",
     "config_fingerprint",
-    "join_partition",
 ]
 
 log = logging.getLogger("streameval.worker")
@@ -101,185 +93,6 @@ def config_fingerprint(config: EvaluationConfig) -> str:
     configuration is refused rather than continued with different rules."""
     data = orjson.dumps(config.model_dump(), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(data).hexdigest()[:16]
-
-
-# ------------------------------------------------------------------------------------------
-class Router:
-    """Stage 0: decode input messages, dead-letter the bad ones, route the rest to join
-    partitions by ``instance_id``, and track each input partition's progress.
-
-    Parameters
-    ----------
-    topics
-        Input topic name → kind (``instance``, ``prediction``, ``label``).
-    partitions
-        Number of join partitions (partitions of the events topic).
-    idle_ms
-        An input partition read to its end and quiet this long no longer holds the watermark.
-    """
-
-    def __init__(
-        self,
-        topics: dict[str, str],
-        partitions: int,
-        idle_ms: int = 1000,
-        rules: TimeRules | None = None,
-    ) -> None:
-        self.decoder = BatchDecoder(topics)
-        self.partitions = partitions
-        self.idle_ms = idle_ms
-        self.rules = EvaluationConfig().time_rules() if rules is None else rules
-        self._progress: dict[TopicPartition, int] = {}
-        self._eof_since: dict[TopicPartition, float | None] = {}
-        self._index: dict[TopicPartition, int] = {}
-        self._order: list[TopicPartition] = []
-        self._kinds: list[str | None] = []
-        self._decoders: list[Any] = []
-        #: next offset to read of each input partition the last :meth:`route` read from
-        self.consumed: dict[TopicPartition, int] = {}
-
-    # -- ownership --------------------------------------------------------------------------
-    def assign(
-        self, tps: Iterable[TopicPartition], progress: dict[TopicPartition, int] | None = None
-    ) -> None:
-        """Own ``tps`` from now on. ``progress``: the largest ``ts`` accepted from a partition
-        up to the offset its reading resumes at (saved with that offset when it was
-        committed), so that the time rules decide after a restart as they did before it."""
-        progress = progress or {}
-        for tp in tps:
-            self._progress.setdefault(tp, progress.get(tp, NO_TS))
-            self._eof_since.setdefault(tp, None)
-        self._reindex()
-
-    def revoke(self, tps: Iterable[TopicPartition]) -> None:
-        for tp in tps:
-            self._progress.pop(tp, None)
-            self._eof_since.pop(tp, None)
-        self._reindex()
-
-    def progress(self, tp: TopicPartition) -> int:
-        """The largest ``ts`` accepted from input partition ``tp`` (:data:`NO_TS`: none yet)."""
-        return self._progress.get(tp, NO_TS)
-
-    @property
-    def owned(self) -> list[TopicPartition]:
-        return list(self._order)
-
-    def _reindex(self) -> None:
-        self._order = sorted(self._progress)
-        self._index = {tp: i for i, tp in enumerate(self._order)}
-        # per owned input partition, in that order: its kind and the decoder of its records
-        kinds, decoders = self.decoder.topics, self.decoder.decoders
-        self._kinds = [kinds.get(topic) for topic, _ in self._order]
-        self._decoders = [decoders.get(kind) for kind in self._kinds]
-
-    def at_end(self, topic: str, partition: int, wall_ms: float) -> None:
-        """The consumer read ``topic``/``partition`` to its end."""
-        tp = (topic, partition)
-        if tp in self._eof_since and self._eof_since[tp] is None:
-            self._eof_since[tp] = wall_ms
-
-    # -- data -------------------------------------------------------------------------------
-    def route(
-        self, messages: Iterable[Message], now_ms: int | None = None
-    ) -> tuple[list[list[EventRow]], list[DeadLetter]]:
-        """Events per join partition (in input order) and the dead letters; afterwards
-        :attr:`consumed` holds the next offset of every owned input partition read.
-
-        Every message either becomes an event or a dead letter, whatever its bytes (and
-        whatever goes wrong on it). A well-formed event must also pass the time rules
-        (:class:`~streameval.schemas.TimeRules`) against its partition's progress; ``now_ms``
-        (epoch ms, default: the clock) stands in for the Kafka timestamp of a message that has
-        none.
-        """
-        if now_ms is None:
-            now_ms = int(time.time() * 1000)
-        out: list[list[EventRow]] = [[] for _ in range(self.partitions)]
-        letters: list[DeadLetter] = []
-        explain, max_bytes = self.decoder.decode_message, self.decoder.max_bytes
-        max_future, max_age = self.rules.max_future_ms, self.rules.max_age_ms
-        index, src_kinds, src_decoders = self._index, self._kinds, self._decoders
-        partitions = self.partitions
-        crc32 = zlib.crc32
-        order, progress = self._order, self._progress
-        owned = len(order)
-        last = [-1] * owned  # last offset read, per owned input partition
-        accepted = [progress[tp] for tp in order]  # largest ts accepted, per owned partition
-        for message in messages:
-            src = index.get((message.topic(), message.partition()))
-            if src is None:  # not (or no longer) ours: a message fetched before a revocation
-                continue
-            offset = last[src] = message.offset()
-            try:
-                # the common case inline; anything odd goes to the decoder, which says why
-                value, decode, record = message.value(), src_decoders[src], None
-                if decode is not None and value is not None and len(value) <= max_bytes:
-                    try:
-                        record = decode(value)
-                    except Exception:
-                        pass
-                    else:
-                        if record.type is not None and record.type != src_kinds[src]:
-                            record = None
-                if record is None:
-                    letters.append(explain(message)[1])
-                    continue
-                ts = record.ts
-                high = accepted[src]
-                if ts > high:  # moves its partition's progress: not past when it was sent
-                    stamped, sent = message.timestamp()
-                    if not stamped or sent <= 0 or sent > now_ms:
-                        sent = now_ms
-                    if ts > sent + max_future:
-                        letters.append(self._refuse(message, ts, high, now_ms))
-                        continue
-                    accepted[src] = ts
-                elif ts < high - max_age:
-                    letters.append(self._refuse(message, ts, high, now_ms))
-                    continue
-                iid = record.instance_id
-                kind = src_kinds[src]
-                if kind == "prediction":
-                    row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
-                elif kind == "label":
-                    row = (LABEL, iid, "", ts, record.label, src, offset)
-                else:
-                    row = (INSTANCE, iid, "", ts, "", src, offset)
-                out[crc32(iid.encode()) % partitions].append(row)
-            except Exception as err:  # a defect, not the message's fault: it never stops us
-                log.exception("input %s[%d]@%d", message.topic(), message.partition(), offset)
-                error = EventError(f"could not be routed ({type(err).__name__}: {err})",
-                                   "undecodable")  # fmt: skip
-                letters.append(self.decoder.dead_letter(message, error))
-        eof = self._eof_since
-        consumed = {}
-        for src, offset in enumerate(last):
-            if offset >= 0:
-                tp = order[src]
-                consumed[tp] = offset + 1
-                eof[tp] = None  # read from: not at its end (or idle) any more
-                progress[tp] = accepted[src]
-        self.consumed = consumed
-        return out, letters
-
-    def _refuse(self, message: Message, ts: int, progress: int, now_ms: int) -> DeadLetter:
-        """The dead letter of an event the time rules refuse."""
-        stamped, sent = message.timestamp()
-        where = f"{message.topic()}[{message.partition()}]"
-        error = self.rules.check(ts, progress, sent if stamped else None, now_ms, where)
-        if error is None:  # the inline test above and TimeRules.check are the same rule
-            raise AssertionError(f"TimeRules let through what the router refused: ts {ts}")
-        return self.decoder.dead_letter(message, error)
-
-    def sources(self, wall_ms: float) -> list[Source]:
-        """Progress of every owned input partition, in the order events refer to them."""
-        idle_ms = self.idle_ms
-        result = []
-        for tp in self._order:
-            since = self._eof_since[tp]
-            idle = since is not None and wall_ms - since >= idle_ms
-            result.append(Source(tp[0], tp[1], self._progress[tp], idle))
-        return result
 
 
 # ------------------------------------------------------------------------------------------
