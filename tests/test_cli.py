@@ -63,3 +63,12 @@ def test_plot_without_matplotlib_says_which_extra(monkeypatch, tmp_path):
     result = CliRunner().invoke(main, ["replay", "--plot", str(tmp_path / "p.png"), str(events)])
     assert result.exit_code == 1
     assert "pip install 'streameval[plot]'" in result.output
+
+
+def test_a_broker_that_does_not_answer_is_named_not_a_traceback():
+    """`topics describe` against a wrong address (nothing listens on port 1)."""
+    result = CliRunner().invoke(main, ["topics", "describe", "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert "Kafka at 127.0.0.1:1 did not answer" in result.output
+    assert "streameval kafka start" in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)

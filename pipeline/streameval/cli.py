@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -209,9 +210,26 @@ def _admin(bootstrap, settings):
     from streameval.clients import ClientConfigError, client_config
 
     try:
-        return AdminClient(client_config(bootstrap, settings))
+        config = client_config(bootstrap, settings)
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
+    return AdminClient(config), config["bootstrap.servers"]
+
+
+@contextlib.contextmanager
+def _kafka_errors(where: str):
+    """A broker that does not answer (a wrong address, Kafka down) as a message that says what
+    to do, not a traceback."""
+    from confluent_kafka import KafkaException
+
+    try:
+        yield
+    except KafkaException as err:
+        reason = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+        raise click.ClickException(
+            f"Kafka at {where} did not answer ({reason}); check --bootstrap (or "
+            "$STREAMEVAL_BOOTSTRAP), or start a local one with `streameval kafka start`"
+        ) from None
 
 
 @main.group()
@@ -255,7 +273,9 @@ def topics_create(bootstrap, settings, prefix, partitions, app_id, changelog_con
         overrides[key] = value
     specs = load_topics(prefix, partitions=partitions, app_id=app_id,
                         changelog_configs=overrides)  # fmt: skip
-    report = create_topics(_admin(bootstrap, settings), specs)
+    admin, where = _admin(bootstrap, settings)
+    with _kafka_errors(where):
+        report = create_topics(admin, specs)
     for name in report.created:
         click.echo(f"created    {name}")
     for name in report.unchanged:
@@ -279,7 +299,10 @@ def topics_describe(bootstrap, settings, prefix) -> None:
     table = Table(title="streameval topics")
     for column in ("topic", "role", "key", "schema", "partitions", "configs (actual)"):
         table.add_column(column)
-    for row in describe_topics(_admin(bootstrap, settings), load_topics(prefix)):
+    admin, where = _admin(bootstrap, settings)
+    with _kafka_errors(where):
+        rows = describe_topics(admin, load_topics(prefix))
+    for row in rows:
         partitions = f"{row['partitions']}" if row["exists"] else "missing"
         if row["exists"] and row["partitions"] != row["declared_partitions"]:
             partitions += f" (declared {row['declared_partitions']})"
