@@ -72,3 +72,11 @@ def test_a_broker_that_does_not_answer_is_named_not_a_traceback():
     assert "Kafka at 127.0.0.1:1 did not answer" in result.output
     assert "streameval kafka start" in result.output
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+
+
+def test_a_topics_dir_without_topics_toml_is_named_at_start(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMEVAL_TOPICS_DIR", str(tmp_path))
+    for args in (["topics", "describe"], ["worker"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, result.output
+        assert f"STREAMEVAL_TOPICS_DIR={tmp_path} has no topics.toml" in result.output

@@ -13,8 +13,18 @@ from streameval import __version__
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="streameval")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Online evaluation of streaming classifiers on Kafka."""
+    if ctx.invoked_subcommand in ("worker", "topics", "demo"):
+        from streameval.topics import topics_dir
+
+        folder = topics_dir()
+        if not (folder / "topics.toml").is_file():  # only $STREAMEVAL_TOPICS_DIR can miss it
+            raise click.UsageError(
+                f"STREAMEVAL_TOPICS_DIR={folder} has no topics.toml: point it at a folder with "
+                "topics.toml and schemas/ (copies of the package's, edited), or unset it"
+            )
 
 
 def _need(module: str, extra: str, what: str) -> None:
