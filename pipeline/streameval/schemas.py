@@ -441,7 +441,7 @@ class BatchDecoder:
         self.topics = dict(topics)
         self.max_bytes = max_bytes
         self.counters: Counter[str] = Counter()
-        #: one decode function per kind (:class:`~streameval.app.stages.Router` inlines the
+        #: one decode function per kind (:class:`~streameval.app.router.Router` inlines the
         #: common case of :meth:`decode_message` with them); each raises on bad input, which
         #: :meth:`decode_message` explains
         self.decoders = {kind: msgspec.json.Decoder(record).decode

@@ -5,7 +5,7 @@ One thread runs :meth:`Pipeline.run`. Its consumer is a member of the consumer g
 ``app_id`` and subscribes to the three input topics and the two internal topics; Kafka's group
 protocol spreads their partitions over the workers and moves them when a worker comes or goes.
 
-* an **input** partition feeds the :class:`~streameval.app.stages.Router` (ingest): decoded
+* an **input** partition feeds the :class:`~streameval.app.router.Router` (ingest): decoded
   events go, one message per join partition per poll, to ``streameval-events``; malformed
   messages to ``dead-letters``;
 * an **events** partition is a join partition: its :class:`~streameval.app.stages.JoinStage`
