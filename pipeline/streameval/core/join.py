@@ -169,18 +169,19 @@ def take_runs(runs: dict[Any, list], key: tuple) -> tuple[list, list, list]:
     """
     taken: list = []
     shortened, emptied = [], []
-    for name, run in list(runs.items()):
-        cut = bisect.bisect_left(run, key)
-        if not cut:
+    for name, run in runs.items():
+        if not run or run[0] >= key:  # the usual run: none of it is due yet
             continue
+        cut = bisect.bisect_left(run, key)
         if cut < len(run):
             taken += run[:cut]
-            runs[name] = run[cut:]
+            runs[name] = run[cut:]  # a new value, not a new key: iterating goes on
             shortened.append(name)
         else:
             taken += run
-            del runs[name]
             emptied.append(name)
+    for name in emptied:
+        del runs[name]
     return taken, shortened, emptied
 
 
@@ -283,7 +284,8 @@ class Join:
         self._discards = getattr(state, "discards", False)
         self._clock = -(2**62)  # every event stamped <= clock is applied
         self._target = self._clock  # where the clock goes once the due events are applied
-        self._runs: list[list[_Waiting]] = []  # waiting events, sorted runs
+        self._runs: dict[int, list[_Waiting]] = {}  # waiting events: sorted runs, numbered
+        self._run_number = 0
         self._due: list[_Waiting] = []  # taken from the runs, sorted; applied from _pos on
         self._pos = 0
         # waiting events since the last commit: taken in (not in a checkpoint yet), and those
@@ -311,7 +313,7 @@ class Join:
     @property
     def waiting(self) -> int:
         """Events received but not yet applied (stamped after the clock)."""
-        return sum(len(run) for run in self._runs) + len(self._due) - self._pos
+        return sum(len(run) for run in self._runs.values()) + len(self._due) - self._pos
 
     @property
     def behind(self) -> bool:
@@ -372,7 +374,8 @@ class Join:
             self._apply(late, out)
         if run:
             run.sort()
-            self._runs.append(run)
+            self._runs[self._run_number] = run
+            self._run_number += 1
             added = self._added
             for entry in run:
                 added[entry[6]] = entry
@@ -413,7 +416,7 @@ class Join:
         come). Instances without a label stay pending."""
         out: list[Outcome] = []
         if self._runs or self.behind:
-            last = max([run[-1][0] for run in self._runs], default=self._target)
+            last = max([run[-1][0] for run in self._runs.values()], default=self._target)
             self.advance(max(last, self._target) + self.label_grace, out)
         return out
 
@@ -425,9 +428,7 @@ class Join:
     # -- time order -------------------------------------------------------------------------
     def _take(self, now: int) -> None:
         """Move the waiting events stamped up to ``now`` to the events due, in order."""
-        runs = dict(enumerate(self._runs))
-        taken = take_runs(runs, (now + 1,))[0]
-        self._runs = list(runs.values())
+        taken = take_runs(self._runs, (now + 1,))[0]
         if not taken:
             return
         if self._pos:
@@ -778,7 +779,8 @@ class Join:
         self._target = meta.get("target", self._clock)  # absent before slices existed
         self._seq = meta["seq"]
         runs = sorted(tuple(e) for e in waiting)
-        self._runs = [runs] if runs else []
+        self._runs = {0: runs} if runs else {}
+        self._run_number = 1
         self._due, self._pos = [], 0
         self.counters = Counter(meta["counters"])
         self.model_counters = Counter({(r, m): c for r, m, c in meta["model_counters"]})
