@@ -40,7 +40,7 @@ JVM_OPTIONS = (
 )
 
 #: The broker's POM and logging template, package data (``streameval/resources/kafka/``).
-DEPLOY_DIR = resource("kafka")
+KAFKA_FILES = resource("kafka")
 
 
 class LauncherError(RuntimeError):
@@ -86,7 +86,7 @@ def ensure_artifacts(log=print) -> Path:
                 "STREAMEVAL_TEST_BOOTSTRAP / --bootstrap to use an existing cluster"
             )
         pom = home / "pom.xml"
-        shutil.copyfile(DEPLOY_DIR / "pom.xml", pom)
+        shutil.copyfile(KAFKA_FILES / "pom.xml", pom)
         staging = home / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
         log(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {home} ...")
@@ -180,7 +180,7 @@ class KafkaInstance:
         data, logs = root / "data", root / "logs"
         shutil.rmtree(data, ignore_errors=True)
         logs.mkdir(parents=True, exist_ok=True)
-        template = (DEPLOY_DIR / "log4j2.properties").read_text()
+        template = (KAFKA_FILES / "log4j2.properties").read_text()
         (root / "log4j2.properties").write_text(template.replace("{log}", str(logs / "server.log")))
         (root / "server.properties").write_text(self._properties(data))
         java = shutil.which("java") or "java"

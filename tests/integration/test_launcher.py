@@ -87,9 +87,9 @@ def test_cli_start_status_stop(tmp_path):
 
 
 def test_pom_and_launcher_pin_the_same_version():
-    from streameval.devkafka import DEPLOY_DIR, KAFKA_VERSION
+    from streameval.devkafka import KAFKA_FILES, KAFKA_VERSION
 
-    pom = (DEPLOY_DIR / "pom.xml").read_text()
+    pom = (KAFKA_FILES / "pom.xml").read_text()
     assert f"<artifactId>kafka_2.13</artifactId>\n      <version>{KAFKA_VERSION}</version>" in pom
 
 
