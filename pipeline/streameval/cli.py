@@ -98,7 +98,6 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from streameval.config import ConfigError, load_config
-    from streameval.core.estimators import parse_estimator
     from streameval.replay import MalformedLine
     from streameval.replay import replay as run
     from streameval.report import MeasureHistory, plot_history, print_summary
@@ -109,7 +108,7 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
         config = load_config(config_path, publish_every=publish_every)
     except ConfigError as err:
         raise click.UsageError(str(err)) from None
-    names = [parse_estimator(e).name for e in config.estimators]
+    names = [spec.name for spec in config.estimator_specs]
     shown = summary_estimator or (names[1] if len(names) > 1 else names[0])
     if shown not in names:
         raise click.UsageError(f"--estimator {shown!r} is not configured; use one of {names}")

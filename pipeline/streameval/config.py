@@ -36,6 +36,7 @@ Example file (every key optional)::
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -43,8 +44,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streameval.core.drift import DEFAULT_DETECTORS, make_detector
-from streameval.core.estimators import estimator_names
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
+from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.schemas import TimeRules
 
 __all__ = ["ConfigError", "EvaluationConfig", "load_config"]
@@ -111,8 +112,13 @@ class EvaluationConfig(_Strict):
     @field_validator("estimators")
     @classmethod
     def _estimators(cls, value: list[str]) -> list[str]:
-        estimator_names(value)
+        parse_estimators(value)
         return value
+
+    @functools.cached_property
+    def estimator_specs(self) -> tuple[EstimatorSpec, ...]:
+        """The estimators as the values the core takes (the list was validated on load)."""
+        return parse_estimators(self.estimators)
 
     _check = field_validator("detectors")(lambda cls, v: _check_detectors(v))
 

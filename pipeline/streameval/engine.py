@@ -44,9 +44,8 @@ class Engine:
         self.joins = join if isinstance(join, list) else [join]
         self.join = self.joins[0]
         self.models: dict[str, ModelEvaluator] = {}
-        self.pairs = {
-            f"{p.a}|{p.b}": PairEvaluator(p.a, p.b, config.estimators) for p in config.comparisons
-        }
+        specs = config.estimator_specs
+        self.pairs = {f"{p.a}|{p.b}": PairEvaluator(p.a, p.b, specs) for p in config.comparisons}
         self._pair_last_ts: dict[str, int] = {}
         self._model_last_ts: dict[str, int] = {}
         self._published: dict[str, int] = {}  # model or pair -> n of its latest record
@@ -183,7 +182,7 @@ class Engine:
             cfg, d = self.config, self.config.delayed
             model = self.models[model_id] = ModelEvaluator(
                 model_id,
-                estimators=cfg.estimators,
+                estimators=cfg.estimator_specs,
                 positive_label=cfg.model(model_id).positive_label,
                 max_classes=cfg.max_classes,
                 bins=d.bins,

@@ -161,7 +161,7 @@ def test_batch_split_and_state_round_trip():
     for lo, hi in ((0, 1), (1, 30), (30, 31), (31, 80)):
         parts.update(_slice(batch, lo, hi))
         parts = DelayedEvaluator.from_state(json.loads(json.dumps(parts.state())))
-    # bit-identical, fading included (streameval.core.fading.BlockFading)
+    # bit-identical, fading included (streameval.core.forgetting.BlockFading)
     assert json.dumps(whole.measures()) == json.dumps(parts.measures())
 
 

@@ -60,7 +60,7 @@ def test_any_batch_split_equals_one_by_one(spec, stream):
         batched.update(y_true[lo:hi], y_pred[lo:hi])
     for i in range(len(y_true)):
         single.update(y_true[i : i + 1], y_pred[i : i + 1])
-    # bit-identical for every estimator, fading included (streameval.core.fading.BlockFading)
+    # bit-identical for every estimator, fading included (streameval.core.forgetting.BlockFading)
     a, b = batched.snapshot(), single.snapshot()
     assert np.array_equal(a.confusion, b.confusion)
     assert (a.persistent_correct, a.persistent_total, a.n, a.n_effective) == (

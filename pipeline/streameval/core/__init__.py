@@ -24,6 +24,7 @@ from streameval.core.estimators import (
     parse_estimator,
 )
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
+from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.join import DROP_REASONS, Join, Outcome
 from streameval.core.labels import DEFAULT_MAX_CLASSES, LabelEncoder
 from streameval.core.measures import SCALAR_MEASURES, compute_measures
@@ -43,6 +44,7 @@ __all__ = [
     "CumulativeConfusion",
     "DelayedBatch",
     "DelayedEvaluator",
+    "EstimatorSpec",
     "Evaluator",
     "FadingConfusion",
     "FadingErrorPageHinkley",
@@ -59,4 +61,5 @@ __all__ = [
     "make_detector",
     "normalize",
     "parse_estimator",
+    "parse_estimators",
 ]

@@ -3,7 +3,7 @@
 A :class:`ModelComparison` is fed, batch by batch, the per-instance losses of model A and model
 B on the instances *both* models predicted (aligned, oldest first). Under each configured
 estimator (``cumulative``, ``window:W``, ``fading:a``, as in
-:func:`~streameval.core.estimators.parse_estimator`) it keeps
+:class:`~streameval.core.forgetting.EstimatorSpec`) it keeps
 
 - the two loss sums S^A and S^B behind the Q statistic Q = ln(S^A/S^B);
 - the McNemar counts n01 = #(A wrong, B right) and n10 = #(B wrong, A right) behind the signed
@@ -19,7 +19,7 @@ error of either model is no evidence of a difference (docs/measures.md).
 Exactness: cumulative and window loss sums are kept as exact binary fractions (every finite
 float is one), so any split of a stream into batches gives the very same state and measures,
 real-valued losses included, and a window never drifts when large losses leave it. Fading sums
-are floats kept with :class:`~streameval.core.fading.BlockFading`, bit-identical for any split.
+are floats kept with :class:`~streameval.core.forgetting.BlockFading`, bit-identical for any split.
 
 References
 ----------
@@ -39,8 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from streameval.core.estimators import estimator_names, parse_estimator
-from streameval.core.fading import BlockFading
+from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, parse_estimators
 
 __all__ = [
     "COMPARISON_MEASURES",
@@ -360,19 +359,13 @@ class _CumulativeTally(_Tally):
 
 
 class _WindowTally(_Tally):
-    """Exact loss sums and counts over the last ``window_size`` pairs (Algorithm 2).
-
-    A ring buffer holds the losses of the pairs in the window; the slot of pair i is
-    i % window_size, so any batch split leaves the same buffer.
-    """
+    """Exact loss sums and counts over the last ``window_size`` pairs (Algorithm 2)."""
 
     kind = "window"
 
     def __init__(self, window_size: int) -> None:
         self.window_size = window_size
-        self._seen = 0
-        self._loss_a = np.zeros(window_size, dtype=np.float64)
-        self._loss_b = np.zeros(window_size, dtype=np.float64)
+        self._ring = Ring(window_size, a=np.float64, b=np.float64)
         self._sum_a = self._sum_b = _ZERO
         self._n01 = self._n10 = 0
 
@@ -380,71 +373,52 @@ class _WindowTally(_Tally):
     def name(self) -> str:
         return f"window:{self.window_size}"
 
-    def _recount(self) -> None:
-        """Sums and counts from the buffer (empty slots hold 0 losses and count for nothing)."""
-        self._sum_a, self._sum_b = _exact_sum(self._loss_a), _exact_sum(self._loss_b)
-        wrong_a, wrong_b = self._loss_a > 0, self._loss_b > 0
-        self._n01 = int(np.count_nonzero(wrong_a & ~wrong_b))
-        self._n10 = int(np.count_nonzero(wrong_b & ~wrong_a))
+    def _count(self, loss_a: np.ndarray, loss_b: np.ndarray, sign: int) -> None:
+        if loss_a.size:
+            self._sum_a = _add(self._sum_a, _exact_sum(loss_a), sign)
+            self._sum_b = _add(self._sum_b, _exact_sum(loss_b), sign)
+            wrong_a, wrong_b = loss_a > 0, loss_b > 0
+            self._n01 += sign * int(np.count_nonzero(wrong_a & ~wrong_b))
+            self._n10 += sign * int(np.count_nonzero(wrong_b & ~wrong_a))
 
     def update(self, batch: _Batch) -> None:
-        loss_a, loss_b = batch.loss_a, batch.loss_b
-        size, m = self.window_size, loss_a.size
-        if m >= size:  # the batch alone fills the window: rebuild from its tail
-            slots = (self._seen + np.arange(m - size, m)) % size
-            self._loss_a[slots], self._loss_b[slots] = loss_a[m - size :], loss_b[m - size :]
-            self._recount()
-        else:
-            positions = self._seen + np.arange(m)
-            slots = positions % size
-            old = slots[positions >= size]  # slots whose previous pair leaves the window
-            if old.size:
-                old_a, old_b = self._loss_a[old], self._loss_b[old]
-                self._sum_a = _add(self._sum_a, _exact_sum(old_a), sign=-1)
-                self._sum_b = _add(self._sum_b, _exact_sum(old_b), sign=-1)
-                self._n01 -= int(np.count_nonzero((old_a > 0) & ~(old_b > 0)))
-                self._n10 -= int(np.count_nonzero((old_b > 0) & ~(old_a > 0)))
-            self._loss_a[slots], self._loss_b[slots] = loss_a, loss_b
+        entered, left = self._ring.push(a=batch.loss_a, b=batch.loss_b)
+        self._count(left["a"], left["b"], -1)
+        if entered["a"].size == batch.loss_a.size:  # the whole batch: its sums are known
             self._sum_a = _add(self._sum_a, batch.sum_a)
             self._sum_b = _add(self._sum_b, batch.sum_b)
             self._n01 += batch.n01
             self._n10 += batch.n10
-        self._seen += m
+        else:
+            self._count(entered["a"], entered["b"], +1)
 
     def measures(self) -> dict[str, float]:
         q = _log_ratio(self._sum_a, self._sum_b)
-        return self._measures(min(self._seen, self.window_size), q, self._n01, self._n10)
-
-    def _ordered_slots(self) -> np.ndarray:
-        n = min(self._seen, self.window_size)
-        return np.arange(self._seen - n, self._seen) % self.window_size
+        return self._measures(self._ring.n, q, self._n01, self._n10)
 
     def state(self) -> dict[str, Any]:
         """The window's losses oldest first; sums and counts are recomputed from them."""
-        slots = self._ordered_slots()
+        held = self._ring.held()
         return {
             "kind": self.kind,
             "window_size": self.window_size,
-            "seen": self._seen,
-            "losses_a": self._loss_a[slots].tolist(),
-            "losses_b": self._loss_b[slots].tolist(),
+            "seen": self._ring.seen,
+            "losses_a": held["a"].tolist(),
+            "losses_b": held["b"].tolist(),
         }
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> _WindowTally:
         tally = cls(window_size=state["window_size"])
-        tally._seen = state["seen"]
-        slots = tally._ordered_slots()
-        tally._loss_a[slots] = state["losses_a"]
-        tally._loss_b[slots] = state["losses_b"]
-        tally._recount()
+        tally._ring.restore(state["seen"], a=state["losses_a"], b=state["losses_b"])
+        held = tally._ring.held()
+        tally._count(held["a"], held["b"], +1)
         return tally
 
 
 class _FadingTally(_Tally):
-    """Faded loss sums S ← L + a·S and faded counts n01 ← a·n01 + 1[...] (Algorithm 3),
-    kept with :class:`~streameval.core.fading.BlockFading` so any batch split gives the same bits.
-    """
+    """Faded loss sums S ← L + a·S and faded counts n01 ← a·n01 + 1[...] (Algorithm 3), in a
+    :class:`~streameval.core.forgetting.BlockFading`: any batch split gives the same bits."""
 
     kind = "fading"
 
@@ -499,13 +473,11 @@ _TALLIES: dict[str, type[_Tally]] = {
 }
 
 
-def _make_tally(spec: str) -> _Tally:
-    """A tally for an estimator name, parsed (and rejected) as everywhere else in the core."""
-    estimator = parse_estimator(spec, max_classes=1)
-    if estimator.kind == "window":
-        return _WindowTally(estimator.window_size)
-    if estimator.kind == "fading":
-        return _FadingTally(estimator.fading_factor)
+def _make_tally(spec: EstimatorSpec) -> _Tally:
+    if spec.kind == "window":
+        return _WindowTally(spec.window)
+    if spec.kind == "fading":
+        return _FadingTally(spec.factor)
     return _CumulativeTally()
 
 
@@ -573,13 +545,13 @@ class ModelComparison:
     (docs/measures.md).
     """
 
-    def __init__(self, estimators: Sequence[str] = ("cumulative", "window:1000", "fading:0.999")):
-        estimator_names(estimators)  # validates the list
-        self.estimators = tuple(estimators)
-        self._tallies: dict[str, _Tally] = {}
-        for spec in self.estimators:
-            tally = _make_tally(spec)
-            self._tallies[tally.name] = tally
+    def __init__(
+        self,
+        estimators: Sequence[str | EstimatorSpec] = ("cumulative", "window:1000", "fading:0.999"),
+    ):
+        specs = parse_estimators(estimators)
+        self.estimators = tuple(spec.name for spec in specs)
+        self._tallies: dict[str, _Tally] = {spec.name: _make_tally(spec) for spec in specs}
 
     @property
     def names(self) -> list[str]:

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from streameval.core.estimators import estimator_names, persistence
-from streameval.core.fading import BlockFading
+from streameval.core.estimators import persistence
+from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, parse_estimators
 from streameval.core.labels import DEFAULT_MAX_CLASSES
 from streameval.core.measures import chance_is_certain, kappa_plus, skill
 
@@ -210,11 +210,9 @@ class _BinnedState:
     are bit-identical to keeping every view apart.
     """
 
-    def __init__(self, spec: str, views: int) -> None:
-        kind, _, arg = spec.partition(":")
-        self.spec, self.kind, self.views = spec, kind, views
-        self.window = int(arg) if kind == "window" else 0
-        self.fading = float(arg) if kind == "fading" else 1.0
+    def __init__(self, spec: EstimatorSpec, views: int) -> None:
+        self.kind, self.views = spec.kind, views
+        self.window = spec.window
         columns = views + 1
         self.k = 0
         self.total = 0.0
@@ -223,15 +221,13 @@ class _BinnedState:
         self.true = np.zeros(0)
         self.per = np.zeros(2)  # persistent baseline: correct, scored
         self.seen = 0
-        if kind == "fading":
+        if self.kind == "fading":
             # bins: total | correct per column | predicted class per column (C·k) | true class
             # (k) | persistent predictor correct, scored
-            self._fading = BlockFading(self.fading, 1 + columns + 2)
-        if self.window:
-            self.ring_true = np.zeros(self.window, dtype=np.int64)
-            self.ring_pred = np.zeros((self.window, views), dtype=np.int64)  # [:, 0] if uniform
-            self.ring_uniform = np.zeros(self.window, dtype=bool)
-            self.ring_per = np.zeros((self.window, 2), dtype=np.int64)
+            self._fading = BlockFading(spec.factor, 1 + columns + 2)
+        if self.window:  # pred: every view's prediction; a uniform outcome's in column 0 only
+            self._ring = Ring(self.window, true=np.int64, pred=(np.int64, (views,)),
+                              uniform=bool, per=(np.int64, (2,)))  # fmt: skip
 
     def grow(self, k: int) -> None:
         if k > self.k:
@@ -320,32 +316,22 @@ class _BinnedState:
         if self.kind == "fading":
             self._fading_update(rows)
         elif self.kind == "window":
-            size = self.window
-            if m >= size:
-                rows = rows.tail(m - size)
-                slots = (self.seen + m - size + np.arange(size)) % size
-                self.total, self.correct = 0.0, np.zeros_like(self.correct)
-                self.pred, self.true = np.zeros_like(self.pred), np.zeros_like(self.true)
-                self.per = np.zeros(2)
-            else:
-                positions = self.seen + np.arange(m)
-                slots = positions % size
-                old = slots[positions >= size]
-                if old.size:
-                    self._add(self._stats(self._ring_rows(old)), sign=-1.0)
-            self.ring_true[slots], self.ring_per[slots] = rows.y_true, rows.per
-            self.ring_uniform[slots] = rows.uniform
-            self.ring_pred[slots[rows.uniform], 0] = rows.pred[rows.uniform]
-            self.ring_pred[slots[rows.varied]] = rows.grid
-            self._add(self._stats(rows))
+            pred = np.zeros((m, self.views), dtype=np.int64)
+            pred[rows.uniform, 0] = rows.pred[rows.uniform]
+            pred[rows.varied] = rows.grid
+            entered, left = self._ring.push(true=rows.y_true, pred=pred, uniform=rows.uniform,
+                                            per=rows.per)  # fmt: skip
+            if left["true"].size:
+                self._add(self._stats(self._ring_rows(left)), sign=-1.0)
+            self._add(self._stats(rows.tail(m - entered["true"].size)))
         else:
             self._add(self._stats(rows))
         self.seen += m
 
-    def _ring_rows(self, slots: np.ndarray) -> _Rows:
-        uniform = self.ring_uniform[slots]
-        return _Rows(self.ring_true[slots], self.ring_pred[slots, 0], uniform,
-                     self.ring_pred[slots[~uniform]], self.ring_per[slots])  # fmt: skip
+    @staticmethod
+    def _ring_rows(held: dict[str, np.ndarray]) -> _Rows:
+        uniform, pred = held["uniform"], held["pred"]
+        return _Rows(held["true"], pred[:, 0], uniform, pred[~uniform], held["per"])
 
     def view_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """Hits (V,) and predicted-class counts (V, k) of every view."""
@@ -383,16 +369,10 @@ class _BinnedState:
             "seen": self.seen,
         }  # fmt: skip
         if self.window:
-            n = min(self.seen, self.window)
-            slots = np.arange(self.seen - n, self.seen) % self.window
-            pred = self.ring_pred[slots]
-            uniform = self.ring_uniform[slots]
+            held = self._ring.held()
+            pred, uniform = held["pred"], held["uniform"]
             pred[uniform] = pred[uniform, :1]  # every bin of a uniform outcome
-            out["ring"] = [
-                self.ring_true[slots].tolist(),
-                pred.tolist(),
-                self.ring_per[slots].tolist(),
-            ]
+            out["ring"] = [held["true"].tolist(), pred.tolist(), held["per"].tolist()]
         return out
 
     def load(self, state: dict[str, Any]) -> None:
@@ -407,14 +387,11 @@ class _BinnedState:
         self.true = np.array(state["true"], dtype=np.float64)
         self.per = np.array(state["per"], dtype=np.float64)
         if self.window:
-            n = min(self.seen, self.window)
-            slots = np.arange(self.seen - n, self.seen) % self.window
             true, pred, per = state["ring"]
+            n = min(self.seen, self.window)
             pred = np.array(pred, dtype=np.int64).reshape(n, self.views)
-            self.ring_true[slots] = true
-            self.ring_pred[slots] = pred
-            self.ring_uniform[slots] = (pred == pred[:, :1]).all(axis=1)
-            self.ring_per[slots] = np.array(per, dtype=np.int64).reshape(n, 2)
+            uniform = (pred == pred[:, :1]).all(axis=1)
+            self._ring.restore(self.seen, true=true, pred=pred, uniform=uniform, per=per)
 
 
 class DelayedEvaluator:
@@ -474,15 +451,15 @@ class DelayedEvaluator:
             raise ValueError(f"alpha={alpha!r} is not allowed; use a finite number >= 1")
         if bin_rule not in BIN_RULES:
             raise ValueError(f"bin_rule={bin_rule!r} is not allowed; use one of {BIN_RULES}")
-        self.estimators = tuple(estimators)
         self.bins, self.alpha, self.bin_rule, self.max_classes = (
             bins,
             float(alpha),
             bin_rule,
             max_classes,
         )
-        names = estimator_names(self.estimators)
-        self._states = {name: _BinnedState(name, bins + 2) for name in names}
+        specs = parse_estimators(estimators)
+        self.estimators = tuple(spec.name for spec in specs)
+        self._states = {spec.name: _BinnedState(spec, bins + 2) for spec in specs}
         self._weights = psi_weights(bins, self.alpha)
         self._last = -1
         self._n = 0

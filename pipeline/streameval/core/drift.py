@@ -34,7 +34,6 @@ docs/measures.md.
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from collections.abc import Mapping
@@ -42,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
+from streameval.core.forgetting import BlockFading, block_size
 
 __all__ = [
     "DEFAULT_DETECTORS",
@@ -182,106 +183,66 @@ def _as_values(values: Any, name: str, non_negative: bool) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # the fading mean of Gama et al., Algorithm 3, computed identically for any batch split
 
-#: Weights below this are not used inside a block (it bounds a^(-k) by 1e40).
-_SMALLEST_DECAY = 1e-40
-_LONGEST_BLOCK = 1024
-
-
-def _block_size(fading_factor: float) -> int:
-    """Outcomes per block: at most 1024, and a^k >= 1e-40 inside a block."""
-    decay = np.cumprod(np.full(_LONGEST_BLOCK, fading_factor))
-    return max(1, int(np.count_nonzero(decay >= _SMALLEST_DECAY)))
-
-
-@functools.lru_cache(maxsize=64)
-def _fading_tables(fading_factor: float, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """a^k, a^(−k) and Σ_{i=1..k} a^(−i) for k = 0..block (sequential products: portable bits)."""
-    decay = np.cumprod(np.concatenate(([1.0], np.full(block, fading_factor))))
-    growth = 1.0 / decay
-    total_growth = np.cumsum(np.concatenate(([0.0], growth[1:])))
-    for table in (decay, growth, total_growth):
-        table.flags.writeable = False
-    return decay, growth, total_growth
-
 
 class _FadingMean:
     """Bias-free fading mean M_a(t) = S_a(t)/N_a(t) of a stream (Gama et al. 2013, Alg. 3).
 
-    The recursion S ← e + a·S, N ← 1 + a·N is evaluated in blocks of ``block`` outcomes
-    aligned on the outcome count: inside the block starting after outcome b,
-    S_t = a^(t−b)·(S_b + Σ_{j=b+1..t} a^(−(j−b))·e_j), the inner sum a sequential cumulative
-    sum. Each outcome thus goes through the same operations whatever the batch boundaries,
-    and the result agrees with the plain recursion to a relative ~1e-13.
+    S ← e + a·S and N ← 1 + a·N are two bins of a
+    :class:`~streameval.core.forgetting.BlockFading`; M_a after every outcome is the ratio of
+    its running sums, in which the block's scale cancels.
     """
 
-    def __init__(self, fading_factor: float, block: int | None = None) -> None:
-        self.fading_factor = fading_factor
-        self._block = _block_size(fading_factor) if block is None else block
-        self._decay, self._growth, self._total_growth = _fading_tables(fading_factor, self._block)
-        self._n = 0  # outcomes seen
-        self._base_sum = 0.0  # S_b and N_b at the start of the current block
-        self._base_norm = 0.0
-        self._partial = 0.0  # Σ a^(−(j−b))·e_j over the current block so far
+    def __init__(self, fading_factor: float) -> None:
+        self._sums = BlockFading(fading_factor, 2)
 
     @property
     def n(self) -> int:
-        return self._n
-
-    def _position(self) -> int:
-        """Outcomes of the current block seen so far: 1..block, or 0 before the first."""
-        return (self._n - 1) % self._block + 1 if self._n else 0
+        return self._sums.n
 
     @property
     def value(self) -> float:
         """M_a after the latest outcome (NaN before the first)."""
-        if self._n == 0:
+        if self._sums.n == 0:
             return math.nan
-        k = self._position()
-        return (self._base_sum + self._partial) / (self._base_norm + float(self._total_growth[k]))
+        total, norm = self._sums.scaled().tolist()
+        return total / norm
 
     def advance(self, losses: np.ndarray) -> np.ndarray:
         """Add a batch of losses; return M_a after each of them."""
-        out = np.empty(losses.size)
-        block, start = self._block, 0
-        k = self._position()
-        while start < losses.size:
-            if k == block:  # the block is complete: S_b, N_b at the start of the next one
-                self._base_sum = float(self._decay[block] * (self._base_sum + self._partial))
-                self._base_norm = float(
-                    self._decay[block] * (self._base_norm + self._total_growth[block])
-                )
-                self._partial = 0.0
-                k = 0
-            take = min(block - k, losses.size - start)
-            ks = np.arange(k + 1, k + take + 1)
-            weighted = self._growth[ks] * losses[start : start + take]
-            partial = np.cumsum(np.concatenate(([self._partial], weighted)))[1:]
-            out[start : start + take] = (self._base_sum + partial) / (
-                self._base_norm + self._total_growth[ks]
-            )
-            self._partial = float(partial[-1])
-            start += take
-            k += take
-        self._n += losses.size
-        return out
+        sums = self._sums.running(np.column_stack([losses, np.ones(losses.size)]))
+        return sums[:, 0] / sums[:, 1]
 
     def state(self) -> dict[str, Any]:
-        return {
-            "block": self._block,
-            "n": self._n,
-            "base_sum": self._base_sum,
-            "base_norm": self._base_norm,
-            "partial": self._partial,
-        }
+        return self._sums.state()
 
     @classmethod
     def from_state(cls, fading_factor: float, state: dict[str, Any]) -> _FadingMean:
-        mean = cls(fading_factor, block=state["block"])
-        mean._n = state["n"]
-        mean._base_sum = state["base_sum"]
-        mean._base_norm = state["base_norm"]
-        mean._partial = state["partial"]
+        mean = cls(fading_factor)
+        if "base_sum" in state:  # written before the forgetting module: same sums, kept apart
+            state = _upgraded(fading_factor, state)
+        mean._sums.load(state)
         return mean
+
+
+def _upgraded(fading_factor: float, old: dict[str, Any]) -> dict[str, Any]:
+    """A fading mean's state of checkpoint version 1 as a BlockFading state (the same numbers).
+
+    Version 1 kept S and N apart, with the norm's in-block part read from a table of
+    Σ a^(−i), and closed a full block only at the next outcome.
+    """
+    block, n = old["block"], old["n"]
+    decay = np.cumprod(np.concatenate(([1.0], np.full(block, fading_factor))))
+    norm_partial = float(np.cumsum(1.0 / decay[1:])[n % block - 1]) if n % block else 0.0
+    base = np.array([old["base_sum"], old["base_norm"]])
+    partial = np.array([old["partial"], norm_partial])
+    if n and n % block == 0:  # a full block, not yet closed
+        full = float(np.cumsum(1.0 / decay[1:])[-1])
+        base = decay[block] * (base + np.array([old["partial"], full]))
+        partial = np.zeros(2)
+    state = {"n": n, "base": base.tolist(), "partial": partial.tolist()}
+    if block != block_size(fading_factor):
+        state["block"] = block
+    return state
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,13 +14,12 @@ Algorithm 3 (fading factor, bias-free S_a/N_a). The project's choices: docs/meas
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from streameval.core.fading import BlockFading
+from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring
 from streameval.core.labels import DEFAULT_MAX_CLASSES
 
 __all__ = [
@@ -29,7 +28,7 @@ __all__ = [
     "CumulativeConfusion",
     "FadingConfusion",
     "WindowConfusion",
-    "estimator_names",
+    "make_estimator",
     "parse_estimator",
 ]
 
@@ -296,15 +295,9 @@ class WindowConfusion(ConfusionEstimator):
     kind = "window"
 
     def __init__(self, window_size: int = 1000, max_classes: int = DEFAULT_MAX_CLASSES) -> None:
-        if isinstance(window_size, bool) or not isinstance(window_size, int) or window_size <= 0:
-            raise ValueError(f"window_size={window_size!r} is not allowed; use an integer >= 1")
+        self.window_size = EstimatorSpec("window", window=window_size).window
         super().__init__(max_classes)
-        self.window_size = window_size
-        self._seen = 0  # outcomes ever added; slot of outcome i is i % window_size
-        self._true = np.zeros(window_size, dtype=np.int64)
-        self._pred = np.zeros(window_size, dtype=np.int64)
-        self._scored = np.zeros(window_size, dtype=bool)
-        self._correct = np.zeros(window_size, dtype=bool)
+        self._ring = Ring(window_size, true=np.int64, pred=np.int64, scored=bool, correct=bool)
         self._persistent_correct = 0
         self._persistent_total = 0
 
@@ -312,37 +305,19 @@ class WindowConfusion(ConfusionEstimator):
     def name(self) -> str:
         return f"window:{self.window_size}"
 
-    def _update(self, y_true, y_pred, scored, correct) -> None:
-        size, m = self.window_size, y_true.size
-        if m >= size:  # the batch alone fills the window: rebuild from its tail
-            keep = slice(m - size, m)
-            slots = (self._seen + np.arange(m - size, m)) % size
-            self._true[slots], self._pred[slots] = y_true[keep], y_pred[keep]
-            self._scored[slots], self._correct[slots] = scored[keep], correct[keep]
-            self._counts = _cell_counts(self._true, self._pred, self.n_classes).astype(np.int64)
-            self._persistent_total = int(np.count_nonzero(self._scored))
-            self._persistent_correct = int(np.count_nonzero(self._correct))
-        else:
-            positions = self._seen + np.arange(m)
-            slots = positions % size
-            old = slots[positions >= size]  # slots whose previous occupant leaves the window
-            if old.size:
-                self._counts -= _cell_counts(self._true[old], self._pred[old], self.n_classes)
-                self._persistent_total -= int(np.count_nonzero(self._scored[old]))
-                self._persistent_correct -= int(np.count_nonzero(self._correct[old]))
-            self._true[slots], self._pred[slots] = y_true, y_pred
-            self._scored[slots], self._correct[slots] = scored, correct
-            self._counts += _cell_counts(y_true, y_pred, self.n_classes)
-            self._persistent_total += int(np.count_nonzero(scored))
-            self._persistent_correct += int(np.count_nonzero(correct))
-        self._seen += m
+    def _count(self, rows: dict[str, np.ndarray], sign: int) -> None:
+        if rows["true"].size:
+            self._counts += sign * _cell_counts(rows["true"], rows["pred"], self.n_classes)
+            self._persistent_total += sign * int(np.count_nonzero(rows["scored"]))
+            self._persistent_correct += sign * int(np.count_nonzero(rows["correct"]))
 
-    def _ordered_slots(self) -> np.ndarray:
-        n = min(self._seen, self.window_size)
-        return np.arange(self._seen - n, self._seen) % self.window_size
+    def _update(self, y_true, y_pred, scored, correct) -> None:
+        entered, left = self._ring.push(true=y_true, pred=y_pred, scored=scored, correct=correct)
+        self._count(left, -1)
+        self._count(entered, +1)
 
     def snapshot(self) -> ConfusionSnapshot:
-        n = min(self._seen, self.window_size)
+        n = self._ring.n
         return ConfusionSnapshot(
             confusion=self._counts.copy(),
             persistent_correct=self._persistent_correct,
@@ -353,32 +328,31 @@ class WindowConfusion(ConfusionEstimator):
 
     def state(self) -> dict[str, Any]:
         """A JSON-ready snapshot: the window's outcomes oldest first, and the counts they imply."""
-        slots = self._ordered_slots()
+        held = self._ring.held()
         return {
             **self._common_state(),
             "window_size": self.window_size,
             "n_classes": self.n_classes,
-            "seen": self._seen,
-            "true": self._true[slots].tolist(),
-            "pred": self._pred[slots].tolist(),
-            "scored": self._scored[slots].astype(np.int8).tolist(),
-            "correct": self._correct[slots].astype(np.int8).tolist(),
+            "seen": self._ring.seen,
+            "true": held["true"].tolist(),
+            "pred": held["pred"].tolist(),
+            "scored": held["scored"].astype(np.int8).tolist(),
+            "correct": held["correct"].astype(np.int8).tolist(),
         }
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> WindowConfusion:
         est = cls(window_size=state["window_size"], max_classes=state["max_classes"])
         est._last = state["last"]
-        est._seen = state["seen"]
-        slots = est._ordered_slots()
-        est._true[slots] = state["true"]
-        est._pred[slots] = state["pred"]
-        est._scored[slots] = np.asarray(state["scored"], dtype=bool)
-        est._correct[slots] = np.asarray(state["correct"], dtype=bool)
-        k = state["n_classes"]
-        est._counts = _cell_counts(est._true[slots], est._pred[slots], k).astype(np.int64)
-        est._persistent_total = int(np.count_nonzero(est._scored[slots]))
-        est._persistent_correct = int(np.count_nonzero(est._correct[slots]))
+        est._ring.restore(
+            state["seen"],
+            true=state["true"],
+            pred=state["pred"],
+            scored=np.asarray(state["scored"], dtype=bool),
+            correct=np.asarray(state["correct"], dtype=bool),
+        )
+        est._counts = np.zeros((state["n_classes"],) * 2, dtype=np.int64)
+        est._count(est._ring.held(), +1)
         return est
 
 
@@ -410,7 +384,7 @@ class FadingConfusion(ConfusionEstimator):
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §3 Algorithm 3, the fading
     factor and the fading increment N_a ([GSR] Algorithm 3).
 
-    The sums are kept with :class:`~streameval.core.fading.BlockFading`, so that any split of
+    The sums are kept with :class:`~streameval.core.forgetting.BlockFading`, so that any split of
     the same outcomes into batches gives bit-identical numbers.
     """
 
@@ -419,17 +393,8 @@ class FadingConfusion(ConfusionEstimator):
     def __init__(
         self, fading_factor: float = 0.999, max_classes: int = DEFAULT_MAX_CLASSES
     ) -> None:
-        if (
-            isinstance(fading_factor, bool)
-            or not isinstance(fading_factor, int | float)
-            or not (0.0 < fading_factor <= 1.0)
-        ):
-            raise ValueError(
-                f"fading_factor={fading_factor!r} is not allowed; use a number in (0, 1] "
-                "(e.g. 0.999; 1 keeps all history)"
-            )
+        self.fading_factor = EstimatorSpec("fading", factor=fading_factor).factor
         super().__init__(max_classes)
-        self.fading_factor = float(fading_factor)
         self._k = 0
         # bins: faded counts of (true, predicted, flag), flag 0 = the no-change predictor not
         # scored, 1 = scored and wrong, 2 = scored and right
@@ -485,30 +450,20 @@ class FadingConfusion(ConfusionEstimator):
         return est
 
 
-def estimator_names(specs: Any) -> list[str]:
-    """Check a configured list of estimators; return their wire names, in order.
-
-    >>> estimator_names(["cumulative", "window:500", "fading:0.99"])
-    ['cumulative', 'window:500', 'fading:0.99']
-    >>> estimator_names(["window:10", "window:10"])
-    Traceback (most recent call last):
-    ...
-    ValueError: estimator 'window:10' is configured twice; list each one once
-    """
-    if isinstance(specs, str):
-        raise ValueError(f"estimators={specs!r} is a single string; pass a list of estimator names")
-    names: list[str] = []
-    for spec in specs:
-        name = parse_estimator(spec).name
-        if name in names:
-            raise ValueError(f"estimator {spec!r} is configured twice; list each one once")
-        names.append(name)
-    if not names:
-        raise ValueError("estimators=() is empty; configure at least one estimator")
-    return names
+def make_estimator(
+    spec: EstimatorSpec, max_classes: int = DEFAULT_MAX_CLASSES
+) -> ConfusionEstimator:
+    """The confusion estimator of a spec."""
+    if spec.kind == "window":
+        return WindowConfusion(window_size=spec.window, max_classes=max_classes)
+    if spec.kind == "fading":
+        return FadingConfusion(fading_factor=spec.factor, max_classes=max_classes)
+    return CumulativeConfusion(max_classes=max_classes)
 
 
-def parse_estimator(spec: str, max_classes: int = DEFAULT_MAX_CLASSES) -> ConfusionEstimator:
+def parse_estimator(
+    spec: str | EstimatorSpec, max_classes: int = DEFAULT_MAX_CLASSES
+) -> ConfusionEstimator:
     """Build an estimator from its name: ``cumulative``, ``window:W`` or ``fading:a``.
 
     Examples
@@ -522,20 +477,4 @@ def parse_estimator(spec: str, max_classes: int = DEFAULT_MAX_CLASSES) -> Confus
     ...
     ValueError: estimator 'sliding' is not known; use 'cumulative', 'window:W' ...
     """
-    allowed = "use 'cumulative', 'window:W' (W an integer >= 1) or 'fading:a' (a in (0, 1])"
-    if not isinstance(spec, str):
-        raise ValueError(f"estimator {spec!r} is not a string; {allowed}")
-    kind, _, arg = spec.strip().partition(":")
-    try:
-        if kind == "cumulative" and not arg:
-            return CumulativeConfusion(max_classes=max_classes)
-        if kind == "window" and arg:
-            return WindowConfusion(window_size=int(arg), max_classes=max_classes)
-        if kind == "fading" and arg:
-            factor = float(arg)
-            if not math.isfinite(factor):
-                raise ValueError(arg)
-            return FadingConfusion(fading_factor=factor, max_classes=max_classes)
-    except ValueError as err:
-        raise ValueError(f"estimator {spec!r} is not allowed: {err}; {allowed}") from None
-    raise ValueError(f"estimator {spec!r} is not known; {allowed}")
+    return make_estimator(EstimatorSpec.parse(spec), max_classes)

@@ -10,11 +10,11 @@ import numpy as np
 from streameval.core.estimators import (
     ConfusionEstimator,
     ConfusionSnapshot,
-    estimator_names,
-    parse_estimator,
+    make_estimator,
     persistence,
     validate_outcomes,
 )
+from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import compute_measures
 
@@ -30,8 +30,8 @@ class Evaluator:
     Parameters
     ----------
     estimators
-        Estimator names: ``cumulative``, ``window:W``, ``fading:a`` (see
-        :func:`~streameval.core.estimators.parse_estimator`). Default: cumulative, a window of
+        :class:`~streameval.core.forgetting.EstimatorSpec` values or their names:
+        ``cumulative``, ``window:W``, ``fading:a``. Default: cumulative, a window of
         1000 outcomes and fading factor 0.999.
     positive_label
         The class whose binary precision, recall and F1 are reported too (optional).
@@ -61,20 +61,19 @@ class Evaluator:
 
     def __init__(
         self,
-        estimators: Sequence[str] = DEFAULT_ESTIMATORS,
+        estimators: Sequence[str | EstimatorSpec] = DEFAULT_ESTIMATORS,
         positive_label: Label | None = None,
         max_classes: int = DEFAULT_MAX_CLASSES,
         labels: LabelEncoder | None = None,
     ) -> None:
-        estimator_names(estimators)  # validates the list
-        self.estimators = tuple(estimators)
+        self.specs = parse_estimators(estimators)
+        self.estimators = tuple(spec.name for spec in self.specs)
         self.positive_label = positive_label
         self.max_classes = max_classes
         self._labels = LabelEncoder(max_classes=max_classes) if labels is None else labels
         self._estimators: dict[str, ConfusionEstimator] = {}
-        for spec in self.estimators:
-            estimator = parse_estimator(spec, max_classes=max_classes)
-            self._estimators[estimator.name] = estimator
+        for spec in self.specs:
+            self._estimators[spec.name] = make_estimator(spec, max_classes=max_classes)
         if positive_label is not None:
             self._labels.encode([positive_label])  # validates it and gives it a stable index
 

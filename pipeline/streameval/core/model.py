@@ -19,6 +19,7 @@ from streameval.core.delayed import DelayedBatch, DelayedEvaluator
 from streameval.core.drift import DEFAULT_DETECTORS, Alarm, detector_from_state, make_detector
 from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
+from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.join import Outcome
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import compute_measures
@@ -89,7 +90,7 @@ class ModelEvaluator:
     def __init__(
         self,
         model_id: str,
-        estimators: Sequence[str] = DEFAULT_ESTIMATORS,
+        estimators: Sequence[str | EstimatorSpec] = DEFAULT_ESTIMATORS,
         positive_label: Label | None = None,
         max_classes: int = DEFAULT_MAX_CLASSES,
         bins: int = 100,
@@ -100,17 +101,18 @@ class ModelEvaluator:
     ) -> None:
         self.model_id = model_id
         self.normalize_max_count = normalize_max_count
-        self.estimators = tuple(estimators)
+        self.specs = parse_estimators(estimators)
+        self.estimators = tuple(spec.name for spec in self.specs)
         self.positive_label = positive_label
         self.max_classes = max_classes
         self.bins, self.alpha, self.bin_rule = bins, alpha, bin_rule
         self.detectors = tuple(dict(d) for d in detectors)
         self._labels = LabelEncoder(max_classes=max_classes)
         self._views = {
-            view: Evaluator(estimators, positive_label, max_classes, labels=self._labels)
+            view: Evaluator(self.specs, positive_label, max_classes, labels=self._labels)
             for view in VIEWS
         }
-        self._delayed = DelayedEvaluator(estimators, bins, alpha, bin_rule, max_classes)
+        self._delayed = DelayedEvaluator(self.specs, bins, alpha, bin_rule, max_classes)
         self._detectors = [make_detector(spec) for spec in self.detectors]
         self._n = 0
         self._latency = [0, 0, 0]  # outcomes with a latency, sum and max of t_label − t_instance
@@ -270,13 +272,17 @@ class PairEvaluator:
     """
 
     def __init__(
-        self, model_a: str, model_b: str, estimators: Sequence[str] = DEFAULT_ESTIMATORS
+        self,
+        model_a: str,
+        model_b: str,
+        estimators: Sequence[str | EstimatorSpec] = DEFAULT_ESTIMATORS,
     ) -> None:
         if model_a == model_b:
             raise ValueError(f"comparison {model_a!r} vs {model_b!r}: pick two different models")
         self.model_a, self.model_b = model_a, model_b
-        self.estimators = tuple(estimators)
-        self._comparison = ModelComparison(estimators=self.estimators)
+        self.specs = parse_estimators(estimators)
+        self.estimators = tuple(spec.name for spec in self.specs)
+        self._comparison = ModelComparison(estimators=self.specs)
         self._n = 0
 
     @property
