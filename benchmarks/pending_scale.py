@@ -14,7 +14,7 @@ Phases:
    instances later, so that N stay pending. Checkpoints as the worker takes them: every
    ``--checkpoint-s`` seconds, and of the join alone as soon as it has
    ``checkpoint_max_changes`` changes, in the worker's steps — changes cut, encoded as
-   changelog records (streameval.app.checkpoint), the disk store's batch written — without the
+   changelog records (streameval.app.changelog), the disk store's batch written — without the
    produce to Kafka and the waits for its acknowledgements (the worker goes on during those).
    Printed: events/s of the steady phase, peak resident memory, bytes on disk per pending
    instance (after the fill, when the store holds pending instances only), the pause of the
@@ -87,7 +87,7 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
     """Phase 1 for one store and N, in this process."""
     import gc
 
-    from streameval.app.checkpoint import checkpoint_records
+    from streameval.app.changelog import checkpoint_records
     from streameval.app.runner import GC_THRESHOLDS
     from streameval.app.settings import WorkerSettings
     from streameval.app.stages import EvalStage, JoinStage

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from streameval.app.router import Router  # noqa: E402
-from streameval.app.runner import GC_THRESHOLDS, INPUT_KINDS  # noqa: E402
+from streameval.app.runner import GC_THRESHOLDS  # noqa: E402
 from streameval.app.stages import EvalStage, JoinStage  # noqa: E402
 from streameval.app.topology import Topology  # noqa: E402
 from streameval.app.wire import (  # noqa: E402
@@ -46,6 +46,7 @@ from streameval.app.wire import (  # noqa: E402
 from streameval.config import load_config  # noqa: E402
 from streameval.schemas import StoredMessage  # noqa: E402
 from streameval.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
+from streameval.topics import INPUT_KINDS  # noqa: E402
 
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
 

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.router import Router
-from streameval.app.runner import INPUT_KINDS
 from streameval.app.wire import (
+    LABEL,
     WIRE_VERSION,
     EventBatch,
+    Source,
     WireError,
     decode_events,
     decode_outcomes,
@@ -34,6 +35,7 @@ from streameval.schemas import (
     StoredMessage,
     decode_event,
 )
+from streameval.topics import INPUT_KINDS
 
 FIELDS = ["type", "instance_id", "model_id", "ts", "label", "scores", "features",
           "model_version", "extra"]  # fmt: skip
@@ -173,6 +175,26 @@ def test_an_internal_batch_decodes_or_raises_wire_error(data):
             decode(data)
         except WireError:
             pass
+
+
+def test_the_wire_layout_of_events_and_outcomes_is_fixed():
+    """Version 1 of the internal batches, byte for byte: a change of the core's tuples that
+    would change these bytes must come with a new WIRE_VERSION (wire.py refuses to load)."""
+    import msgspec
+    from streameval.app.wire import EVENT_LAYOUT, OUTCOME_LAYOUT, OutcomeBatch
+    from streameval.core.join import Outcome
+
+    event = (LABEL, "i1", "", 5, "cat", 0, 17)
+    outcome = Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5)
+    events = encode(EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)], [event]))
+    outcomes = encode(OutcomeBatch(WIRE_VERSION, 1, 17, 5, [outcome], 2))
+    assert msgspec.msgpack.decode(events) == [1, [["labels", 0, 5, False]],
+                                              [[2, "i1", "", 5, "cat", 0, 17]]]  # fmt: skip
+    assert msgspec.msgpack.decode(outcomes) == [
+        1, 1, 17, 5, [["m", "i1", "cat", [3, 4], ["dog", "cat"], 3, 5, 5]], 2
+    ]  # fmt: skip
+    assert len(EVENT_LAYOUT) == len(event) and OUTCOME_LAYOUT == Outcome._fields
+    assert decode_outcomes(outcomes).outcomes == [outcome]
 
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 2_000, 200_000])

@@ -140,15 +140,11 @@ def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
 def test_consumer_lag_shows_only_the_partitions_being_fetched():
     """librdkafka keeps the last lag of partitions a rebalance moved away; those must go."""
     import orjson
-    from streameval.app.runner import Pipeline
-    from streameval.app.settings import WorkerSettings
-    from streameval.config import EvaluationConfig
+    from streameval.app.telemetry import Telemetry
 
     registry = CollectorRegistry()
-    exporter = Exporter(registry)
-    pipeline = Pipeline(WorkerSettings(bootstrap="127.0.0.1:1"), EvaluationConfig(),
-                        {"bootstrap.servers": "127.0.0.1:1"}, exporter)  # fmt: skip
-    topic = next(iter(pipeline.topics.inputs))
+    topic = "instances"
+    telemetry = Telemetry(Exporter(registry), [topic])
 
     def stats(states):
         partitions = {str(p): {"consumer_lag": 100 * (p + 1), "fetch_state": state}
@@ -156,11 +152,11 @@ def test_consumer_lag_shows_only_the_partitions_being_fetched():
         partitions["-1"] = {"consumer_lag": -1, "fetch_state": "none"}
         return orjson.dumps({"topics": {topic: {"partitions": partitions}}}).decode()
 
-    pipeline._on_stats(stats(["active", "active", "offset-query"]))
+    telemetry.on_stats(stats(["active", "active", "offset-query"]))
     lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
     assert lag == {(("partition", "0"), ("topic", topic)): 100.0,
                    (("partition", "1"), ("topic", topic)): 200.0}  # fmt: skip
-    pipeline._on_stats(stats(["none", "active", "active"]))  # partition 0 moved away
+    telemetry.on_stats(stats(["none", "active", "active"]))  # partition 0 moved away
     lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
     assert lag == {(("partition", "1"), ("topic", topic)): 200.0,
                    (("partition", "2"), ("topic", topic)): 300.0}  # fmt: skip

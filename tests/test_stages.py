@@ -12,9 +12,8 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.app.checkpoint import Restorer, checkpoint_records, live
+from streameval.app.changelog import Restorer, checkpoint_records, live
 from streameval.app.router import Router
-from streameval.app.runner import INPUT_KINDS
 from streameval.app.stages import EvalStage, JoinStage
 from streameval.app.topology import Topology
 from streameval.app.wire import (
@@ -35,6 +34,7 @@ from streameval.engine import Engine
 from streameval.schemas import NO_TS, StoredMessage, decode_event
 from streameval.simulate.malformed import Record, mix
 from streameval.simulate.scripted import TOPIC_OF
+from streameval.topics import INPUT_KINDS
 
 from tests.streaming import finals, make_config, replay_finals
 

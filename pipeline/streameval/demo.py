@@ -64,11 +64,13 @@ class _View:
     def __init__(self, client: dict[str, str], prefix: str) -> None:
         from confluent_kafka import Consumer
 
+        from streameval.topics import Topics
+
         settings = {"group.id": f"{prefix}demo-view", "auto.offset.reset": "earliest",
                     "enable.auto.commit": False}  # fmt: skip
         self.consumer = Consumer({**client, **settings})
-        self.consumer.subscribe([prefix + "metrics", prefix + "drift-alarms",
-                                 prefix + "comparisons"])  # fmt: skip
+        topics = Topics.with_prefix(prefix)
+        self.consumer.subscribe([topics.metrics, topics.alarms, topics.comparisons])
         self.metrics: dict[str, dict[str, Any]] = {}
         self.alarms: deque[dict[str, Any]] = deque(maxlen=8)
         self.all_alarms: list[dict[str, Any]] = []

@@ -11,7 +11,7 @@ matter of disk, not memory (docs/architecture.md has the measurements that chose
 * **Writes happen at checkpoints.** :meth:`DiskState.commit` writes everything that changed
   since the last one in one atomic RocksDB batch, together with the changelog offset the
   checkpoint ends at. After a crash the database is exactly at its last checkpoint, and the
-  worker catches up from the changelog from there (streameval.app.checkpoint). Between
+  worker catches up from the changelog from there (streameval.app.changelog). Between
   checkpoints RAM holds what changed (bounded by the traffic of one checkpoint interval) and a
   cache of clean records (bounded by ``cache_mb``; dropped whole when it is over); RocksDB's
   block cache and write buffers take about as much again.

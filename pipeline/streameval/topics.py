@@ -10,9 +10,19 @@ from typing import Any
 
 from streameval.resources import resource
 
-__all__ = ["TopicReport", "TopicSpec", "create_topics", "describe_topics", "load_topics"]
+__all__ = [
+    "INPUT_KINDS",
+    "TopicReport",
+    "TopicSpec",
+    "Topics",
+    "create_topics",
+    "describe_topics",
+    "load_topics",
+]
 
 ROLES = ("input", "output", "internal")
+#: The event each input topic carries, by its name in topics.toml.
+INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
 
 
 def topics_dir() -> Path:
@@ -77,6 +87,46 @@ def load_topics(
 
 def _name(base: str, role: str, app_id: str) -> str:
     return base.replace("streameval", app_id, 1) if role == "internal" else base
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Every topic the worker reads or writes, named as topics.toml declares them (with the
+    prefix, and the app id in the internal ones)."""
+
+    inputs: dict[str, str]  # name -> kind of event
+    events: str
+    outcomes: str
+    join_changelog: str
+    eval_changelog: str
+    metrics: str
+    alarms: str
+    comparisons: str
+    dead_letters: str
+
+    @classmethod
+    def with_prefix(cls, prefix: str = "", app_id: str = "streameval") -> Topics:
+        names = {spec.base: spec.name for spec in load_topics(prefix=prefix, app_id=app_id)}
+
+        def name(base: str) -> str:
+            if base not in names:
+                raise ValueError(
+                    f"{topics_dir() / 'topics.toml'} declares no topic {base!r}; the worker "
+                    "needs it (compare with the topics.toml of the installed package)"
+                )
+            return names[base]
+
+        return cls(
+            inputs={name(base): kind for base, kind in INPUT_KINDS.items()},
+            events=name("streameval-events"),
+            outcomes=name("streameval-outcomes"),
+            join_changelog=name("streameval-join-changelog"),
+            eval_changelog=name("streameval-eval-changelog"),
+            metrics=name("metrics"),
+            alarms=name("drift-alarms"),
+            comparisons=name("comparisons"),
+            dead_letters=name("dead-letters"),
+        )
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from streameval.app.checkpoint import Changelog
+from streameval.app.changelog import Changelog
 
 pytestmark = pytest.mark.kafka
 

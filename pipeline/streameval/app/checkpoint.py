@@ -1,441 +1,300 @@
-"""Incremental checkpoints: each one writes only what changed, to a compacted changelog.
+"""Checkpoints of the worker's stages, from the cut to durable, and the restore from them.
 
-Every stage partition (join or evaluation) has a partition of its own in a changelog topic.
-A stage reports what changed since its last checkpoint as key/value pairs (None: deleted) —
-a join partition its pending and remembered instances, an evaluation partition the chunks of
-its models' state — and a checkpoint makes those changes durable in a way that a crash at any
-moment can neither half-apply nor lose:
+A checkpoint covers some stages (join or evaluation partitions) and the input offsets to
+commit after them. It is taken every ``snapshot_interval_s``, of a join partition alone as
+soon as it has ``checkpoint_max_changes`` changes, when partitions are revoked, and at
+shutdown, in these steps:
 
-1. the outputs the stage produced so far are acknowledged (the runner flushes first);
-2. **intent**: the changes, in chunks of at most :data:`CHUNK_BYTES`, under keys of their own
-   (``i`` + checkpoint number + chunk number);
-3. **seal**: one record (key ``S``) naming the checkpoint and its number of chunks — the
-   checkpoint exists once this record does;
-4. **materialize**: each change again under its own key (``s`` + key; a deletion is a
-   tombstone), so that compaction keeps only the latest value of every key and the topic
-   stays the size of the state;
-5. the previous checkpoint's intent chunks are deleted (tombstones);
-6. everything is acknowledged; only then does the stage :meth:`commit` (a disk store writes
-   its batch, with the changelog offset it covers) and the runner commit input offsets.
+1. **cut** — each stage hands over what changed since its last checkpoint, encoded (what
+   changes from now on goes into the next one), and the producer opens a new epoch;
+2. **outputs first** — nothing more happens until Kafka has answered every message produced
+   before the cut: a stage restored from this checkpoint must not miss an output of what it
+   covers;
+3. **write** — the changes go to each stage's changelog partition
+   (:class:`~streameval.app.changelog.Changelog`: intent, seal, materialize), a few pieces
+   per turn of the loop;
+4. **durable** — once Kafka has acknowledged those records, every stage is told (a disk store
+   writes its batch, with the changelog offset it covers);
+5. **commit** — the input offsets are committed, each with its partition's progress.
 
-Records of one partition keep their order (one idempotent producer), so whoever reads the
-partition — a worker taking it over, or restarting on an empty disk — folds every ``s`` record
-into a state, and then the latest sealed intent over it (:class:`Restorer`): whatever a crash
-cut off after the last seal is ignored, and whatever of the last checkpoint was not yet
-materialized comes from its intent. A store that restarts on its own disk does the same from
-the offset it had covered. The state is exactly the stage's at the last seal, and the stage
-re-reads its input from the offset recorded in it.
-
-Nothing here grows with the state: a checkpoint costs what changed since the last one.
+The data path goes on between the steps (one step per turn of the loop, so it stops for one
+at a time); revocation and shutdown wait for all of them. A stage has at most one checkpoint
+on its way. If Kafka refuses an output or a changelog record, the worker stops without
+writing another checkpoint: the last one stands, and a restart continues exactly from it.
 """
 
 from __future__ import annotations
 
-import functools
-import struct
-from collections.abc import Callable, Iterable, Iterator
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
+import orjson
 
-__all__ = [
-    "CHECKPOINT_VERSION",
-    "CHUNK_BYTES",
-    "Changelog",
-    "ChangelogError",
-    "Restorer",
-    "checkpoint_records",
-    "live",
-]
+from streameval.config import EvaluationConfig
+from streameval.core.join import queue_entries
+from streameval.store import DiskState, StoreError
 
-#: The changelog format; a worker refuses a changelog of another version.
-CHECKPOINT_VERSION = 1
-#: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
-#: the changelog topics' message limit.
-CHUNK_BYTES = 512 * 1024
-STATE, INTENT, SEAL = b"s", b"i", b"S"
-_NUMBERS = struct.Struct(">QI")
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder().decode
+from .changelog import Changelog, ChangelogError, live, watermarks
+from .output import Output
+from .settings import WorkerSettings
+from .stages import SLICE_EVENTS, EvalStage, JoinStage
+from .telemetry import Telemetry
+
+__all__ = ["Checkpoints", "progress_from_metadata", "progress_metadata", "restore_eval",
+           "restore_join"]  # fmt: skip
+
+log = logging.getLogger("streameval.worker")
+
+#: A checkpoint's changelog records are produced this many at a time, for at most
+#: ``CHANGELOG_TURN_S`` per turn of the loop: when the machine is busy (the broker's log
+#: cleaner on the same cores), a large checkpoint goes out over a few turns, each a short stop
+#: of the data path, rather than in one long one.
+CHANGELOG_PIECE = 500
+CHANGELOG_TURN_S = 0.03
+#: A disk store last written longer ago is rebuilt rather than caught up: the changelog's
+#: tombstones (``delete.retention.ms``, 7 days in topics/topics.toml) may be gone by then.
+STORE_MAX_AGE_S = 6 * 86_400
 
 
-def _intent_key(checkpoint: int, chunk: int) -> bytes:
-    return INTENT + _NUMBERS.pack(checkpoint, chunk)
+def progress_metadata(ts: int) -> str:
+    """What an input offset commit carries: the partition's progress at that offset."""
+    return orjson.dumps({"progress": ts}).decode()
 
 
-def checkpoint_records(
-    number: int,
-    changes: dict[bytes, bytes | None],
-    previous_chunks: int,
-    seal: dict[str, Any],
-) -> tuple[list[tuple[bytes, bytes | None]], int]:
-    """The changelog records of checkpoint ``number`` in the order they must be written
-    (steps 2–5 above), and how many intent chunks it has. The first checkpoint after a
-    restore must include the restorer's :attr:`Restorer.carry` in ``changes``.
-
-    ``seal`` goes into the seal record with the numbers (a version and the configuration's
-    fingerprint, for whoever restores).
-
-    >>> records, chunks = checkpoint_records(2, {b"k": b"v", b"gone": None}, 1, {})
-    >>> [key[:1] for key, _ in records], chunks
-    ([b'i', b'S', b's', b's', b'i'], 1)
-    """
-    pairs = list(changes.items())
-    encoded = _encode(pairs)
-    parts = max(1, -(-len(encoded) // CHUNK_BYTES))  # about CHUNK_BYTES each
-    if parts == 1:
-        records: list[tuple[bytes, bytes | None]] = [(_intent_key(number, 0), encoded)]
-    else:
-        step = -(-len(pairs) // parts)
-        records = [(_intent_key(number, i), _encode(pairs[start : start + step]))
-                   for i, start in enumerate(range(0, len(pairs), step))]  # fmt: skip
-    chunks = len(records)
-    records.append((SEAL, _encode({**seal, "n": number, "chunks": chunks})))
-    records += [(STATE + key, value) for key, value in changes.items()]
-    records += [(_intent_key(number - 1, c), None) for c in range(previous_chunks)]
-    return records, chunks
+def progress_from_metadata(metadata: str | None) -> int | None:
+    try:
+        ts = orjson.loads(metadata or "{}").get("progress")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None  # committed by something else: nothing to restore
+    return ts if type(ts) is int else None
 
 
 @dataclass
-class Restorer:
-    """Folds a changelog partition's records, in log order, into the latest sealed state.
+class Round:
+    """One checkpoint on its way, and the data path's time spent on each of its steps."""
 
-    Feed it every record from where the state it starts from was covered (the beginning for an
-    empty state); :meth:`finish` then gives the changes to apply: the ``s`` values read, and
-    over them the latest sealed checkpoint's intent. Records after the last seal (a checkpoint
-    a crash cut short) change nothing.
+    epoch: int  # messages produced before the cut have a smaller epoch
+    cuts: list[tuple[Changelog, int, Any, Any]]  # changelog, partition, stage, cut
+    offsets: list[Any]  # TopicPartitions to commit once it is durable
+    started: float
+    steps: dict[str, float] = field(default_factory=dict)
+    sent: bool = False  # written to the changelogs (not yet acknowledged)
+    writing: Iterator[int] | None = None  # its records being produced, a piece per turn
+    wait: bool = False  # revocation or shutdown: commit the offsets synchronously
 
-    With a ``sink`` the ``s`` values are not kept but handed to it in batches as they come (a
-    disk store writes them: a state larger than RAM is restored in bounded memory), and
-    :meth:`finish` gives only the intent, which the sink's owner applies last; ``lookup``
-    then reads the sink's current values of some keys.
+    @property
+    def pause(self) -> float:
+        """The longest the data path stopped for it (the steps are apart)."""
+        return max(self.steps.values(), default=0.0)
 
-    >>> log, _ = checkpoint_records(1, {b"a": b"1"}, 0, {"v": 1})
-    >>> more, _ = checkpoint_records(2, {b"a": b"2", b"b": b"3"}, 1, {"v": 1})
-    >>> r = Restorer()
-    >>> for key, value in log + more[:1]:  # the second checkpoint: cut after its intent
-    ...     r.add(key, value)
-    >>> r.finish(), r.seal["n"]
-    ({b'a': b'1'}, 1)
+    def describe(self) -> str:
+        stages = ", ".join(f"{'join' if isinstance(stage, JoinStage) else 'evaluation'} {q} "
+                           f"({len(cut.changes):,} changes)"
+                           for _, q, stage, cut in self.cuts)  # fmt: skip
+        steps = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.steps.items())
+        return f"checkpoint of {stages or 'offsets'}: {steps}"
+
+
+class Checkpoints:
+    """The checkpoints on their way (steps in the module doc).
+
+    ``durable(changelog, q)`` is called when stage partition ``q``'s checkpoint is done.
+    :attr:`stepped` says a step was taken since the caller last cleared it (one per turn of
+    the loop).
     """
 
-    sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None
-    lookup: Callable[[list[bytes]], list[bytes | None]] | None = None
-    #: the latest seal read (None: no checkpoint yet)
-    seal: dict[str, Any] | None = None
-    state: dict[bytes, bytes | None] = field(default_factory=dict)
-    #: after :meth:`finish`: what the last checkpoint's intent holds and the topic does not
-    #: under the keys themselves (a crash cut its materialization short) — the next
-    #: checkpoint must write it again, before the intent it is in is deleted
-    carry: dict[bytes, bytes | None] = field(default_factory=dict)
-    _intents: dict[tuple[int, int], bytes] = field(default_factory=dict)
-    _batch: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    def __init__(self, output: Output, consumer: Any, telemetry: Telemetry,
+                 durable: Callable[[Changelog, int], None]) -> None:  # fmt: skip
+        self.output, self.consumer, self.telemetry = output, consumer, telemetry
+        self.durable = durable
+        self.rounds: deque[Round] = deque()
+        self.busy: set[tuple[str, int]] = set()  # (changelog topic, partition)
+        self.stepped = False
 
-    def add(self, key: bytes, value: bytes | None) -> None:
-        kind = key[:1]
-        if kind == STATE:
-            if self.sink is None:
-                self.state[key[1:]] = value
-            else:
-                self._batch.append((key[1:], value))
-                if len(self._batch) >= 50_000:
-                    self.sink(self._batch)
-                    self._batch = []
-        elif kind == INTENT:
-            number, chunk = _NUMBERS.unpack_from(key, 1)
-            if value is None:
-                self._intents.pop((number, chunk), None)
-            else:
-                self._intents[number, chunk] = value
-        elif kind == SEAL and value is not None:
-            self.seal = _decode(value)
+    def on_its_way(self, changelog: Changelog, q: int) -> bool:
+        return (changelog.topic, q) in self.busy
 
-    def finish(self) -> dict[bytes, bytes | None]:
-        """The state's changes up to the latest seal (None: deleted), intent applied last;
-        with a sink, the intent only (the values read went to the sink)."""
-        if self.sink is not None and self._batch:
-            self.sink(self._batch)
-            self._batch = []
-        intent: dict[bytes, bytes | None] = {}
-        if self.seal is not None:
-            number = self.seal["n"]
-            for chunk in range(self.seal["chunks"]):
-                data = self._intents.get((number, chunk))
-                if data is None:
-                    raise ValueError(
-                        f"checkpoint {number} is sealed but its intent chunk {chunk} is missing"
-                    )
-                for key, value in _decode(data):
-                    intent[key] = value
-        if self.sink is None:
-            current = [self.state.get(key) for key in intent]
-            out = dict(self.state)
-        else:
-            current = self.lookup(list(intent)) if intent and self.lookup else []
-            out = {}
-        self.carry = {k: v for (k, v), now in zip(intent.items(), current, strict=False)
-                      if now != v}  # fmt: skip
-        out.update(intent)
-        return out
+    def begin(self, stages: list[tuple[Changelog, int, Any]], offsets: list[Any],
+              wait: bool = False) -> None:  # fmt: skip
+        """Step 1 for the stages with no checkpoint on their way; the rest in :meth:`advance`."""
+        started = time.monotonic()
+        cuts = []
+        for changelog, q, stage in stages:
+            if (changelog.topic, q) not in self.busy:
+                cuts.append((changelog, q, stage, stage.cut()))
+                self.busy.add((changelog.topic, q))
+        if not cuts and not offsets:
+            return
+        epoch = self.output.next_epoch()
+        self.rounds.append(Round(epoch, cuts, offsets, started,
+                                 {"cut": time.monotonic() - started}, wait=wait))  # fmt: skip
+        self.stepped = True
 
-
-def live(changes: dict[bytes, bytes | None]) -> Iterable[tuple[bytes, bytes]]:
-    """The pairs that are still there (not deleted)."""
-    return ((k, v) for k, v in changes.items() if v is not None)
-
-
-class ChangelogError(RuntimeError):
-    """A changelog this worker cannot continue from (another version or configuration)."""
-
-
-@dataclass
-class _Partition:
-    sealed: int = 0  # the latest checkpoint number known to be sealed
-    chunks: int = 0  # its intent chunks
-    carry: dict[bytes, bytes | None] = field(default_factory=dict)
-    writing: tuple[int, int] | None = None  # (number, chunks) written, not yet acknowledged
-    failed: str | None = None  # the first delivery error of the checkpoint being written
-    gone: bool = False  # ... says the topic or partition does not exist
-    end: int = 0  # the offset after the latest record acknowledged
-    unacked: int = 0  # records of the checkpoint being written not yet acknowledged
-    recreated: bool = False  # the topic was deleted and created again under us
-
-
-class Changelog:
-    """The Kafka side of one changelog topic (one partition per stage partition): write
-    checkpoints with a producer, read a partition back into a state.
-
-    Parameters
-    ----------
-    topic
-        The changelog topic.
-    producer
-        The worker's producer (confluent_kafka.Producer); the caller flushes it.
-    client
-        librdkafka settings for the consumers that read a partition back.
-    fingerprint
-        Of the evaluation configuration: a changelog written under another is refused.
-    """
-
-    def __init__(self, topic: str, producer: Any, client: dict[str, str], fingerprint: str):
-        self.topic = topic
-        self.producer = producer
-        self.client = client
-        self.fingerprint = fingerprint
-        self._partitions: dict[int, _Partition] = {}
-
-    def write(
-        self, partition: int, changes: dict[bytes, bytes | None], piece: int = 0
-    ) -> Iterator[int]:
-        """Produce the checkpoint records of ``partition`` (acknowledged by the caller's
-        flush), ``piece`` at a time (0: all): a generator that stops between two pieces,
-        saying how many it produced, so that the caller can go on with other work in between;
-        the records are all produced once it is exhausted (the last piece with it). Pieces
-        change nothing a reader sees: the partition's records keep their order, and the
-        checkpoint exists at its seal."""
-        part = self._partitions.setdefault(partition, _Partition())
-        if part.carry:
-            changes = {**part.carry, **changes}
-        number = part.sealed + 1
-        records, chunks = checkpoint_records(
-            number, changes, part.chunks, {"v": CHECKPOINT_VERSION, "config": self.fingerprint}
-        )
-        part.writing, part.failed, part.gone = (number, chunks), None, False
-        missing = _missing_codes()
-        known_end = part.end
-
-        def delivered(err: Any, message: Any) -> None:
-            part.unacked -= 1
-            if err is not None:
-                if part.failed is None:
-                    part.failed = str(err)
-                    part.gone = err.code() in missing
-            elif message.offset() < known_end:  # offsets went back: a new topic of that name
-                part.recreated = True
-            elif message.offset() >= part.end:
-                part.end = message.offset() + 1
-
-        produce, poll = self.producer.produce, self.producer.poll
-        piece = piece or len(records)
-        for i, (key, value) in enumerate(records, 1):
-            while True:
-                try:
-                    produce(self.topic, value, key, partition, on_delivery=delivered)
-                    part.unacked += 1
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain
-                    poll(0.05)
-                except Exception as err:  # KafkaException: the topic is gone
-                    raise self._gone(partition, err) from None
-            if i % piece == 0 and i < len(records):
-                yield piece
-
-    def _gone(self, partition: int, err: Any) -> ChangelogError:
-        return ChangelogError(
-            f"the changelog {self.topic} (partition {partition}) is gone from Kafka ({err}): "
-            "was it deleted? No checkpoint can be written, so the worker stops without "
-            "writing more; its last checkpoint stands and nothing is lost. Start the worker "
-            "again: it creates the topic, writes the join partitions it has on disk into it "
-            "whole, and stops with a message if a partition cannot be recovered exactly"
-        )
-
-    def acknowledged(self, partition: int) -> bool:
-        """Whether Kafka has answered for every record of the checkpoint being written."""
-        part = self._partitions.get(partition)
-        return part is None or part.unacked <= 0
-
-    def confirm(self, partition: int) -> str | None:
-        """After the producer's flush: None if the checkpoint being written is sealed and
-        whole (the stage may commit), else the error (the next checkpoint writes it all again
-        under the same number)."""
-        part = self._partitions[partition]
-        if part.recreated:
+    def advance(self, wait: bool = False) -> None:
+        """Take one step of the checkpoints on their way, as far as Kafka's answers allow
+        (``wait``: every step the answers allow — the caller waits for all of them anyway)."""
+        if self.stepped and not wait:
+            return
+        if self.output.error is not None:
             raise ChangelogError(
-                f"the changelog {self.topic} was deleted and created again while this worker "
-                f"wrote to it (partition {partition}'s offsets started again below "
-                f"{part.end}): the checkpoints it held are gone, and continuing would leave "
-                "state that no checkpoint holds. The worker stops without writing more; join "
-                "partitions on disk are written into the new changelog whole when it restarts, "
-                "evaluation partitions cannot be: start over with a new app_id"
+                f"Kafka did not acknowledge a message the worker produced ({self.output.error})"
+                ". The worker stops without writing another checkpoint: its last one stands, "
+                "and when it is started again it re-reads from there and sends what was lost "
+                "again"
             )
-        if part.writing is None:
-            return "nothing was written"
-        if part.failed is not None:
-            part.writing = None
-            if part.gone:
-                raise self._gone(partition, part.failed)
-            return part.failed
-        part.sealed, part.chunks = part.writing
-        part.writing = None
-        part.carry = {}
-        return None
+        oldest = self.output.oldest_unanswered()
+        for round_ in self.rounds:
+            if not round_.sent:
+                if round_.epoch > oldest:  # step 2: an output from before its cut is unanswered
+                    continue
+                self._write(round_, wait)
+                return
+            if all(changelog.acknowledged(q) for changelog, q, _, _ in round_.cuts):
+                self._complete(round_)
+                self.rounds.remove(round_)
+                self.stepped = True
+                return
 
-    def sealed(self, partition: int) -> tuple[int, int] | None:
-        """Number and intent chunks of the partition's latest checkpoint (None: none)."""
-        part = self._partitions.get(partition)
-        return (part.sealed, part.chunks) if part is not None and part.sealed else None
+    def _write(self, round_: Round, wait: bool) -> None:
+        """Step 3: its records, piece by piece, until done or this turn's time is up."""
+        started = time.monotonic()
+        if round_.writing is None:
+            round_.writing = itertools.chain.from_iterable(
+                changelog.write(q, cut.changes, CHANGELOG_PIECE)
+                for changelog, q, _stage, cut in round_.cuts
+            )
+        while not round_.sent:
+            round_.sent = next(round_.writing, None) is None
+            if not wait and time.monotonic() - started >= CHANGELOG_TURN_S:
+                break
+        self.output.send_now()
+        took = time.monotonic() - started
+        round_.steps["changelog"] = max(round_.steps.get("changelog", 0.0), took)
+        self.stepped = True
 
-    def position(self, partition: int) -> int:
-        """The offset after the latest checkpoint record of ``partition`` acknowledged."""
-        return self._partitions[partition].end
-
-    def carry_all(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
-        """Write ``items`` (a whole state) with the partition's next checkpoint: its changelog
-        lost what it held."""
-        part = self._partitions.setdefault(partition, _Partition())
-        part.carry.update(items)
-        part.sealed, part.chunks, part.end = 0, 0, 0
-
-    def forget(self, partition: int) -> None:
-        """The partition moved away."""
-        self._partitions.pop(partition, None)
-
-    def read(
-        self,
-        partition: int,
-        start: int | None = None,
-        sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None,
-        lookup: Callable[[list[bytes]], list[bytes | None]] | None = None,
-        lag: Callable[[int], None] | None = None,
-    ) -> tuple[dict[bytes, bytes | None], bool, int]:
-        """Read ``partition`` from ``start`` (default: its beginning) to its end and fold it
-        (:class:`Restorer`, with ``sink`` and ``lookup`` if given): the state's changes up to
-        the latest seal (None: deleted), whether a seal was read, and the next offset. ``lag``
-        hears how many records are left to read, now and then."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-        reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
-                           "enable.auto.commit": False, "enable.partition.eof": True,
-                           "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 50})  # fmt: skip
-        restorer = Restorer(sink=sink, lookup=lookup)
-        try:
-            low, high = watermarks(reader, self.topic, partition)
-            position = max(low, start if start is not None else low)
-            if start is not None and start > high:  # not the topic ``start`` was read from
-                position = high  # (it was deleted and created again): the caller sees it
-            elif position < high:
-                reader.assign(
-                    [
-                        TopicPartition(
-                            self.topic, partition, OFFSET_BEGINNING if start is None else position
-                        )
-                    ]
-                )
-                add, quiet = restorer.add, 0
-                while position < high:
-                    if lag is not None:
-                        lag(high - position)
-                    # consume() waits its whole timeout unless the batch fills: keep it short
-                    messages = reader.consume(10_000, timeout=0.05)
-                    quiet = 0 if messages else quiet + 1
-                    for message in messages:
-                        error = message.error()
-                        if error is None:
-                            add(message.key(), message.value())
-                            position = message.offset() + 1
-                        elif error.code() == KafkaError._PARTITION_EOF:
-                            # at the end: the offsets between here and ``high`` are gone
-                            # (compacted away, or control records)
-                            position = max(position, message.offset(), high)
-                    if quiet >= 100:  # no end reported for 5 s: ask where the end is now
-                        low, now_high = watermarks(reader, self.topic, partition)
-                        if position >= now_high or position < low:
-                            break
-                        quiet = 0
-        finally:
-            reader.close()
-            if lag is not None:
-                lag(0)
-        seal = restorer.seal
-        if seal is not None:
-            if seal.get("v") != CHECKPOINT_VERSION:
+    def _complete(self, round_: Round) -> None:
+        """Steps 4 and 5."""
+        started = time.monotonic()
+        for changelog, q, stage, cut in round_.cuts:
+            error = changelog.confirm(q)
+            if error is not None:
                 raise ChangelogError(
-                    f"{self.topic}[{partition}] holds checkpoints of version {seal.get('v')}; "
-                    f"this worker writes version {CHECKPOINT_VERSION}: stop every worker of "
-                    "the application and start one version (or use a new app_id to start over)"
+                    f"Kafka did not acknowledge the checkpoint of {changelog.topic}[{q}] "
+                    f"({error}). The worker stops without writing more: its last "
+                    "checkpoint stands, and a restart continues exactly from it"
                 )
-            if seal.get("config") != self.fingerprint:
-                raise ChangelogError(
-                    f"{self.topic}[{partition}] was written under another evaluation "
-                    "configuration: continuing it would mix two sets of rules. Restore the "
-                    "configuration, or use a new app_id (and topic prefix) to start over"
-                )
-        changes = restorer.finish()
-        part = self._partitions.setdefault(partition, _Partition())
-        part.end = position
-        if seal is not None:
-            part.sealed, part.chunks = seal["n"], seal["chunks"]
-            part.carry = dict(restorer.carry)
-        return changes, seal is not None, position
+            if isinstance(stage, JoinStage):  # a disk store writes its batch now
+                stage.written(cut, changelog.position(q), changelog.sealed(q))
+            else:
+                stage.written(cut)
+            self.busy.discard((changelog.topic, q))
+            self.durable(changelog, q)
+        if round_.offsets:
+            try:
+                self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
+            except Exception as err:  # the group is rebalancing: the next round commits
+                log.warning("offset commit failed (%s); input may be re-read, never lost",
+                            err)  # fmt: skip
+        round_.steps["store"] = time.monotonic() - started
+        if round_.pause > 0.1:
+            log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
+        self.telemetry.checkpointed(time.monotonic() - round_.started, round_.pause)
 
-    def resume(self, partition: int, sealed: int, chunks: int, end: int) -> None:
-        """The partition's latest checkpoint is known without reading it (a disk store that
-        is up to date with the changelog)."""
-        part = self._partitions.setdefault(partition, _Partition())
-        part.sealed, part.chunks, part.end = sealed, chunks, end
+    def drain(self) -> None:
+        """Wait until every checkpoint on its way is durable."""
+        while self.rounds:
+            self.output.flush()
+            before = (len(self.rounds), sum(r.sent for r in self.rounds))
+            self.advance(wait=True)
+            if (len(self.rounds), sum(r.sent for r in self.rounds)) == before:
+                raise RuntimeError("a checkpoint makes no progress with everything acknowledged")
+
+    def lost(self, partitions: set[tuple[str, int]]) -> None:
+        """Stage partitions taken away without a revocation: their checkpoints are someone
+        else's now."""
+        for round_ in self.rounds:
+            round_.cuts = [c for c in round_.cuts if (c[0].topic, c[1]) not in partitions]
+        self.busy -= partitions
 
 
-@functools.cache
-def _missing_codes() -> frozenset[int]:
-    """librdkafka's error codes for a topic or partition that does not exist."""
-    from confluent_kafka import KafkaError
+# -- restore ----------------------------------------------------------------------------------
+def restore_join(changelog: Changelog, q: int, settings: WorkerSettings,
+                 config: EvaluationConfig, inputs: list[tuple[str, int]], fingerprint: str,
+                 lag: Callable[[int], None] | None) -> JoinStage:  # fmt: skip
+    """A join partition from its changelog (a new one if it has none): into RAM, or into its
+    disk store, which only catches up from the changelog offset it is at."""
+    if settings.store == "memory":
+        changes, sealed, _ = changelog.read(q, lag=lag)
+        if not sealed:
+            return JoinStage(q, config, inputs, slice_events=SLICE_EVENTS)
+        return JoinStage.restore(live(changes), config, inputs, slice_events=SLICE_EVENTS)
+    state = _open_store(settings, fingerprint, q)
+    ttl = config.join.label_ttl_ms
+    entries = lambda record: queue_entries(record, ttl)  # noqa: E731
+    sink = lambda items: state.apply(items, entries)  # noqa: E731
+    start = state.position
+    changes, sealed, end = changelog.read(q, start, sink=sink, lookup=state.get_many, lag=lag)
+    if start is not None and end < start:  # the changelog is not the one the store knew
+        log.warning("join %d: the changelog ends at %d, before the store's position %d: it was "
+                    "deleted and created again; writing the whole store into it",
+                    q, end, start)  # fmt: skip
+        changelog.carry_all(q, state.items())
+    if changes:  # the latest checkpoint's intent, over the values read
+        state.apply(list(changes.items()), entries)
+    if not sealed and state.sealed is not None:  # the store is at the latest checkpoint
+        changelog.resume(q, *state.sealed, end)
+    state.settle(end, changelog.sealed(q))
+    scalars = state.scalars()
+    # one line per partition, a new one included: what a restart found is in the log
+    log.info("join %d: %d pending instances in %s, caught up from changelog offset %s",
+             q, state.pending_count(), state.path, start or 0)  # fmt: skip
+    if not scalars:
+        return JoinStage(q, config, inputs, state, SLICE_EVENTS)
+    return JoinStage.resume(scalars, config, inputs, state, SLICE_EVENTS)
 
-    return frozenset((KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
-                      KafkaError._UNKNOWN_PARTITION))  # fmt: skip
+
+def _open_store(settings: WorkerSettings, fingerprint: str, q: int) -> DiskState:
+    """Join partition ``q``'s disk store, rebuilt (emptied, then filled from the changelog) if
+    it is unreadable, of another format or configuration, or too old for the changelog's
+    tombstones to still say what it lacks."""
+    path = settings.state_dir / settings.app_id / f"join-{q}"
+    try:
+        state = DiskState(path, settings.cache_mb, fingerprint)
+    except StoreError as err:
+        log.warning("join %d: %s; rebuilding it from the changelog", q, err)
+        DiskState.wipe(path)
+        return DiskState(path, settings.cache_mb, fingerprint)
+    usable, why = state.usable()
+    at = state.committed_at
+    if usable and at is not None and time.time() - at > STORE_MAX_AGE_S:
+        usable, why = False, f"last written {(time.time() - at) / 86400:.1f} days ago"
+    if not usable:
+        log.warning("join %d: the store at %s is %s; rebuilding it from the changelog",
+                    q, path, why)  # fmt: skip
+        state.close()
+        DiskState.wipe(path)
+        state = DiskState(path, settings.cache_mb, fingerprint)
+    return state
 
 
-def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
-    """The low and high offsets of a partition (a topic just created may have no leader yet)."""
-    import time
-
-    from confluent_kafka import TopicPartition
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        except Exception as err:  # KafkaException: not ready yet
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cannot read {topic}[{partition}]: {err}") from err
-            time.sleep(0.5)
+def restore_eval(changelog: Changelog, r: int, config: EvaluationConfig, join_partitions: int,
+                 consumer: Any, outcomes: str, lag: Callable[[int], None] | None
+                 ) -> EvalStage:  # fmt: skip
+    """An evaluation partition from its changelog (a new one if it has none)."""
+    changes, sealed, _ = changelog.read(r, lag=lag)
+    if not sealed:
+        low, _ = watermarks(consumer, outcomes, r)
+        if low > 0:  # a fresh start would miss the outcomes before it
+            raise ChangelogError(
+                f"evaluation partition {r} has no checkpoint in {changelog.topic}, but "
+                f"{outcomes}[{r}] starts at offset {low}: its earlier outcomes are gone, so "
+                "its models' numbers cannot be recomputed (was the changelog deleted?). Start "
+                "over with a new app_id"
+            )
+        return EvalStage(r, config, join_partitions)
+    return EvalStage.restore(live(changes), config, join_partitions)

@@ -200,7 +200,7 @@ class JoinStage:
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
-        """What changed since the last :meth:`cut` (streameval.app.checkpoint), with the
+        """What changed since the last :meth:`cut` (streameval.app.changelog), with the
         stage's own scalars: the offset it covers, its frontier, progress and dedup marks."""
         changes = self.join.changes()
         changes[STAGE] = encode_value({
@@ -400,7 +400,7 @@ class EvalStage:
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
-        """What changed since the last :meth:`cut` (streameval.app.checkpoint): each model's
+        """What changed since the last :meth:`cut` (streameval.app.changelog): each model's
         and pair's state, encoded and cut into chunks of which only the changed ones count —
         a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes that
         came or went while waiting for the frontiers, and the stage's scalars."""

@@ -15,7 +15,10 @@ per-message cost of Kafka and of the framework is paid once per batch:
   partition's frontier: every later outcome from it has ``due`` ≥ the frontier.
 
 A batch whose ``v`` is not :data:`WIRE_VERSION` is refused with a clear error: the stages of
-one application must run the same version.
+one application must run the same version. The layout of an event and of an outcome inside a
+batch is fixed here (:data:`EVENT_LAYOUT`, :data:`OUTCOME_LAYOUT`): the core's tuples are
+encoded as they are, for speed, and this module refuses to load if the core's ``Outcome``
+no longer has this layout — a change of it is a new wire version, never a silent one.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ import msgspec
 from streameval.core.join import INSTANCE, LABEL, PREDICTION, EventRow, Outcome
 
 __all__ = [
+    "EVENT_LAYOUT",
     "INSTANCE",
     "LABEL",
+    "OUTCOME_LAYOUT",
     "PREDICTION",
     "WIRE_VERSION",
     "EventBatch",
@@ -39,6 +44,16 @@ __all__ = [
 ]
 
 WIRE_VERSION = 1
+#: An event on the wire (version 1): a msgpack array of these, in this order.
+EVENT_LAYOUT = ("kind", "instance_id", "model_id", "ts", "label", "source", "offset")
+#: An outcome on the wire (version 1): a msgpack array of these, in this order.
+OUTCOME_LAYOUT = ("model_id", "instance_id", "y_true", "times", "labels", "t_instance",
+                  "t_label", "due")  # fmt: skip
+if Outcome._fields != OUTCOME_LAYOUT:
+    raise ImportError(
+        f"streameval.core.join.Outcome has the fields {Outcome._fields}, but wire version "
+        f"{WIRE_VERSION} carries {OUTCOME_LAYOUT}: a new layout needs a new WIRE_VERSION"
+    )
 
 
 class WireError(ValueError):

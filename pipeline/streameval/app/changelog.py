@@ -1,0 +1,441 @@
+"""Incremental checkpoints: each one writes only what changed, to a compacted changelog.
+
+Every stage partition (join or evaluation) has a partition of its own in a changelog topic.
+A stage reports what changed since its last checkpoint as key/value pairs (None: deleted) —
+a join partition its pending and remembered instances, an evaluation partition the chunks of
+its models' state — and a checkpoint makes those changes durable in a way that a crash at any
+moment can neither half-apply nor lose:
+
+1. the outputs the stage produced so far are acknowledged (the runner flushes first);
+2. **intent**: the changes, in chunks of at most :data:`CHUNK_BYTES`, under keys of their own
+   (``i`` + checkpoint number + chunk number);
+3. **seal**: one record (key ``S``) naming the checkpoint and its number of chunks — the
+   checkpoint exists once this record does;
+4. **materialize**: each change again under its own key (``s`` + key; a deletion is a
+   tombstone), so that compaction keeps only the latest value of every key and the topic
+   stays the size of the state;
+5. the previous checkpoint's intent chunks are deleted (tombstones);
+6. everything is acknowledged; only then does the stage :meth:`commit` (a disk store writes
+   its batch, with the changelog offset it covers) and the runner commit input offsets.
+
+Records of one partition keep their order (one idempotent producer), so whoever reads the
+partition — a worker taking it over, or restarting on an empty disk — folds every ``s`` record
+into a state, and then the latest sealed intent over it (:class:`Restorer`): whatever a crash
+cut off after the last seal is ignored, and whatever of the last checkpoint was not yet
+materialized comes from its intent. A store that restarts on its own disk does the same from
+the offset it had covered. The state is exactly the stage's at the last seal, and the stage
+re-reads its input from the offset recorded in it.
+
+Nothing here grows with the state: a checkpoint costs what changed since the last one.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "CHUNK_BYTES",
+    "Changelog",
+    "ChangelogError",
+    "Restorer",
+    "checkpoint_records",
+    "live",
+]
+
+#: The changelog format; a worker refuses a changelog of another version.
+CHECKPOINT_VERSION = 1
+#: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
+#: the changelog topics' message limit.
+CHUNK_BYTES = 512 * 1024
+STATE, INTENT, SEAL = b"s", b"i", b"S"
+_NUMBERS = struct.Struct(">QI")
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+def _intent_key(checkpoint: int, chunk: int) -> bytes:
+    return INTENT + _NUMBERS.pack(checkpoint, chunk)
+
+
+def checkpoint_records(
+    number: int,
+    changes: dict[bytes, bytes | None],
+    previous_chunks: int,
+    seal: dict[str, Any],
+) -> tuple[list[tuple[bytes, bytes | None]], int]:
+    """The changelog records of checkpoint ``number`` in the order they must be written
+    (steps 2–5 above), and how many intent chunks it has. The first checkpoint after a
+    restore must include the restorer's :attr:`Restorer.carry` in ``changes``.
+
+    ``seal`` goes into the seal record with the numbers (a version and the configuration's
+    fingerprint, for whoever restores).
+
+    >>> records, chunks = checkpoint_records(2, {b"k": b"v", b"gone": None}, 1, {})
+    >>> [key[:1] for key, _ in records], chunks
+    ([b'i', b'S', b's', b's', b'i'], 1)
+    """
+    pairs = list(changes.items())
+    encoded = _encode(pairs)
+    parts = max(1, -(-len(encoded) // CHUNK_BYTES))  # about CHUNK_BYTES each
+    if parts == 1:
+        records: list[tuple[bytes, bytes | None]] = [(_intent_key(number, 0), encoded)]
+    else:
+        step = -(-len(pairs) // parts)
+        records = [(_intent_key(number, i), _encode(pairs[start : start + step]))
+                   for i, start in enumerate(range(0, len(pairs), step))]  # fmt: skip
+    chunks = len(records)
+    records.append((SEAL, _encode({**seal, "n": number, "chunks": chunks})))
+    records += [(STATE + key, value) for key, value in changes.items()]
+    records += [(_intent_key(number - 1, c), None) for c in range(previous_chunks)]
+    return records, chunks
+
+
+@dataclass
+class Restorer:
+    """Folds a changelog partition's records, in log order, into the latest sealed state.
+
+    Feed it every record from where the state it starts from was covered (the beginning for an
+    empty state); :meth:`finish` then gives the changes to apply: the ``s`` values read, and
+    over them the latest sealed checkpoint's intent. Records after the last seal (a checkpoint
+    a crash cut short) change nothing.
+
+    With a ``sink`` the ``s`` values are not kept but handed to it in batches as they come (a
+    disk store writes them: a state larger than RAM is restored in bounded memory), and
+    :meth:`finish` gives only the intent, which the sink's owner applies last; ``lookup``
+    then reads the sink's current values of some keys.
+
+    >>> log, _ = checkpoint_records(1, {b"a": b"1"}, 0, {"v": 1})
+    >>> more, _ = checkpoint_records(2, {b"a": b"2", b"b": b"3"}, 1, {"v": 1})
+    >>> r = Restorer()
+    >>> for key, value in log + more[:1]:  # the second checkpoint: cut after its intent
+    ...     r.add(key, value)
+    >>> r.finish(), r.seal["n"]
+    ({b'a': b'1'}, 1)
+    """
+
+    sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None
+    lookup: Callable[[list[bytes]], list[bytes | None]] | None = None
+    #: the latest seal read (None: no checkpoint yet)
+    seal: dict[str, Any] | None = None
+    state: dict[bytes, bytes | None] = field(default_factory=dict)
+    #: after :meth:`finish`: what the last checkpoint's intent holds and the topic does not
+    #: under the keys themselves (a crash cut its materialization short) — the next
+    #: checkpoint must write it again, before the intent it is in is deleted
+    carry: dict[bytes, bytes | None] = field(default_factory=dict)
+    _intents: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    _batch: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def add(self, key: bytes, value: bytes | None) -> None:
+        kind = key[:1]
+        if kind == STATE:
+            if self.sink is None:
+                self.state[key[1:]] = value
+            else:
+                self._batch.append((key[1:], value))
+                if len(self._batch) >= 50_000:
+                    self.sink(self._batch)
+                    self._batch = []
+        elif kind == INTENT:
+            number, chunk = _NUMBERS.unpack_from(key, 1)
+            if value is None:
+                self._intents.pop((number, chunk), None)
+            else:
+                self._intents[number, chunk] = value
+        elif kind == SEAL and value is not None:
+            self.seal = _decode(value)
+
+    def finish(self) -> dict[bytes, bytes | None]:
+        """The state's changes up to the latest seal (None: deleted), intent applied last;
+        with a sink, the intent only (the values read went to the sink)."""
+        if self.sink is not None and self._batch:
+            self.sink(self._batch)
+            self._batch = []
+        intent: dict[bytes, bytes | None] = {}
+        if self.seal is not None:
+            number = self.seal["n"]
+            for chunk in range(self.seal["chunks"]):
+                data = self._intents.get((number, chunk))
+                if data is None:
+                    raise ValueError(
+                        f"checkpoint {number} is sealed but its intent chunk {chunk} is missing"
+                    )
+                for key, value in _decode(data):
+                    intent[key] = value
+        if self.sink is None:
+            current = [self.state.get(key) for key in intent]
+            out = dict(self.state)
+        else:
+            current = self.lookup(list(intent)) if intent and self.lookup else []
+            out = {}
+        self.carry = {k: v for (k, v), now in zip(intent.items(), current, strict=False)
+                      if now != v}  # fmt: skip
+        out.update(intent)
+        return out
+
+
+def live(changes: dict[bytes, bytes | None]) -> Iterable[tuple[bytes, bytes]]:
+    """The pairs that are still there (not deleted)."""
+    return ((k, v) for k, v in changes.items() if v is not None)
+
+
+class ChangelogError(RuntimeError):
+    """A changelog this worker cannot continue from (another version or configuration)."""
+
+
+@dataclass
+class _Partition:
+    sealed: int = 0  # the latest checkpoint number known to be sealed
+    chunks: int = 0  # its intent chunks
+    carry: dict[bytes, bytes | None] = field(default_factory=dict)
+    writing: tuple[int, int] | None = None  # (number, chunks) written, not yet acknowledged
+    failed: str | None = None  # the first delivery error of the checkpoint being written
+    gone: bool = False  # ... says the topic or partition does not exist
+    end: int = 0  # the offset after the latest record acknowledged
+    unacked: int = 0  # records of the checkpoint being written not yet acknowledged
+    recreated: bool = False  # the topic was deleted and created again under us
+
+
+class Changelog:
+    """The Kafka side of one changelog topic (one partition per stage partition): write
+    checkpoints with a producer, read a partition back into a state.
+
+    Parameters
+    ----------
+    topic
+        The changelog topic.
+    producer
+        The worker's producer (confluent_kafka.Producer); the caller flushes it.
+    client
+        librdkafka settings for the consumers that read a partition back.
+    fingerprint
+        Of the evaluation configuration: a changelog written under another is refused.
+    """
+
+    def __init__(self, topic: str, producer: Any, client: dict[str, str], fingerprint: str):
+        self.topic = topic
+        self.producer = producer
+        self.client = client
+        self.fingerprint = fingerprint
+        self._partitions: dict[int, _Partition] = {}
+
+    def write(
+        self, partition: int, changes: dict[bytes, bytes | None], piece: int = 0
+    ) -> Iterator[int]:
+        """Produce the checkpoint records of ``partition`` (acknowledged by the caller's
+        flush), ``piece`` at a time (0: all): a generator that stops between two pieces,
+        saying how many it produced, so that the caller can go on with other work in between;
+        the records are all produced once it is exhausted (the last piece with it). Pieces
+        change nothing a reader sees: the partition's records keep their order, and the
+        checkpoint exists at its seal."""
+        part = self._partitions.setdefault(partition, _Partition())
+        if part.carry:
+            changes = {**part.carry, **changes}
+        number = part.sealed + 1
+        records, chunks = checkpoint_records(
+            number, changes, part.chunks, {"v": CHECKPOINT_VERSION, "config": self.fingerprint}
+        )
+        part.writing, part.failed, part.gone = (number, chunks), None, False
+        missing = _missing_codes()
+        known_end = part.end
+
+        def delivered(err: Any, message: Any) -> None:
+            part.unacked -= 1
+            if err is not None:
+                if part.failed is None:
+                    part.failed = str(err)
+                    part.gone = err.code() in missing
+            elif message.offset() < known_end:  # offsets went back: a new topic of that name
+                part.recreated = True
+            elif message.offset() >= part.end:
+                part.end = message.offset() + 1
+
+        produce, poll = self.producer.produce, self.producer.poll
+        piece = piece or len(records)
+        for i, (key, value) in enumerate(records, 1):
+            while True:
+                try:
+                    produce(self.topic, value, key, partition, on_delivery=delivered)
+                    part.unacked += 1
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain
+                    poll(0.05)
+                except Exception as err:  # KafkaException: the topic is gone
+                    raise self._gone(partition, err) from None
+            if i % piece == 0 and i < len(records):
+                yield piece
+
+    def _gone(self, partition: int, err: Any) -> ChangelogError:
+        return ChangelogError(
+            f"the changelog {self.topic} (partition {partition}) is gone from Kafka ({err}): "
+            "was it deleted? No checkpoint can be written, so the worker stops without "
+            "writing more; its last checkpoint stands and nothing is lost. Start the worker "
+            "again: it creates the topic, writes the join partitions it has on disk into it "
+            "whole, and stops with a message if a partition cannot be recovered exactly"
+        )
+
+    def acknowledged(self, partition: int) -> bool:
+        """Whether Kafka has answered for every record of the checkpoint being written."""
+        part = self._partitions.get(partition)
+        return part is None or part.unacked <= 0
+
+    def confirm(self, partition: int) -> str | None:
+        """After the producer's flush: None if the checkpoint being written is sealed and
+        whole (the stage may commit), else the error (the next checkpoint writes it all again
+        under the same number)."""
+        part = self._partitions[partition]
+        if part.recreated:
+            raise ChangelogError(
+                f"the changelog {self.topic} was deleted and created again while this worker "
+                f"wrote to it (partition {partition}'s offsets started again below "
+                f"{part.end}): the checkpoints it held are gone, and continuing would leave "
+                "state that no checkpoint holds. The worker stops without writing more; join "
+                "partitions on disk are written into the new changelog whole when it restarts, "
+                "evaluation partitions cannot be: start over with a new app_id"
+            )
+        if part.writing is None:
+            return "nothing was written"
+        if part.failed is not None:
+            part.writing = None
+            if part.gone:
+                raise self._gone(partition, part.failed)
+            return part.failed
+        part.sealed, part.chunks = part.writing
+        part.writing = None
+        part.carry = {}
+        return None
+
+    def sealed(self, partition: int) -> tuple[int, int] | None:
+        """Number and intent chunks of the partition's latest checkpoint (None: none)."""
+        part = self._partitions.get(partition)
+        return (part.sealed, part.chunks) if part is not None and part.sealed else None
+
+    def position(self, partition: int) -> int:
+        """The offset after the latest checkpoint record of ``partition`` acknowledged."""
+        return self._partitions[partition].end
+
+    def carry_all(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Write ``items`` (a whole state) with the partition's next checkpoint: its changelog
+        lost what it held."""
+        part = self._partitions.setdefault(partition, _Partition())
+        part.carry.update(items)
+        part.sealed, part.chunks, part.end = 0, 0, 0
+
+    def forget(self, partition: int) -> None:
+        """The partition moved away."""
+        self._partitions.pop(partition, None)
+
+    def read(
+        self,
+        partition: int,
+        start: int | None = None,
+        sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None,
+        lookup: Callable[[list[bytes]], list[bytes | None]] | None = None,
+        lag: Callable[[int], None] | None = None,
+    ) -> tuple[dict[bytes, bytes | None], bool, int]:
+        """Read ``partition`` from ``start`` (default: its beginning) to its end and fold it
+        (:class:`Restorer`, with ``sink`` and ``lookup`` if given): the state's changes up to
+        the latest seal (None: deleted), whether a seal was read, and the next offset. ``lag``
+        hears how many records are left to read, now and then."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
+                           "enable.auto.commit": False, "enable.partition.eof": True,
+                           "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 50})  # fmt: skip
+        restorer = Restorer(sink=sink, lookup=lookup)
+        try:
+            low, high = watermarks(reader, self.topic, partition)
+            position = max(low, start if start is not None else low)
+            if start is not None and start > high:  # not the topic ``start`` was read from
+                position = high  # (it was deleted and created again): the caller sees it
+            elif position < high:
+                reader.assign(
+                    [
+                        TopicPartition(
+                            self.topic, partition, OFFSET_BEGINNING if start is None else position
+                        )
+                    ]
+                )
+                add, quiet = restorer.add, 0
+                while position < high:
+                    if lag is not None:
+                        lag(high - position)
+                    # consume() waits its whole timeout unless the batch fills: keep it short
+                    messages = reader.consume(10_000, timeout=0.05)
+                    quiet = 0 if messages else quiet + 1
+                    for message in messages:
+                        error = message.error()
+                        if error is None:
+                            add(message.key(), message.value())
+                            position = message.offset() + 1
+                        elif error.code() == KafkaError._PARTITION_EOF:
+                            # at the end: the offsets between here and ``high`` are gone
+                            # (compacted away, or control records)
+                            position = max(position, message.offset(), high)
+                    if quiet >= 100:  # no end reported for 5 s: ask where the end is now
+                        low, now_high = watermarks(reader, self.topic, partition)
+                        if position >= now_high or position < low:
+                            break
+                        quiet = 0
+        finally:
+            reader.close()
+            if lag is not None:
+                lag(0)
+        seal = restorer.seal
+        if seal is not None:
+            if seal.get("v") != CHECKPOINT_VERSION:
+                raise ChangelogError(
+                    f"{self.topic}[{partition}] holds checkpoints of version {seal.get('v')}; "
+                    f"this worker writes version {CHECKPOINT_VERSION}: stop every worker of "
+                    "the application and start one version (or use a new app_id to start over)"
+                )
+            if seal.get("config") != self.fingerprint:
+                raise ChangelogError(
+                    f"{self.topic}[{partition}] was written under another evaluation "
+                    "configuration: continuing it would mix two sets of rules. Restore the "
+                    "configuration, or use a new app_id (and topic prefix) to start over"
+                )
+        changes = restorer.finish()
+        part = self._partitions.setdefault(partition, _Partition())
+        part.end = position
+        if seal is not None:
+            part.sealed, part.chunks = seal["n"], seal["chunks"]
+            part.carry = dict(restorer.carry)
+        return changes, seal is not None, position
+
+    def resume(self, partition: int, sealed: int, chunks: int, end: int) -> None:
+        """The partition's latest checkpoint is known without reading it (a disk store that
+        is up to date with the changelog)."""
+        part = self._partitions.setdefault(partition, _Partition())
+        part.sealed, part.chunks, part.end = sealed, chunks, end
+
+
+@functools.cache
+def _missing_codes() -> frozenset[int]:
+    """librdkafka's error codes for a topic or partition that does not exist."""
+    from confluent_kafka import KafkaError
+
+    return frozenset((KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                      KafkaError._UNKNOWN_PARTITION))  # fmt: skip
+
+
+def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
+    """The low and high offsets of a partition (a topic just created may have no leader yet)."""
+    import time
+
+    from confluent_kafka import TopicPartition
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        except Exception as err:  # KafkaException: not ready yet
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cannot read {topic}[{partition}]: {err}") from err
+            time.sleep(0.5)

@@ -1,0 +1,151 @@
+"""What the worker tells about itself: counts for logs, tests and benchmarks (:class:`Stats`),
+and the Prometheus series of the :class:`~streameval.exporter.Exporter` (when there is one)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streameval.core.join import Join, Outcome
+from streameval.exporter import Exporter
+from streameval.store import DiskState
+
+__all__ = ["Stats", "Telemetry"]
+
+log = logging.getLogger("streameval.worker")
+
+
+@dataclass
+class Stats:
+    """What the worker did."""
+
+    input_messages: int = 0
+    event_batches: int = 0
+    outcome_batches: int = 0
+    outcomes: int = 0
+    records: Counter[str] = field(default_factory=Counter)
+    dead_letters: int = 0
+    checkpoints: int = 0
+    checkpoint_seconds: float = 0.0  # the latest checkpoint, from its cut to durable
+    skipped_batches: int = 0
+
+
+class Telemetry:
+    """The worker's counts, and the exporter's series of them."""
+
+    def __init__(self, exporter: Exporter | None, inputs: Iterable[str]) -> None:
+        self.exporter = exporter
+        self.stats = Stats()
+        self._inputs = set(inputs)
+        self._lag_shown: set[tuple[str, str]] = set()  # consumer-lag series exported
+        self._join_seen: dict[int, Counter[tuple[str, str]]] = {}
+
+    def input(self, messages: int, dead_letter_codes: list[str]) -> None:
+        self.stats.input_messages += messages
+        self.stats.dead_letters += len(dead_letter_codes)
+        if self.exporter is not None:
+            self.exporter.count_input(messages)
+            for code in dead_letter_codes:
+                self.exporter.count_dead_letters(code)
+
+    def skipped(self, stage: str) -> None:
+        self.stats.skipped_batches += 1
+        if self.exporter is not None:
+            self.exporter.count_skipped_batch(stage)
+
+    def released(self, outcomes: list[Outcome]) -> None:
+        """Outcomes an evaluation stage took in: their count, and their label latency."""
+        self.stats.outcomes += len(outcomes)
+        if self.exporter is not None:
+            latencies: dict[str, list[int]] = defaultdict(list)
+            for outcome in outcomes:
+                latencies[outcome.model_id].append(outcome.t_label - outcome.t_instance)
+            for model_id, values in latencies.items():
+                self.exporter.observe_outcomes(model_id, values)
+
+    def published(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            self.stats.records[record["kind"]] += 1
+        if self.exporter is not None:
+            self.exporter.observe(records)
+
+    def restored(self, records: list[dict[str, Any]]) -> None:
+        """An evaluation partition's latest records, shown at once after a restore."""
+        if self.exporter is not None:
+            self.exporter.observe(records)
+
+    def joined(self, q: int, join: Join) -> None:
+        """Add what join partition ``q`` dropped since the last look to the counters."""
+        if self.exporter is None:
+            return
+        seen = self._join_seen.setdefault(q, Counter())
+        attributed: Counter[str] = Counter()
+        for (reason, model_id), value in join.model_counters.items():
+            attributed[reason] += value
+            if value != seen[reason, model_id]:
+                self.exporter.count_dropped(reason, model_id, value - seen[reason, model_id])
+                seen[reason, model_id] = value
+        for reason, value in join.counters.items():
+            rest = value - attributed[reason]
+            if rest != seen[reason, ""]:
+                self.exporter.count_dropped(reason, "", rest - seen[reason, ""])
+                seen[reason, ""] = rest
+
+    def dropped(self, joins: Iterable[int], models: set[str]) -> None:
+        """Partitions that went to another worker: forget their counts and models."""
+        for q in joins:
+            self._join_seen.pop(q, None)
+        if self.exporter is not None and models:
+            self.exporter.forget_models(models)
+
+    def gauges(self, joins: Iterable[Join]) -> None:
+        if self.exporter is None:
+            return
+        joins = list(joins)
+        self.exporter.set_pending(sum(join.pending for join in joins))
+        stores = [join.state for join in joins if isinstance(join.state, DiskState)]
+        if stores:
+            self.exporter.set_store(sum(s.disk_bytes() for s in stores),
+                                    sum(s.hits for s in stores), sum(s.reads for s in stores),
+                                    sum(s.compaction_debt() for s in stores))  # fmt: skip
+
+    def checkpointed(self, seconds: float, pause: float) -> None:
+        self.stats.checkpoints += 1
+        self.stats.checkpoint_seconds = seconds
+        if self.exporter is not None:
+            self.exporter.set_checkpoint(seconds, pause)
+
+    def restore_lag(self, stage: str) -> Callable[[int], None] | None:
+        """A restore's progress, to /metrics (records of the changelog left to read)."""
+        if self.exporter is None:
+            return None
+        return lambda records: self.exporter.set_changelog_lag(stage, records)
+
+    def on_stats(self, raw: str) -> None:
+        """librdkafka's statistics: the consumer lag of every input partition fetched."""
+        if self.exporter is None:
+            return
+        try:
+            stats = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        # librdkafka keeps reporting the last lag of partitions it no longer fetches (after a
+        # rebalance moved them away): only partitions in fetch_state "active" are ours; the
+        # others' series go, or the lag of a moved partition would be counted twice
+        shown = set()
+        for topic, info in stats.get("topics", {}).items():
+            if topic not in self._inputs:
+                continue
+            for partition, p in info.get("partitions", {}).items():
+                lag = p.get("consumer_lag", -1)
+                if partition != "-1" and lag >= 0 and p.get("fetch_state") == "active":
+                    self.exporter.set_lag(topic, partition, lag)
+                    shown.add((topic, partition))
+        for labels in self._lag_shown - shown:
+            self.exporter.remove_lag(*labels)
+        self._lag_shown = shown
