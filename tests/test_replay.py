@@ -57,6 +57,27 @@ def test_every_record_validates_against_its_schema(sample_output):
     assert b"NaN" not in data  # undefined values are null on the wire
 
 
+def test_every_record_is_its_type_and_decodes_as_one(sample_output):
+    """The records the service publishes are what streameval.records defines, and a consumer
+    decoding them with it gets them back typed."""
+    from streameval.records import (
+        FinalMetricsRecord,
+        InitialMetricsRecord,
+        check_record,
+        decode_record,
+    )
+
+    data, _result = sample_output
+    views = set()
+    for line in data.splitlines():
+        record = json.loads(line)
+        typed = check_record(record)
+        assert decode_record(record["kind"], line) == typed
+        if record["kind"] == "metrics":
+            views.add(type(typed))
+    assert views == {InitialMetricsRecord, FinalMetricsRecord}
+
+
 def test_three_models_the_drift_and_the_comparison(sample_output):
     _, result = sample_output
     models = {model for model, _ in result.final_metrics}

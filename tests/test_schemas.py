@@ -111,6 +111,55 @@ def test_code_and_json_schema_agree(kind, message, valid):
     assert schema_says == code_says == valid
 
 
+def test_the_committed_schemas_are_the_ones_the_types_generate():
+    """topics/schemas/ is generated from streameval.records: `python -m streameval.records
+    --write` after a change of a type, and this test holds the files to it."""
+    from streameval.records import generated_schemas
+
+    for name, text in generated_schemas().items():
+        assert (topics_dir() / "schemas" / name).read_text() == text, (
+            f"{name} differs from what streameval.records generates; run "
+            "`python -m streameval.records --write`"
+        )
+
+
+@pytest.mark.parametrize("kind", ["instance", "prediction", "label"])
+def test_the_types_accept_what_the_schemas_accept(kind):
+    import msgspec
+    from streameval.records import InstanceMessage, LabelMessage, PredictionMessage
+
+    typed = {"instance": InstanceMessage, "prediction": PredictionMessage, "label": LabelMessage}
+    for message, valid in EXAMPLES[kind]:
+        for form in (message, {"type": kind, **message}):
+            try:
+                msgspec.json.decode(json.dumps(form), type=typed[kind])
+                accepted = True
+            except msgspec.ValidationError:
+                accepted = False
+            assert accepted == valid, form
+
+
+def test_a_record_of_one_view_with_the_fields_of_the_other_is_refused():
+    import msgspec
+    from streameval.records import check_record
+
+    schema = json.loads((topics_dir() / "schemas/metrics.schema.json").read_text())
+    measures = {name: 0 for name in ("n", "n_effective")} | {
+        name: 0.5 for name in schema["$defs"]["InitialMetricsRecord"]["properties"]["estimators"][
+            "additionalProperties"]["required"] if name not in ("n", "n_effective")
+    }  # fmt: skip
+    initial = {"kind": "metrics", "model_id": "m", "ts": 1, "n": 1, "view": "initial",
+               "estimators": {"cumulative": measures}}  # fmt: skip
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid(initial)
+    check_record(initial)
+    for wrong in ({**initial, "latency_ms": {"mean": 1.0, "max": 1}},
+                  {**initial, "view": "final"}):  # fmt: skip
+        assert not validator.is_valid(wrong)
+        with pytest.raises(msgspec.ValidationError):
+            check_record(wrong)
+
+
 def test_every_schema_is_valid_json_schema():
     for path in sorted((topics_dir() / "schemas").glob("*.schema.json")):
         jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))

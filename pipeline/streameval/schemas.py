@@ -1,12 +1,10 @@
-"""The one place that knows the wire format: input messages in, output records out.
+"""Input messages in, output records out: the decoding and encoding of what
+:mod:`streameval.records` defines.
 
 Input messages are decoded and validated with msgspec, in bulk, into records the join uses
 directly; anything else — any byte string at all — becomes a :class:`DeadLetter` with a reason
 a person can act on and a short code to count by (:data:`DEAD_LETTER_REASONS`). No decoder
-here raises on its input. The JSON Schemas in ``topics/schemas/`` state the same contract for
-other languages (a test checks that both accept and reject the same examples): a message has
-the fields of its topic and no others. Output records are plain dicts encoded with orjson, NaN
-becoming ``null``.
+here raises on its input. Output records are dicts encoded with orjson, NaN becoming ``null``.
 
 Decoding is about one message alone. Whether a well-formed event may enter the join at all
 depends on its event time against its partition (:class:`TimeRules`), which the worker's
@@ -19,11 +17,19 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
 import orjson
+
+from streameval.records import (
+    MAX_MESSAGE_BYTES,
+    MAX_TS,
+    InstanceRecord,
+    LabelRecord,
+    PredictionRecord,
+)
 
 __all__ = [
     "DEAD_LETTER_REASONS",
@@ -49,12 +55,8 @@ __all__ = [
     "encode_record",
 ]
 
-#: Event times are epoch milliseconds; anything past the year 2200 is a unit error (µs, ns).
-MAX_TS = 7_258_118_400_000
 #: "nothing seen yet" for the progress (largest ``ts``) of an input partition
 NO_TS = -(2**62)
-#: Largest input message accepted (bytes); larger ones are dead letters.
-MAX_MESSAGE_BYTES = 1_048_576
 #: Deepest nesting of JSON arrays and objects accepted (``features`` is free-form JSON); a
 #: deeper message is a dead letter, refused before it is parsed.
 MAX_DEPTH = 64
@@ -80,41 +82,6 @@ DEAD_LETTER_REASONS = {
     "unknown_topic": "read from a topic that is not an input topic",
     "undecodable": "anything else the decoder could not make sense of",
 }
-
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
-Timestamp = Annotated[int, msgspec.Meta(ge=0, le=MAX_TS)]
-#: integer labels are 64-bit: they travel through msgpack and numpy
-ClassLabel = (
-    Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
-    | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-)
-
-
-class InstanceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An instance became available (its ``ts`` starts the latency period)."""
-
-    instance_id: Id
-    ts: Timestamp
-    features: dict[str, Any] | None = None
-
-
-class PredictionRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A model predicted an instance (again, if it re-predicts)."""
-
-    instance_id: Id
-    model_id: Id
-    ts: Timestamp
-    label: ClassLabel
-    scores: dict[str, float] | None = None
-    model_version: str | None = None
-
-
-class LabelRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The ground truth of an instance arrived."""
-
-    instance_id: Id
-    ts: Timestamp
-    label: ClassLabel
 
 
 # replay files merge the three topics into one stream: each line says its type
@@ -299,8 +266,15 @@ class StoredMessage:
 
     __slots__ = ("_k", "_o", "_p", "_t", "_ts", "_v")
 
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, timestamp: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+    ) -> None:
         self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
         self._ts = (NO_TIMESTAMP, 0) if timestamp is None else (1, timestamp)
 
@@ -444,14 +418,18 @@ class BatchDecoder:
         #: one decode function per kind (:class:`~streameval.app.router.Router` inlines the
         #: common case of :meth:`decode_message` with them); each raises on bad input, which
         #: :meth:`decode_message` explains
-        self.decoders = {kind: msgspec.json.Decoder(record).decode
-                         for kind, record in _RECORDS.items()}  # fmt: skip
+        self.decoders = {
+            kind: msgspec.json.Decoder(record).decode for kind, record in _RECORDS.items()
+        }
         self.decoders["instance"] = _deep_checked(self.decoders["instance"])
 
     def decode(self, messages: Iterable[Message]) -> DecodedBatch:
         batch = DecodedBatch()
-        columns = {"instance": batch.instances, "prediction": batch.predictions,
-                   "label": batch.labels}  # fmt: skip
+        columns = {
+            "instance": batch.instances,
+            "prediction": batch.predictions,
+            "label": batch.labels,
+        }
         decode_message = self.decode_message
         for message in messages:
             kind, result = decode_message(message)
@@ -494,8 +472,15 @@ class BatchDecoder:
     def dead_letter(self, message: Message, error: EventError) -> DeadLetter:
         """``message`` as a dead letter for ``error`` (counted)."""
         self.counters[error.code] += 1
-        return DeadLetter(message.topic(), message.partition(), message.offset(), message.key(),
-                          message.value(), str(error), error.code)  # fmt: skip
+        return DeadLetter(
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            message.key(),
+            message.value(),
+            str(error),
+            error.code,
+        )
 
 
 # -- event time: what an event may do to the clock ------------------------------------------
@@ -549,8 +534,9 @@ class TimeRules:
         one later than the present)."""
         return sent_ms if sent_ms is not None and 0 < sent_ms <= now_ms else now_ms
 
-    def check(self, ts: int, progress: int, sent_ms: int | None, now_ms: int,
-              where: str = "its partition") -> EventError | None:  # fmt: skip
+    def check(
+        self, ts: int, progress: int, sent_ms: int | None, now_ms: int, where: str = "its partition"
+    ) -> EventError | None:
         """None if an event at ``ts`` may enter, given its partition's ``progress``; else
         why not."""
         if ts > progress:

@@ -19,7 +19,8 @@ error of either model is no evidence of a difference (docs/measures.md).
 Exactness: cumulative and window loss sums are kept as exact binary fractions (every finite
 float is one), so any split of a stream into batches gives the very same state and measures,
 real-valued losses included, and a window never drifts when large losses leave it. Fading sums
-are floats kept with :class:`~streameval.core.forgetting.BlockFading`, bit-identical for any split.
+are floats kept with :class:`~streameval.core.forgetting.BlockFading`, bit-identical for any split
+(:mod:`streameval.core.exact` has the exact sums).
 
 References
 ----------
@@ -39,6 +40,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from streameval.core.exact import (
+    ZERO,
+    Dyadic,
+    add,
+    canonical,
+    exact_sum,
+    float_log_ratio,
+    log_ratio,
+)
 from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, parse_estimators
 
 __all__ = [
@@ -60,86 +70,6 @@ MAX_LOSS = 1e100
 COMPARISON_MEASURES = ("n", "q_statistic", "mcnemar", "n01", "n10", "significant")
 
 NAN = math.nan
-_LN2 = math.log(2.0)
-
-# A dyadic number (m, e) is m·2**e with integers m >= 0 and e <= 0, canonical: (0, 0) for zero,
-# otherwise e == 0 or m odd. Integer sums are (S, 0); every finite float64 is a dyadic number.
-_Dyadic = tuple[int, int]
-_ZERO: _Dyadic = (0, 0)
-_MANTISSA_BITS = 52
-_HALF_BITS = 26  # a 53-bit mantissa split in two halves whose float64 sums stay exact
-_CHUNK = 1 << 24  # at most 2**24 halves (< 2**27 each) per float64 bin sum: exact
-
-
-def _canonical(mantissa: int, exponent: int) -> _Dyadic:
-    if mantissa == 0:
-        return _ZERO
-    if exponent > 0:
-        return mantissa << exponent, 0
-    if exponent < 0:
-        trailing = (mantissa & -mantissa).bit_length() - 1
-        shift = min(trailing, -exponent)
-        return mantissa >> shift, exponent + shift
-    return mantissa, 0
-
-
-def _exact_sum(values: np.ndarray) -> _Dyadic:
-    """The exact sum of non-negative finite float64 values, as a canonical dyadic number.
-
-    Each value is split into its integer mantissa k and binary exponent s (value = k·2**(s−1074));
-    mantissas are summed per exponent with numpy (exactly: halves of 26 and 27 bits in float64
-    bins) and the few distinct exponents are combined in Python integers.
-    """
-    if not values.size:
-        return _ZERO
-    largest = float(values.max())
-    if largest * values.size < 2.0**53 and not np.any(values % 1.0):
-        # integer losses (0-1 loss): every partial float sum is an exact integer
-        return _canonical(int(values.sum()), 0)
-    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
-    bits = bits & np.uint64((1 << 63) - 1)  # drop the sign bit of any −0.0
-    biased = (bits >> np.uint64(_MANTISSA_BITS)).astype(np.int64)
-    fraction = (bits & np.uint64((1 << _MANTISSA_BITS) - 1)).astype(np.int64)
-    normal = biased > 0
-    mantissa = np.where(normal, fraction | (1 << _MANTISSA_BITS), fraction)
-    shift = np.where(normal, biased - 1, 0)
-    total = 0
-    for start in range(0, mantissa.size, _CHUNK):
-        part, where = mantissa[start : start + _CHUNK], shift[start : start + _CHUNK]
-        high = np.bincount(where, weights=part >> _HALF_BITS)
-        low = np.bincount(where, weights=part & ((1 << _HALF_BITS) - 1))
-        for s in np.flatnonzero((high > 0) | (low > 0)).tolist():
-            total += ((int(high[s]) << _HALF_BITS) + int(low[s])) << s
-    return _canonical(total, -1074)
-
-
-def _add(x: _Dyadic, y: _Dyadic, sign: int = 1) -> _Dyadic:
-    """x + y (or x − y with ``sign=-1``), exactly."""
-    exponent = min(x[1], y[1])
-    return _canonical((x[0] << (x[1] - exponent)) + sign * (y[0] << (y[1] - exponent)), exponent)
-
-
-def _log_ratio(x: _Dyadic, y: _Dyadic) -> float:
-    """ln(x/y) of two dyadic numbers, NaN when either is zero; no overflow for any size."""
-    (mx, ex), (my, ey) = x, y
-    if mx == 0 or my == 0:
-        return NAN
-    shift = mx.bit_length() - my.bit_length()
-    # correctly rounded mantissa ratio in (1/2, 2), times 2**exponent
-    ratio = mx / (my << shift) if shift >= 0 else (mx << -shift) / my
-    exponent = ex - ey + shift
-    if abs(exponent) < 1000:
-        return math.log(math.ldexp(ratio, exponent))
-    return math.log(ratio) + exponent * _LN2
-
-
-def _float_log_ratio(x: float, y: float) -> float:
-    if not (x > 0.0 and y > 0.0):  # zero (or NaN): undefined
-        return NAN
-    ratio = x / y
-    if 0.0 < ratio < math.inf:
-        return math.log(ratio)
-    return math.log(x) - math.log(y)
 
 
 def q_statistic(loss_sum_a: float, loss_sum_b: float) -> float:
@@ -159,8 +89,8 @@ def q_statistic(loss_sum_a: float, loss_sum_b: float) -> float:
     if isinstance(loss_sum_a, int) and isinstance(loss_sum_b, int):
         if loss_sum_a < 0 or loss_sum_b < 0:
             return NAN
-        return _log_ratio(_canonical(loss_sum_a, 0), _canonical(loss_sum_b, 0))
-    return _float_log_ratio(float(loss_sum_a), float(loss_sum_b))
+        return log_ratio(canonical(loss_sum_a, 0), canonical(loss_sum_b, 0))
+    return float_log_ratio(float(loss_sum_a), float(loss_sum_b))
 
 
 def mcnemar(n01: float, n10: float) -> float:
@@ -264,8 +194,8 @@ class _Batch:
     b_only: np.ndarray  # B wrong and A right
     n01: int
     n10: int
-    sum_a: _Dyadic  # exact loss sums of the batch
-    sum_b: _Dyadic
+    sum_a: Dyadic  # exact loss sums of the batch
+    sum_b: Dyadic
 
     @classmethod
     def of(cls, loss_a: np.ndarray, loss_b: np.ndarray) -> _Batch:
@@ -278,8 +208,8 @@ class _Batch:
             b_only,
             int(np.count_nonzero(a_only)),
             int(np.count_nonzero(b_only)),
-            _exact_sum(loss_a),
-            _exact_sum(loss_b),
+            exact_sum(loss_a),
+            exact_sum(loss_b),
         )
 
 
@@ -325,18 +255,18 @@ class _CumulativeTally(_Tally):
 
     def __init__(self) -> None:
         self._n = 0
-        self._sum_a = self._sum_b = _ZERO
+        self._sum_a = self._sum_b = ZERO
         self._n01 = self._n10 = 0
 
     def update(self, batch: _Batch) -> None:
         self._n += batch.loss_a.size
-        self._sum_a = _add(self._sum_a, batch.sum_a)
-        self._sum_b = _add(self._sum_b, batch.sum_b)
+        self._sum_a = add(self._sum_a, batch.sum_a)
+        self._sum_b = add(self._sum_b, batch.sum_b)
         self._n01 += batch.n01
         self._n10 += batch.n10
 
     def measures(self) -> dict[str, float]:
-        q = _log_ratio(self._sum_a, self._sum_b)
+        q = log_ratio(self._sum_a, self._sum_b)
         return self._measures(self._n, q, self._n01, self._n10)
 
     def state(self) -> dict[str, Any]:
@@ -353,7 +283,7 @@ class _CumulativeTally(_Tally):
         tally = cls()
         tally._n = state["n"]
         (ma, ea), (mb, eb) = state["loss_sums"]
-        tally._sum_a, tally._sum_b = _canonical(ma, ea), _canonical(mb, eb)
+        tally._sum_a, tally._sum_b = canonical(ma, ea), canonical(mb, eb)
         tally._n01, tally._n10 = state["n01"], state["n10"]
         return tally
 
@@ -366,7 +296,7 @@ class _WindowTally(_Tally):
     def __init__(self, window_size: int) -> None:
         self.window_size = window_size
         self._ring = Ring(window_size, a=np.float64, b=np.float64)
-        self._sum_a = self._sum_b = _ZERO
+        self._sum_a = self._sum_b = ZERO
         self._n01 = self._n10 = 0
 
     @property
@@ -375,8 +305,8 @@ class _WindowTally(_Tally):
 
     def _count(self, loss_a: np.ndarray, loss_b: np.ndarray, sign: int) -> None:
         if loss_a.size:
-            self._sum_a = _add(self._sum_a, _exact_sum(loss_a), sign)
-            self._sum_b = _add(self._sum_b, _exact_sum(loss_b), sign)
+            self._sum_a = add(self._sum_a, exact_sum(loss_a), sign)
+            self._sum_b = add(self._sum_b, exact_sum(loss_b), sign)
             wrong_a, wrong_b = loss_a > 0, loss_b > 0
             self._n01 += sign * int(np.count_nonzero(wrong_a & ~wrong_b))
             self._n10 += sign * int(np.count_nonzero(wrong_b & ~wrong_a))
@@ -385,15 +315,15 @@ class _WindowTally(_Tally):
         entered, left = self._ring.push(a=batch.loss_a, b=batch.loss_b)
         self._count(left["a"], left["b"], -1)
         if entered["a"].size == batch.loss_a.size:  # the whole batch: its sums are known
-            self._sum_a = _add(self._sum_a, batch.sum_a)
-            self._sum_b = _add(self._sum_b, batch.sum_b)
+            self._sum_a = add(self._sum_a, batch.sum_a)
+            self._sum_b = add(self._sum_b, batch.sum_b)
             self._n01 += batch.n01
             self._n10 += batch.n10
         else:
             self._count(entered["a"], entered["b"], +1)
 
     def measures(self) -> dict[str, float]:
-        q = _log_ratio(self._sum_a, self._sum_b)
+        q = log_ratio(self._sum_a, self._sum_b)
         return self._measures(self._ring.n, q, self._n01, self._n10)
 
     def state(self) -> dict[str, Any]:
@@ -452,7 +382,7 @@ class _FadingTally(_Tally):
 
     def measures(self) -> dict[str, float]:
         sum_a, sum_b, n01, n10 = self._fading.value().tolist()
-        return self._measures(self._fading.n, _float_log_ratio(sum_a, sum_b), n01, n10)
+        return self._measures(self._fading.n, float_log_ratio(sum_a, sum_b), n01, n10)
 
     def state(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,365 @@
+"""Every message streameval reads or writes, as msgspec types: the one definition of its format.
+
+The JSON Schemas in ``topics/schemas/`` are generated from these types (``python -m
+streameval.records --write``) and a test fails when the committed files differ from what this
+module generates. What the types cannot say — per-class measure names, the unit interval with
+its rounding slack — is declared next to them, in their ``extra_json_schema``.
+
+Input messages have the fields of their topic and no others (unknown fields are refused by the
+decoder and by the schemas alike). Output records are built by the core as dicts and encoded as
+they are; :func:`check_record` converts one into its type, which is how the tests hold the
+records the service publishes to these definitions, and :func:`decode_record` gives a consumer
+typed records.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from streameval.core.measures import SCALAR_MEASURES
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "MAX_TS",
+    "ComparisonRecord",
+    "DeadLetterHeaders",
+    "DriftAlarmRecord",
+    "FinalMetricsRecord",
+    "InitialMetricsRecord",
+    "InstanceMessage",
+    "InstanceRecord",
+    "LabelMessage",
+    "LabelRecord",
+    "MetricsRecord",
+    "PredictionMessage",
+    "PredictionRecord",
+    "check_record",
+    "decode_record",
+    "generated_schemas",
+]
+
+#: Event times are epoch milliseconds; anything past the year 2200 is a unit error (µs, ns).
+MAX_TS = 7_258_118_400_000
+#: Largest input message accepted (bytes); larger ones are dead letters.
+MAX_MESSAGE_BYTES = 1_048_576
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+Timestamp = Annotated[int, msgspec.Meta(ge=0, le=MAX_TS, description="epoch milliseconds")]
+#: integer labels are 64-bit: they travel through msgpack and numpy
+ClassLabel = (
+    Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+)
+
+
+# -- inputs -----------------------------------------------------------------------------------
+class InstanceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An instance became available; its ts starts the latency period. Key: instance_id."""
+
+    instance_id: Id
+    ts: Timestamp
+    features: dict[str, Any] | None = None
+
+
+class PredictionRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model's prediction for an instance; several per model and instance are its evolving
+    predictions. Key: instance_id."""
+
+    instance_id: Id
+    model_id: Id
+    ts: Timestamp
+    label: ClassLabel
+    scores: dict[str, float] | None = None
+    model_version: str | None = None
+
+
+class LabelRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The ground truth of an instance. Key: instance_id."""
+
+    instance_id: Id
+    ts: Timestamp
+    label: ClassLabel
+
+
+# A message may say its type, which must be its topic's (replay files, which merge the topics,
+# need it); the decoder reads it leniently to name a mismatch (streameval.schemas).
+class InstanceMessage(InstanceRecord, frozen=True):
+    __doc__ = InstanceRecord.__doc__
+    type: Literal["instance"] | None = None
+
+
+class PredictionMessage(PredictionRecord, frozen=True):
+    __doc__ = PredictionRecord.__doc__
+    type: Literal["prediction"] | None = None
+
+
+class LabelMessage(LabelRecord, frozen=True):
+    __doc__ = LabelRecord.__doc__
+    type: Literal["label"] | None = None
+
+
+# -- outputs ----------------------------------------------------------------------------------
+_VALUE = {"anyOf": [{"type": "number"}, {"type": "null"}]}
+#: a share, allowed its rounding slack
+_UNIT = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": -1e-9, "maximum": 1.000000001}]}
+_DEFS = {"value": _VALUE, "unit": _UNIT}
+_REF_VALUE, _REF_UNIT = {"$ref": "#/$defs/value"}, {"$ref": "#/$defs/unit"}
+_SIGNED = ("kappa", "kappa_m", "kappa_temporal", "mcc", "kappa_se", "kappa_se0", "kappa_z")
+_NORMALIZED = "accuracy|balanced_accuracy|kappa|g_mean|mcc|precision|recall|f1"
+_COUNTS = {"n": {"type": "integer", "minimum": 0}, "n_effective": {"type": "number", "minimum": 0}}
+
+EstimatorName = Annotated[
+    str, msgspec.Meta(pattern=r"^(cumulative|window:[1-9][0-9]*|fading:[0-9.eE+-]+)$")
+]
+#: every measure of one estimate (docs/measures.md); per-class ones are named by their class
+Measures = Annotated[
+    dict[str, Any],
+    msgspec.Meta(
+        extra_json_schema={
+            "required": list(SCALAR_MEASURES),
+            "properties": {
+                name: _COUNTS.get(name, _REF_VALUE if name in _SIGNED else _REF_UNIT)
+                for name in SCALAR_MEASURES
+            },
+            "patternProperties": {
+                r"^(precision|recall|f1)\[.+\]$": _REF_UNIT,
+                r"^(precision|recall|f1)_positive$": _REF_UNIT,
+                f"^normalized_({_NORMALIZED})$": _REF_UNIT,
+            },
+            "additionalProperties": False,
+        }
+    ),
+]
+_DELAYED = ("accuracy", "kappa", "kappa_plus")
+#: the delayed-label block of one estimate: the initial and final views, Ψ_α and the bins
+DelayedBlock = Annotated[
+    dict[str, Any],
+    msgspec.Meta(
+        extra_json_schema={
+            "required": ["n"]
+            + [f"{m}_{view}" for m in _DELAYED for view in ("initial", "final")]
+            + [f"{kind}_{m}" for kind in ("psi", "binned") for m in _DELAYED],
+            "properties": {"n": {"type": "integer", "minimum": 0}},
+            "patternProperties": {
+                r"^(accuracy|kappa|kappa_plus)_(initial|final)$": _REF_VALUE,
+                r"^psi_(accuracy|kappa|kappa_plus)$": _REF_VALUE,
+                r"^binned_(accuracy|kappa|kappa_plus)$": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _REF_VALUE,
+                },
+            },
+            "additionalProperties": False,
+        }
+    ),
+]
+ModelId = Annotated[str, msgspec.Meta(min_length=1)]
+EventTime = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Latency(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Label latency (t_label − t_instance, ms) of the model's outcomes."""
+
+    mean: float | None
+    max: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class InitialMetricsRecord(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="view", tag="initial"
+):
+    """Every measure of one model's first predictions, under every estimator."""
+
+    kind: Literal["metrics"]
+    model_id: ModelId
+    ts: Annotated[int, msgspec.Meta(ge=0, description="event time (ms) of the latest label")]
+    n: Annotated[int, msgspec.Meta(ge=1, description="outcomes of the model so far")]
+    estimators: Annotated[dict[EstimatorName, Measures], msgspec.Meta(min_length=1)]
+
+
+class FinalMetricsRecord(InitialMetricsRecord, frozen=True, tag="final"):
+    """Every measure of one model's predictions in force at the label, under every estimator;
+    with the delayed-label block and the label latency."""
+
+    delayed: dict[EstimatorName, DelayedBlock]
+    latency_ms: Latency
+
+
+#: Key: model_id; null where a measure is undefined.
+MetricsRecord = InitialMetricsRecord | FinalMetricsRecord
+
+
+class DriftAlarmRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A drift detector fired for a model. Key: model_id."""
+
+    kind: Literal["drift_alarm"]
+    model_id: ModelId
+    ts: Annotated[int, msgspec.Meta(ge=0, description="label time (ms) of the outcome that fired")]
+    view: Literal["final"]
+    detector: Literal["page_hinkley", "ratio_page_hinkley"]
+    statistic: Annotated[float, msgspec.Meta(description="Page-Hinkley m_T − M_T")]
+    threshold: Annotated[float, msgspec.Meta(gt=0, description="λ")]
+    n: Annotated[int, msgspec.Meta(ge=1, description="index of the outcome at which it fired")]
+    estimate: Annotated[
+        float | None, msgspec.Meta(description="the fading error, or the ratio R of Algorithm 4")
+    ]
+
+
+class PairMeasures(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The comparison of two models under one estimator."""
+
+    n: Annotated[int, msgspec.Meta(ge=0)]
+    q_statistic: Annotated[
+        float | None, msgspec.Meta(description="ln(S_A/S_B): < 0 means A has less loss")
+    ]
+    mcnemar: Annotated[float | None, msgspec.Meta(description="signed: > 0 means B is better")]
+    n01: Annotated[float, msgspec.Meta(ge=0, description="A wrong, B right")]
+    n10: Annotated[float, msgspec.Meta(ge=0, description="B wrong, A right")]
+    significant: Annotated[
+        float,
+        msgspec.Meta(description="|mcnemar| > 6.635 (99 %)", extra_json_schema={"enum": [0, 1]}),
+    ]
+    leader: str | None
+
+
+class ComparisonRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Q statistic and signed McNemar of model_a vs model_b over the instances both predicted.
+    Key: model_a|model_b."""
+
+    kind: Literal["comparison"]
+    pair: Annotated[str, msgspec.Meta(pattern=r"^.+\|.+$")]
+    model_a: ModelId
+    model_b: ModelId
+    ts: EventTime
+    n: Annotated[int, msgspec.Meta(ge=1, description="paired instances so far")]
+    estimators: Annotated[dict[EstimatorName, PairMeasures], msgspec.Meta(min_length=1)]
+
+
+Digits = Annotated[str, msgspec.Meta(pattern="^[0-9]+$")]
+
+
+class DeadLetterHeaders(
+    msgspec.Struct,
+    frozen=True,
+    rename={
+        "topic": "streameval.source.topic",
+        "partition": "streameval.source.partition",
+        "offset": "streameval.source.offset",
+        "reason": "streameval.reason",
+        "code": "streameval.reason.code",
+        "value_bytes": "streameval.value.bytes",
+    },
+):
+    """A malformed input message. The value is the ORIGINAL bytes, unchanged, cut to the
+    first 1048576 bytes if longer (so this schema describes the Kafka headers, not the value).
+    Key: the original key."""
+
+    topic: ModelId
+    partition: Digits
+    offset: Digits
+    reason: Annotated[str, msgspec.Meta(min_length=1, description="what is wrong and where")]
+    code: Annotated[
+        str, msgspec.Meta(description="a short code to count by (all of them: docs/replay.md)")
+    ] = ""
+    value_bytes: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^[0-9]+$", description="only when the value was cut: its original length"
+        ),
+    ] = ""
+
+
+# -- schemas ----------------------------------------------------------------------------------
+#: topics/schemas/<file>: (type, title)
+SCHEMA_FILES: dict[str, tuple[Any, str]] = {
+    "instance.schema.json": (InstanceMessage, "instance"),
+    "prediction.schema.json": (PredictionMessage, "prediction"),
+    "label.schema.json": (LabelMessage, "label"),
+    "metrics.schema.json": (MetricsRecord, "metrics"),
+    "drift-alarm.schema.json": (DriftAlarmRecord, "drift alarm"),
+    "comparison.schema.json": (ComparisonRecord, "comparison"),
+    "dead-letter.schema.json": (DeadLetterHeaders, "dead letter"),
+}
+_METRICS = (
+    "Every measure of one model and one view under every estimator; null where a "
+    "measure is undefined. Key: model_id."
+)
+
+
+def _schema(name: str, kind: Any, title: str) -> dict[str, Any]:
+    generated = msgspec.json.schema(kind)
+    defs = generated.pop("$defs", {})
+    if "$ref" in generated:  # one struct: its definition is the schema
+        generated = defs.pop(generated.pop("$ref").rsplit("/", 1)[1])
+    generated.pop("title", None)
+    if kind is MetricsRecord:
+        generated = {"description": _METRICS, **generated}
+    if kind is DeadLetterHeaders:  # Kafka headers: every value is a string
+        generated["additionalProperties"] = {"type": "string"}
+    used = json.dumps([generated, defs])
+    defs |= {key: value for key, value in _DEFS.items() if f"#/$defs/{key}" in used}
+    head = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"streameval/{name}",
+        "title": title,
+    }
+    return {**head, **generated, **({"$defs": defs} if defs else {})}
+
+
+def generated_schemas() -> dict[str, str]:
+    """File name → the JSON Schema text this module generates for it."""
+    return {
+        name: json.dumps(_schema(name, kind, title), indent=2, ensure_ascii=False) + "\n"
+        for name, (kind, title) in SCHEMA_FILES.items()
+    }
+
+
+# -- records -------------------------------------------------------------------------------
+_RECORDS: dict[str, Any] = {
+    "metrics": MetricsRecord,
+    "drift_alarm": DriftAlarmRecord,
+    "comparison": ComparisonRecord,
+}
+_DECODERS = {kind: msgspec.json.Decoder(kind_type) for kind, kind_type in _RECORDS.items()}
+
+
+def check_record(record: dict[str, Any]) -> Any:
+    """An output record as its type; ``msgspec.ValidationError`` says where it differs."""
+    return msgspec.convert(record, _RECORDS[record["kind"]])
+
+
+def decode_record(kind: str, data: bytes) -> Any:
+    """A published record (``kind``: metrics, drift_alarm or comparison) as its type.
+
+    >>> alarm = decode_record("drift_alarm", b'{"kind": "drift_alarm", "model_id": "m", '
+    ...     b'"ts": 5, "view": "final", "detector": "page_hinkley", "statistic": 101.5, '
+    ...     b'"threshold": 100, "n": 21042, "estimate": 0.41}')
+    >>> alarm.detector, alarm.n
+    ('page_hinkley', 21042)
+    """
+    return _DECODERS[kind].decode(data)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m streameval.records [--write] [DIR]``: check (or write) the schema files."""
+    write = "--write" in argv
+    rest = [arg for arg in argv if arg != "--write"]
+    folder = Path(rest[0]) if rest else Path(__file__).parent / "resources" / "topics" / "schemas"
+    stale = []
+    for name, text in generated_schemas().items():
+        path = folder / name
+        if not path.exists() or path.read_text() != text:
+            stale.append(name)
+            if write:
+                path.write_text(text)
+    verb = "wrote" if write else "differ from the types (python -m streameval.records --write)"
+    print(f"{verb}: {', '.join(stale)}" if stale else "every schema is up to date")
+    return 1 if stale and not write else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
