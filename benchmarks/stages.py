@@ -44,7 +44,7 @@ from streameval.app.wire import (  # noqa: E402
     encode,
 )
 from streameval.config import load_config  # noqa: E402
-from streameval.schemas import StoredMessage  # noqa: E402
+from streameval.schemas import StoredMessage, encode_record  # noqa: E402
 from streameval.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
 from streameval.topics import INPUT_KINDS  # noqa: E402
 
@@ -106,7 +106,7 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
             for data in eval_logs[r]:
                 records, _ = stage.apply(stage.offset + 1, decode_outcomes(data))
                 for record in records:
-                    published.append(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
+                    published.append(encode_record(record))
             eval_logs[r].clear()
         t4 = clock()
         seconds["ingest (route)"] += t1 - t0
@@ -120,7 +120,7 @@ def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[st
     step([], 1000.0)  # ...and idle: the last labels resolve
     for stage in evals:
         for record in stage.tick()[0]:
-            published.append(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))
+            published.append(encode_record(record))
     outcomes = sum(stage.engine.models[m].n for stage in evals for m in stage.engine.models)
     seconds["outcomes"] = outcomes
     # sorted: when a stage evaluates (and so the order of different models' records) depends

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from streameval.config import EvaluationConfig, load_config
 from streameval.replay import replay
+from streameval.schemas import encode_record
 from streameval.simulate.scripted import ScriptedStream
 
 
@@ -49,12 +50,12 @@ def replay_finals(
     }
 
 
-def finals(records: list[dict[str, Any]]) -> dict[str, Any]:
+def finals(records: list[Any]) -> dict[str, Any]:
     """The same summary from a worker's published records (in publication order). Records
     re-published after a restart carry the same identity and values: alarms are compared as
     a set."""
     metrics, comparisons, alarms = {}, {}, set()
-    for record in records:
+    for record in map(_as_dict, records):
         kind = record["kind"]
         if kind == "metrics":
             key = (record["model_id"], record["view"])
@@ -72,5 +73,10 @@ def finals(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _canon(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+def _as_dict(record: Any) -> dict[str, Any]:
+    """A record as it reads on its topic (the worker's come decoded from Kafka)."""
+    return record if isinstance(record, dict) else orjson.loads(encode_record(record))
+
+
+def _canon(record: Any) -> bytes:
+    return orjson.dumps(_as_dict(record), option=orjson.OPT_SORT_KEYS)

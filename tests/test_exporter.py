@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from prometheus_client.parser import text_string_to_metric_families
 from streameval.config import load_config
 from streameval.exporter import Exporter, estimator_label
+from streameval.records import DriftAlarmRecord
 from streameval.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +22,10 @@ def _replayed():
         ROOT / "docs/examples/sample-events.jsonl", config, io.BytesIO(), on_records=records.extend
     )
     return records
+
+
+def _alarm(model):
+    return DriftAlarmRecord("drift_alarm", model, 1, "final", "page_hinkley", 101.0, 100.0, 7, 0.5)
 
 
 def _series(registry):
@@ -41,10 +46,10 @@ def test_series_equal_the_latest_records():
     exporter = Exporter(registry)
     exporter.observe(records)
     series = _series(registry)
-    final = {(r["model_id"], r["view"]): r for r in records if r["kind"] == "metrics"}
+    final = {(r.model_id, r.view): r for r in records if r.kind == "metrics"}
     assert len(final) == 6
     for (model, view), record in final.items():
-        for estimator, values in record["estimators"].items():
+        for estimator, values in record.estimators.items():
             for name, value in values.items():
                 if "[" in name:
                     measure, cls = name[:-1].split("[")
@@ -60,14 +65,14 @@ def test_series_equal_the_latest_records():
     labels = (("estimator", "cumulative"), ("measure", "accuracy"), ("model", "champion"),
               ("stage", "psi"))  # fmt: skip
     psi = series["streameval_delayed_measure", labels]
-    assert psi == final["champion", "final"]["delayed"]["cumulative"]["psi_accuracy"]
+    assert psi == final["champion", "final"].delayed["cumulative"]["psi_accuracy"]
     assert series["streameval_drift_alarms_total", (("detector", "ratio_page_hinkley"),
                                                     ("model", "champion"))] == 1.0  # fmt: skip
     mcnemar = [v for (name, labels), v in series.items()
                if name == "streameval_comparison" and ("statistic", "mcnemar") in labels
                and ("estimator", "window_1000") in labels]  # fmt: skip
-    last = [r for r in records if r["kind"] == "comparison"][-1]
-    assert mcnemar == [last["estimators"]["window:1000"]["mcnemar"]]
+    last = [r for r in records if r.kind == "comparison"][-1]
+    assert mcnemar == [last.estimators["window:1000"].mcnemar]
 
 
 def test_forgotten_models_lose_their_series():
@@ -88,14 +93,14 @@ def test_alarm_counters_start_at_zero_when_a_model_is_first_seen():
     """A counter born at 1 shows Prometheus no increase; the drift alert needs the 0 first."""
     registry = CollectorRegistry()
     exporter = Exporter(registry, detectors_of=lambda model: ["page_hinkley", f"{model}_own"])
-    metrics = [r for r in _replayed() if r["kind"] == "metrics"]
+    metrics = [r for r in _replayed() if r.kind == "metrics"]
     exporter.observe(metrics[:1])
-    model = metrics[0]["model_id"]
+    model = metrics[0].model_id
     series = _series(registry)
     for detector in ("page_hinkley", f"{model}_own"):
         key = (("detector", detector), ("model", model))
         assert series["streameval_drift_alarms_total", key] == 0.0
-    exporter.observe([{"kind": "drift_alarm", "model_id": model, "detector": "page_hinkley"}])
+    exporter.observe([_alarm(model)])
     key = (("detector", "page_hinkley"), ("model", model))
     assert _series(registry)["streameval_drift_alarms_total", key] == 1.0
     exporter.forget_models([model])
@@ -128,7 +133,7 @@ def test_metrics_are_served_over_http():
 def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
     registry = CollectorRegistry()
     exporter = Exporter(registry, detectors_of=lambda model: ["page_hinkley", "ratio_page_hinkley"])
-    exporter.observe([{"kind": "drift_alarm", "model_id": "m", "detector": "page_hinkley"}])
+    exporter.observe([_alarm("m")])
     series = _series(registry)
     assert (
         series["streameval_drift_alarms_total", (("detector", "page_hinkley"), ("model", "m"))] == 1

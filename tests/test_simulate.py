@@ -71,7 +71,7 @@ def test_the_drift_is_where_it_was_put_and_a_learner_notices():
     source = io.BytesIO(b"".join(orjson.dumps(e) + b"\n" for e in events))
     result = replay(source, load_config(), io.BytesIO())
     assert result.alarms, "no alarm after the drift"
-    first = min(a["n"] for a in result.alarms)
+    first = min(a.n for a in result.alarms)
     assert 3000 < first < 4500
 
 

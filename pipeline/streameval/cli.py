@@ -280,8 +280,7 @@ def topics_create(bootstrap, settings, prefix, partitions, app_id, changelog_con
         if not sep or not key:
             raise click.UsageError(f"--changelog-config {item!r}: use KEY=VALUE")
         overrides[key] = value
-    specs = load_topics(prefix, partitions=partitions, app_id=app_id,
-                        changelog_configs=overrides)  # fmt: skip
+    specs = load_topics(prefix, partitions=partitions, app_id=app_id, changelog_configs=overrides)
     admin, where = _admin(bootstrap, settings)
     with _kafka_errors(where):
         report = create_topics(admin, specs)
@@ -511,8 +510,7 @@ def simulate(out, bootstrap, settings, prefix, realtime, **options) -> None:
             raise click.UsageError(str(err)) from None
         sent = produce_events(events, client, prefix, realtime=realtime,
                               on_instance=lambda: progress.advance(task))  # fmt: skip
-    click.echo(f"produced {sent} events to {prefix}instances, {prefix}predictions, "
-               f"{prefix}labels")  # fmt: skip
+    click.echo(f"produced {sent} events to {prefix}instances, {prefix}predictions, {prefix}labels")
 
 
 @main.command()

@@ -19,12 +19,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from streameval.records import ComparisonRecord, DriftAlarmRecord, decode_record
 from streameval.simulate.produce import produce_events
 from streameval.simulate.system import SimulationConfig, simulate
 
@@ -70,21 +70,23 @@ class _View:
                     "enable.auto.commit": False}  # fmt: skip
         self.consumer = Consumer({**client, **settings})
         topics = Topics.with_prefix(prefix)
-        self.consumer.subscribe([topics.metrics, topics.alarms, topics.comparisons])
+        self.kinds = {topics.metrics: "metrics", topics.alarms: "drift_alarm",
+                      topics.comparisons: "comparison"}  # fmt: skip
+        self.consumer.subscribe(list(self.kinds))
         self.metrics: dict[str, dict[str, Any]] = {}
-        self.alarms: deque[dict[str, Any]] = deque(maxlen=8)
-        self.all_alarms: list[dict[str, Any]] = []
-        self.comparison: dict[str, Any] | None = None
+        self.alarms: deque[DriftAlarmRecord] = deque(maxlen=8)
+        self.all_alarms: list[DriftAlarmRecord] = []
+        self.comparison: ComparisonRecord | None = None
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[DriftAlarmRecord]:
         new_alarms = []
         for message in self.consumer.consume(1000, 0.2):
             if message.error():
                 continue
-            record = orjson.loads(message.value())
-            kind = record.get("kind")
-            if kind == "metrics" and record["view"] == "final":
-                self.metrics[record["model_id"]] = record
+            kind = self.kinds[message.topic()]
+            record = decode_record(kind, message.value())
+            if kind == "metrics" and record.view == "final":
+                self.metrics[record.model_id] = record
             elif kind == "drift_alarm":
                 self.alarms.append(record)
                 self.all_alarms.append(record)
@@ -99,14 +101,14 @@ class _View:
                        "initial acc", "Ψ₂ acc", "final acc", "label latency"):  # fmt: skip
             table.add_column(column, justify="left" if column == "model" else "right")
         for model, record in sorted(self.metrics.items()):
-            window, fading = record["estimators"][WINDOW], record["estimators"][FADING]
-            delayed = record["delayed"][WINDOW]
+            window, fading = record.estimators[WINDOW], record.estimators[FADING]
+            delayed = record.delayed[WINDOW]
             table.add_row(
-                model, str(record["n"]), _fmt(window["kappa_plus"]),
+                model, str(record.n), _fmt(window["kappa_plus"]),
                 _fmt(window["kappa_temporal"]), _fmt(window["accuracy"]),
                 _fmt(fading["accuracy"]), _fmt(delayed["accuracy_initial"]),
                 _fmt(delayed["psi_accuracy"]), _fmt(delayed["accuracy_final"]),
-                f"{record['latency_ms']['mean'] / 1000:.1f} s",
+                f"{(record.latency_ms.mean or 0.0) / 1000:.1f} s",
             )  # fmt: skip
         return table
 
@@ -180,8 +182,7 @@ def run_demo(
     produced = [0]
 
     def simulator() -> None:
-        produced[0] = produce_events(simulate(sim), client, prefix, realtime=True,
-                                     stop=stop.is_set)  # fmt: skip
+        produced[0] = produce_events(simulate(sim), client, prefix, realtime=True, stop=stop.is_set)
 
     thread = threading.Thread(target=simulator, name="simulator", daemon=True)
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -208,9 +209,9 @@ def run_demo(
                                   "demo started")  # fmt: skip
                 for alarm in new_alarms:
                     console.print(
-                        f"[bold red]drift alarm[/]: {alarm['model_id']} "
-                        f"({alarm['detector']}, outcome {alarm['n']}, statistic "
-                        f"{alarm['statistic']:.1f} > {alarm['threshold']:.0f})"
+                        f"[bold red]drift alarm[/]: {alarm.model_id} "
+                        f"({alarm.detector}, outcome {alarm.n}, statistic "
+                        f"{alarm.statistic:.1f} > {alarm.threshold:.0f})"
                     )
                 title = (
                     f"streameval demo — {elapsed:.0f} s, pending labels "
@@ -218,10 +219,10 @@ def run_demo(
                 )
                 parts: list[Any] = [view.table(title)]
                 if view.comparison:
-                    c = view.comparison["estimators"][WINDOW]
+                    c = view.comparison.estimators[WINDOW]
                     parts.append(Text(
-                        f"{CHAMPION} vs {CHALLENGER} (window): McNemar {_fmt(c['mcnemar'], 2)}, "
-                        f"Q {_fmt(c['q_statistic'], 2)}, leader {c.get('leader') or '–'}"
+                        f"{CHAMPION} vs {CHALLENGER} (window): McNemar {_fmt(c.mcnemar, 2)}, "
+                        f"Q {_fmt(c.q_statistic, 2)}, leader {c.leader or '–'}"
                     ))  # fmt: skip
                 live.update(Group(*parts))
     except KeyboardInterrupt:
@@ -241,7 +242,7 @@ def run_demo(
         view.close()
         console.print(view.table("final numbers"))
         console.print(f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms: "
-                      + ", ".join(sorted({a["model_id"] for a in view.all_alarms})))  # fmt: skip
+                      + ", ".join(sorted({a.model_id for a in view.all_alarms})))  # fmt: skip
         admin.delete_topics([s.name for s in specs], operation_timeout=30)
         if started_kafka is not None:
             started_kafka.stop()

@@ -21,6 +21,15 @@ from typing import Any
 from streameval.config import EvaluationConfig
 from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome, join_partition
 from streameval.core.model import ModelEvaluator, PairEvaluator
+from streameval.records import (
+    ComparisonRecord,
+    DriftAlarmRecord,
+    FinalMetricsRecord,
+    InitialMetricsRecord,
+    Latency,
+    PairMeasures,
+    Record,
+)
 from streameval.schemas import Event, InstanceEvent, LabelEvent, PredictionEvent
 
 __all__ = ["Engine"]
@@ -58,7 +67,7 @@ class Engine:
         self.touched: set[str] = set()
 
     # -- input ---------------------------------------------------------------------------
-    def process(self, events: Iterable[Event]) -> list[dict[str, Any]]:
+    def process(self, events: Iterable[Event]) -> list[Record]:
         """Run events in order; return the records they caused (metrics, alarms, comparisons)."""
         return self.evaluate(self.resolve(events))
 
@@ -99,7 +108,7 @@ class Engine:
                 outcomes.extend(out)
         return outcomes
 
-    def evaluate(self, outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    def evaluate(self, outcomes: list[Outcome]) -> list[Record]:
         """Feed outcomes (in resolution order) to the models and pairs; return records.
 
         Outcomes of one instance must not be split across two calls (the join returns them
@@ -131,7 +140,7 @@ class Engine:
         caused.sort(key=lambda t: (position[id(t[0])], t[1]))
         return [record for _, _, record in caused]
 
-    def finish(self, flush: bool = True) -> list[dict[str, Any]]:
+    def finish(self, flush: bool = True) -> list[Record]:
         """Final records: at the end of a replay, or when a worker shuts down.
 
         With ``flush`` (the end of a finite stream) labels still waiting out their grace are
@@ -153,7 +162,7 @@ class Engine:
                 records.append(self._comparison_record(key, pair, self._pair_last_ts[key]))
         return records
 
-    def latest_records(self) -> list[dict[str, Any]]:
+    def latest_records(self) -> list[Record]:
         """The current numbers of every model and pair as records, without publishing them
         (for an exporter taking over restored state)."""
         records = []
@@ -210,19 +219,11 @@ class Engine:
                 continue
             for alarm in alarms:
                 at = chunk[alarm.index - before - 1]
-                records.append(
-                    (at, {
-                        "kind": "drift_alarm",
-                        "model_id": model_id,
-                        "ts": at.t_label,
-                        "view": "final",
-                        "detector": alarm.detector,
-                        "statistic": alarm.statistic,
-                        "threshold": alarm.threshold,
-                        "n": alarm.index,
-                        "estimate": alarm.estimate,
-                    })
+                record = DriftAlarmRecord(
+                    "drift_alarm", model_id, at.t_label, "final", alarm.detector,
+                    alarm.statistic, alarm.threshold, alarm.index, alarm.estimate,
                 )  # fmt: skip
+                records.append((at, record))
                 self.alarms += 1
             self._model_last_ts[model_id] = chunk[-1].t_label
             if model.n % every == 0:
@@ -268,36 +269,23 @@ class Engine:
             start += len(chunk)
         return records
 
-    def _metrics_records(self, model_id: str, model: ModelEvaluator, ts: int) -> list[dict]:
+    def _metrics_records(self, model_id: str, model: ModelEvaluator, ts: int) -> list[Record]:
         self._published[model_id] = model.n
         measures = model.measures()
-        records = []
-        for view, estimators in measures["views"].items():
-            record = {
-                "kind": "metrics",
-                "model_id": model_id,
-                "ts": ts,
-                "n": measures["n"],
-                "view": view,
-                "estimators": estimators,
-            }
-            if view == "final":
-                record["delayed"] = measures["delayed"]
-                record["latency_ms"] = measures["latency_ms"]
-            records.append(record)
-        return records
+        views, n = measures["views"], measures["n"]
+        latency = Latency(**measures["latency_ms"])
+        return [
+            InitialMetricsRecord("metrics", model_id, ts, n, views["initial"]),
+            FinalMetricsRecord("metrics", model_id, ts, n, views["final"], measures["delayed"],
+                               latency),
+        ]  # fmt: skip
 
-    def _comparison_record(self, key: str, pair: PairEvaluator, ts: int) -> dict[str, Any]:
+    def _comparison_record(self, key: str, pair: PairEvaluator, ts: int) -> ComparisonRecord:
         self._published[key] = pair.n
-        return {
-            "kind": "comparison",
-            "pair": key,
-            "model_a": pair.model_a,
-            "model_b": pair.model_b,
-            "ts": ts,
-            "n": pair.n,
-            "estimators": pair.measures(),
-        }
+        estimators = {name: PairMeasures(**values) for name, values in pair.measures().items()}
+        return ComparisonRecord(
+            "comparison", key, pair.model_a, pair.model_b, ts, pair.n, estimators
+        )
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

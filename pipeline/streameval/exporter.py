@@ -27,6 +27,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from streameval.records import Record
+
 __all__ = ["LATENCY_BUCKETS", "Exporter", "estimator_label"]
 
 #: Label latency buckets in seconds: one second to four weeks.
@@ -89,7 +91,7 @@ class _SnapshotCollector(Collector):
             labels=["pair", "model_a", "model_b", "estimator", "statistic"],
         )
         for (model, view), record in metrics.items():
-            for estimator, values in record["estimators"].items():
+            for estimator, values in record.estimators.items():
                 est = estimator_label(estimator)
                 for name, value in values.items():
                     match = _PER_CLASS.match(name)
@@ -101,9 +103,9 @@ class _SnapshotCollector(Collector):
                         measure.add_metric([model, view, est, name], _value(value))
             if view != "final":
                 continue
-            outcomes.add_metric([model], float(record["n"]))
-            latency.add_metric([model], _value(record["latency_ms"]["mean"]) / 1000.0)
-            for estimator, block in record["delayed"].items():
+            outcomes.add_metric([model], float(record.n))
+            latency.add_metric([model], _value(record.latency_ms.mean) / 1000.0)
+            for estimator, block in record.delayed.items():
                 est = estimator_label(estimator)
                 for name in ("accuracy", "kappa", "kappa_plus"):
                     for stage in ("initial", "final"):
@@ -113,11 +115,11 @@ class _SnapshotCollector(Collector):
                 for b, value in enumerate(block["binned_accuracy"], start=1):
                     binned.add_metric([model, est, f"{b:03d}"], _value(value))
         for pair, record in comparisons.items():
-            for estimator, values in record["estimators"].items():
+            for estimator, values in record.estimators.items():
                 for name in ("q_statistic", "mcnemar", "n01", "n10", "significant"):
                     comparison.add_metric(
-                        [pair, record["model_a"], record["model_b"], estimator_label(estimator),
-                         name], _value(values[name]),
+                        [pair, record.model_a, record.model_b, estimator_label(estimator),
+                         name], _value(getattr(values, name)),
                     )  # fmt: skip
         histogram = HistogramMetricFamily(
             "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
@@ -138,7 +140,10 @@ class Exporter:
     >>> from prometheus_client import CollectorRegistry, generate_latest
     >>> registry = CollectorRegistry()
     >>> exporter = Exporter(registry)
-    >>> exporter.observe([{"kind": "drift_alarm", "model_id": "m", "detector": "page_hinkley"}])
+    >>> from streameval.records import DriftAlarmRecord
+    >>> alarm = DriftAlarmRecord("drift_alarm", "m", 5, "final", "page_hinkley", 101.5, 100.0,
+    ...                          21042, 0.41)
+    >>> exporter.observe([alarm])
     >>> b'streameval_drift_alarms_total{detector="page_hinkley",model="m"} 1.0' in (
     ...     generate_latest(registry))
     True
@@ -244,25 +249,25 @@ class Exporter:
         return metric.labels(*values)
 
     # -- updates from the worker ------------------------------------------------------------
-    def observe(self, records: Iterable[dict[str, Any]]) -> None:
+    def observe(self, records: Iterable[Record]) -> None:
         """Take the records the worker publishes: keep the latest snapshots, count alarms."""
         metrics, comparisons = None, None
         for record in records:
-            kind = record["kind"]
+            kind = record.kind
             if kind == "metrics":
                 if metrics is None:
                     metrics = dict(self._metrics)
-                metrics[record["model_id"], record["view"]] = record
-                if record["model_id"] not in self._models:
-                    self._first_seen(record["model_id"])
+                metrics[record.model_id, record.view] = record
+                if record.model_id not in self._models:
+                    self._first_seen(record.model_id)
             elif kind == "comparison":
                 if comparisons is None:
                     comparisons = dict(self._comparisons)
-                comparisons[record["pair"]] = record
+                comparisons[record.pair] = record
             elif kind == "drift_alarm":
-                if record["model_id"] not in self._models:  # an alarm before its first metrics
-                    self._first_seen(record["model_id"])
-                self._child(self.alarms, record["model_id"], record["detector"]).inc()
+                if record.model_id not in self._models:  # an alarm before its first metrics
+                    self._first_seen(record.model_id)
+                self._child(self.alarms, record.model_id, record.detector).inc()
         with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
             if metrics is not None:
                 self._metrics = metrics
@@ -335,7 +340,7 @@ class Exporter:
             self._metrics = {k: v for k, v in self._metrics.items() if k[0] not in gone}
             self._comparisons = {
                 k: v for k, v in self._comparisons.items()
-                if v["model_a"] not in gone and v["model_b"] not in gone
+                if v.model_a not in gone and v.model_b not in gone
             }  # fmt: skip
             self._latency = {k: v for k, v in self._latency.items() if k not in gone}
         for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.dropped, 1)):

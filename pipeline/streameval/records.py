@@ -35,9 +35,12 @@ __all__ = [
     "InstanceRecord",
     "LabelMessage",
     "LabelRecord",
+    "Latency",
     "MetricsRecord",
+    "PairMeasures",
     "PredictionMessage",
     "PredictionRecord",
+    "Record",
     "check_record",
     "decode_record",
     "generated_schemas",
@@ -180,6 +183,11 @@ class InitialMetricsRecord(
     n: Annotated[int, msgspec.Meta(ge=1, description="outcomes of the model so far")]
     estimators: Annotated[dict[EstimatorName, Measures], msgspec.Meta(min_length=1)]
 
+    @property
+    def view(self) -> str:
+        """``initial`` or ``final``: the tag, encoded as the record's first field."""
+        return self.__struct_config__.tag
+
 
 class FinalMetricsRecord(InitialMetricsRecord, frozen=True, tag="final"):
     """Every measure of one model's predictions in force at the label, under every estimator;
@@ -271,6 +279,10 @@ class DeadLetterHeaders(
             pattern="^[0-9]+$", description="only when the value was cut: its original length"
         ),
     ] = ""
+
+
+#: What the service publishes; every one has ``kind``, ``model_id`` or ``pair``, ``ts``, ``n``.
+Record = InitialMetricsRecord | FinalMetricsRecord | DriftAlarmRecord | ComparisonRecord
 
 
 # -- schemas ----------------------------------------------------------------------------------

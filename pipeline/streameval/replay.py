@@ -12,11 +12,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from streameval.config import EvaluationConfig
 from streameval.core.join import Join
 from streameval.engine import Engine
+from streameval.records import Record
 from streameval.schemas import (
     NO_TS,
     Event,
@@ -48,9 +49,9 @@ class ReplayResult:
     records: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     skipped_examples: list[tuple[int, str]] = field(default_factory=list)
-    final_metrics: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    final_comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
-    alarms: list[dict[str, Any]] = field(default_factory=list)
+    final_metrics: dict[tuple[str, str], Record] = field(default_factory=dict)
+    final_comparisons: dict[str, Record] = field(default_factory=dict)
+    alarms: list[Record] = field(default_factory=list)
     join_counters: dict[str, int] = field(default_factory=dict)
     pending: int = 0  # instances still waiting for a label at the end
     rejected: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -102,7 +103,7 @@ def replay(
     out: IO[bytes],
     *,
     strict: bool = False,
-    on_records: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_records: Callable[[list[Record]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     now_ms: int | None = None,
     state_dir: Path | None = None,
@@ -128,8 +129,10 @@ def replay(
         for q in range(join_partitions):
             DiskState.wipe(Path(state_dir) / f"join-{q}")
             stores.append(DiskState(Path(state_dir) / f"join-{q}"))
-    joins = [Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, stores[q] if stores else None)
-             for q in range(join_partitions)]  # fmt: skip
+    joins = [
+        Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, stores[q] if stores else None)
+        for q in range(join_partitions)
+    ]
     engine = Engine(config, joins)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     started = time.perf_counter()
@@ -173,12 +176,12 @@ def _emit(records, out, result: ReplayResult, on_records) -> None:
         return
     out.write(b"".join(encode_record(r) + b"\n" for r in records))
     for record in records:
-        kind = record["kind"]
+        kind = record.kind
         result.records[kind] += 1
         if kind == "metrics":
-            result.final_metrics[record["model_id"], record["view"]] = record
+            result.final_metrics[record.model_id, record.view] = record
         elif kind == "comparison":
-            result.final_comparisons[record["pair"]] = record
+            result.final_comparisons[record.pair] = record
         else:
             result.alarms.append(record)
     if on_records is not None:

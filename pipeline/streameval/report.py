@@ -11,6 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from streameval.records import Record
 from streameval.replay import ReplayResult
 
 __all__ = ["MeasureHistory", "plot_history", "print_summary"]
@@ -35,25 +36,27 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
         table.add_column(column, justify="right", no_wrap=True)
     alarms = defaultdict(int)
     for alarm in result.alarms:
-        alarms[alarm["model_id"]] += 1
+        alarms[alarm.model_id] += 1
     for (model_id, view), record in sorted(result.final_metrics.items()):
         if view != "final":
             continue
-        m = record["estimators"].get(estimator, {})
-        d = record.get("delayed", {}).get(estimator, {})
+        m = record.estimators.get(estimator, {})
+        d = getattr(record, "delayed", {}).get(estimator, {})
         table.add_row(
-            model_id, str(record["n"]), _fmt(m.get("accuracy")), _fmt(d.get("accuracy_initial")),
+            model_id, str(record.n), _fmt(m.get("accuracy")), _fmt(d.get("accuracy_initial")),
             _fmt(d.get("psi_accuracy")), _fmt(m.get("kappa")), _fmt(m.get("kappa_temporal")),
             _fmt(m.get("kappa_plus")), _fmt(m.get("p_per")), str(alarms[model_id]),
         )  # fmt: skip
     console.print(table)
     for key, record in sorted(result.final_comparisons.items()):
-        c = record["estimators"].get(estimator, {})
+        c = record.estimators.get(estimator)
+        if c is None:
+            continue
         console.print(
-            f"comparison {key}: n={record['n']} Q={_fmt(c.get('q_statistic'))} "
-            f"McNemar={_fmt(c.get('mcnemar'))} "
-            f"({'significant' if c.get('significant') else 'not significant'} at 99 %), "
-            f"leader: {c.get('leader') or 'none'}"
+            f"comparison {key}: n={record.n} Q={_fmt(c.q_statistic)} "
+            f"McNemar={_fmt(c.mcnemar)} "
+            f"({'significant' if c.significant else 'not significant'} at 99 %), "
+            f"leader: {c.leader or 'none'}"
         )
     odd = {k: v for k, v in result.join_counters.items() if v}
     if odd:
@@ -87,16 +90,16 @@ class MeasureHistory:
         self.psi: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self.alarms: dict[str, list[tuple[int, str]]] = defaultdict(list)
 
-    def __call__(self, records: list[dict[str, Any]]) -> None:
+    def __call__(self, records: list[Record]) -> None:
         for r in records:
-            if r["kind"] == "metrics" and r["view"] == "final":
-                m = r["estimators"].get(self.estimator, {})
+            if r.kind == "metrics" and r.view == "final":
+                m = r.estimators.get(self.estimator, {})
                 values = {k: _nan(m.get(k)) for k in self.MEASURES}
-                self.points[r["model_id"]].append((r["n"], values))
-                d = r.get("delayed", {}).get(self.estimator, {})
-                self.psi[r["model_id"]].append((r["n"], _nan(d.get("psi_accuracy"))))
-            elif r["kind"] == "drift_alarm":
-                self.alarms[r["model_id"]].append((r["n"], r["detector"]))
+                self.points[r.model_id].append((r.n, values))
+                d = r.delayed.get(self.estimator, {})
+                self.psi[r.model_id].append((r.n, _nan(d.get("psi_accuracy"))))
+            elif r.kind == "drift_alarm":
+                self.alarms[r.model_id].append((r.n, r.detector))
 
 
 def _nan(value: Any) -> float:

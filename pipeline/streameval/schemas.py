@@ -4,7 +4,8 @@
 Input messages are decoded and validated with msgspec, in bulk, into records the join uses
 directly; anything else — any byte string at all — becomes a :class:`DeadLetter` with a reason
 a person can act on and a short code to count by (:data:`DEAD_LETTER_REASONS`). No decoder
-here raises on its input. Output records are dicts encoded with orjson, NaN becoming ``null``.
+here raises on its input. Output records (:mod:`streameval.records`) are encoded with msgspec,
+NaN becoming ``null``.
 
 Decoding is about one message alone. Whether a well-formed event may enter the join at all
 depends on its event time against its partition (:class:`TimeRules`), which the worker's
@@ -21,7 +22,6 @@ from typing import Any, Protocol
 
 import msgspec
 import numpy as np
-import orjson
 
 from streameval.records import (
     MAX_MESSAGE_BYTES,
@@ -233,13 +233,23 @@ def decode_event(data: bytes | str) -> Event:
         raise _explain(err) from None
 
 
-def encode_record(record: dict[str, Any]) -> bytes:
-    """One output record as JSON; NaN and infinities become ``null``.
+def _numpy_scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise NotImplementedError(f"{type(value).__name__} is not a JSON value")
 
-    >>> encode_record({"model_id": "m", "kappa": float("nan")})
-    b'{"model_id":"m","kappa":null}'
+
+_record_encoder = msgspec.json.Encoder(enc_hook=_numpy_scalar)
+
+
+def encode_record(record: Any) -> bytes:
+    """One output record (:data:`streameval.records.Record`) as JSON; NaN and infinities
+    become ``null``.
+
+    >>> encode_record({"model_id": "m", "kappa": float("nan"), "n": np.int64(3)})
+    b'{"model_id":"m","kappa":null,"n":3}'
     """
-    return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
+    return _record_encoder.encode(record)
 
 
 # -- bulk decoding of topic messages ---------------------------------------------------------

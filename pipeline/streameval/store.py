@@ -147,8 +147,7 @@ class _Queue:
         heap, removed = self.heap, self.removed
         held = set(heap)
         # taken since the freeze, but written by it: the next batch deletes them
-        self.removed = {e for e in removed if e not in deletes} | {e for e in puts
-                                                                   if e not in held}  # fmt: skip
+        self.removed = {e for e in removed if e not in deletes} | {e for e in puts if e not in held}
         self.heap = [e for e in heap if e not in puts and e not in removed]
         heapq.heapify(self.heap)
         self.shadowed -= puts
@@ -267,8 +266,7 @@ class DiskState:
 
     def scalars(self) -> dict[bytes, bytes]:
         """The encoded scalars of the last checkpoint: the join's and its stage's keys."""
-        return {key: value for key in (META, b"t")
-                if (value := self.db.get(key)) is not None}  # fmt: skip
+        return {key: value for key in (META, b"t") if (value := self.db.get(key)) is not None}
 
     # -- the join's interface ---------------------------------------------------------------
     def prefetch(self, instance_ids: Iterable[str]) -> None:
@@ -283,8 +281,7 @@ class DiskState:
         values = self.db.get(keys)
         n = len(missing)
         for instance_id, value in zip(missing, values[:n], strict=True):
-            records[instance_id] = (None if value is None
-                                    else intern_record(decode_value(value), 6))  # fmt: skip
+            records[instance_id] = None if value is None else intern_record(decode_value(value), 6)
         for instance_id, value in zip(missing, values[n:], strict=True):
             if instance_id in memory:  # changed since the database was written: RAM has it
                 continue

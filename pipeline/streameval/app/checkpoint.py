@@ -45,8 +45,13 @@ from .settings import WorkerSettings
 from .stages import SLICE_EVENTS, EvalStage, JoinStage
 from .telemetry import Telemetry
 
-__all__ = ["Checkpoints", "progress_from_metadata", "progress_metadata", "restore_eval",
-           "restore_join"]  # fmt: skip
+__all__ = [
+    "Checkpoints",
+    "progress_from_metadata",
+    "progress_metadata",
+    "restore_eval",
+    "restore_join",
+]
 
 log = logging.getLogger("streameval.worker")
 
@@ -93,9 +98,11 @@ class Round:
         return max(self.steps.values(), default=0.0)
 
     def describe(self) -> str:
-        stages = ", ".join(f"{'join' if isinstance(stage, JoinStage) else 'evaluation'} {q} "
-                           f"({len(cut.changes):,} changes)"
-                           for _, q, stage, cut in self.cuts)  # fmt: skip
+        stages = ", ".join(
+            f"{'join' if isinstance(stage, JoinStage) else 'evaluation'} {q} "
+            f"({len(cut.changes):,} changes)"
+            for _, q, stage, cut in self.cuts
+        )
         steps = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.steps.items())
         return f"checkpoint of {stages or 'offsets'}: {steps}"
 
@@ -108,8 +115,13 @@ class Checkpoints:
     the loop).
     """
 
-    def __init__(self, output: Output, consumer: Any, telemetry: Telemetry,
-                 durable: Callable[[Changelog, int], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        output: Output,
+        consumer: Any,
+        telemetry: Telemetry,
+        durable: Callable[[Changelog, int], None],
+    ) -> None:
         self.output, self.consumer, self.telemetry = output, consumer, telemetry
         self.durable = durable
         self.rounds: deque[Round] = deque()
@@ -119,8 +131,9 @@ class Checkpoints:
     def on_its_way(self, changelog: Changelog, q: int) -> bool:
         return (changelog.topic, q) in self.busy
 
-    def begin(self, stages: list[tuple[Changelog, int, Any]], offsets: list[Any],
-              wait: bool = False) -> None:  # fmt: skip
+    def begin(
+        self, stages: list[tuple[Changelog, int, Any]], offsets: list[Any], wait: bool = False
+    ) -> None:
         """Step 1 for the stages with no checkpoint on their way; the rest in :meth:`advance`."""
         started = time.monotonic()
         cuts = []
@@ -131,8 +144,9 @@ class Checkpoints:
         if not cuts and not offsets:
             return
         epoch = self.output.next_epoch()
-        self.rounds.append(Round(epoch, cuts, offsets, started,
-                                 {"cut": time.monotonic() - started}, wait=wait))  # fmt: skip
+        self.rounds.append(
+            Round(epoch, cuts, offsets, started, {"cut": time.monotonic() - started}, wait=wait)
+        )
         self.stepped = True
 
     def advance(self, wait: bool = False) -> None:
@@ -198,8 +212,7 @@ class Checkpoints:
             try:
                 self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
             except Exception as err:  # the group is rebalancing: the next round commits
-                log.warning("offset commit failed (%s); input may be re-read, never lost",
-                            err)  # fmt: skip
+                log.warning("offset commit failed (%s); input may be re-read, never lost", err)
         round_.steps["store"] = time.monotonic() - started
         if round_.pause > 0.1:
             log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
@@ -223,9 +236,15 @@ class Checkpoints:
 
 
 # -- restore ----------------------------------------------------------------------------------
-def restore_join(changelog: Changelog, q: int, settings: WorkerSettings,
-                 config: EvaluationConfig, inputs: list[tuple[str, int]], fingerprint: str,
-                 lag: Callable[[int], None] | None) -> JoinStage:  # fmt: skip
+def restore_join(
+    changelog: Changelog,
+    q: int,
+    settings: WorkerSettings,
+    config: EvaluationConfig,
+    inputs: list[tuple[str, int]],
+    fingerprint: str,
+    lag: Callable[[int], None] | None,
+) -> JoinStage:
     """A join partition from its changelog (a new one if it has none): into RAM, or into its
     disk store, which only catches up from the changelog offset it is at."""
     if settings.store == "memory":
@@ -240,9 +259,13 @@ def restore_join(changelog: Changelog, q: int, settings: WorkerSettings,
     start = state.position
     changes, sealed, end = changelog.read(q, start, sink=sink, lookup=state.get_many, lag=lag)
     if start is not None and end < start:  # the changelog is not the one the store knew
-        log.warning("join %d: the changelog ends at %d, before the store's position %d: it was "
-                    "deleted and created again; writing the whole store into it",
-                    q, end, start)  # fmt: skip
+        log.warning(
+            "join %d: the changelog ends at %d, before the store's position %d: it was "
+            "deleted and created again; writing the whole store into it",
+            q,
+            end,
+            start,
+        )
         changelog.carry_all(q, state.items())
     if changes:  # the latest checkpoint's intent, over the values read
         state.apply(list(changes.items()), entries)
@@ -251,8 +274,13 @@ def restore_join(changelog: Changelog, q: int, settings: WorkerSettings,
     state.settle(end, changelog.sealed(q))
     scalars = state.scalars()
     # one line per partition, a new one included: what a restart found is in the log
-    log.info("join %d: %d pending instances in %s, caught up from changelog offset %s",
-             q, state.pending_count(), state.path, start or 0)  # fmt: skip
+    log.info(
+        "join %d: %d pending instances in %s, caught up from changelog offset %s",
+        q,
+        state.pending_count(),
+        state.path,
+        start or 0,
+    )
     if not scalars:
         return JoinStage(q, config, inputs, state, SLICE_EVENTS)
     return JoinStage.resume(scalars, config, inputs, state, SLICE_EVENTS)
@@ -274,17 +302,24 @@ def _open_store(settings: WorkerSettings, fingerprint: str, q: int) -> DiskState
     if usable and at is not None and time.time() - at > STORE_MAX_AGE_S:
         usable, why = False, f"last written {(time.time() - at) / 86400:.1f} days ago"
     if not usable:
-        log.warning("join %d: the store at %s is %s; rebuilding it from the changelog",
-                    q, path, why)  # fmt: skip
+        log.warning(
+            "join %d: the store at %s is %s; rebuilding it from the changelog", q, path, why
+        )
         state.close()
         DiskState.wipe(path)
         state = DiskState(path, settings.cache_mb, fingerprint)
     return state
 
 
-def restore_eval(changelog: Changelog, r: int, config: EvaluationConfig, join_partitions: int,
-                 consumer: Any, outcomes: str, lag: Callable[[int], None] | None
-                 ) -> EvalStage:  # fmt: skip
+def restore_eval(
+    changelog: Changelog,
+    r: int,
+    config: EvaluationConfig,
+    join_partitions: int,
+    consumer: Any,
+    outcomes: str,
+    lag: Callable[[int], None] | None,
+) -> EvalStage:
     """An evaluation partition from its changelog (a new one if it has none)."""
     changes, sealed, _ = changelog.read(r, lag=lag)
     if not sealed:

@@ -58,8 +58,7 @@ class PipelineService(Service):
     """Runs :class:`Pipeline` in a thread for as long as the Faust worker runs, and the
     worker's other data-path processes (``processes`` > 1, :mod:`streameval.app.processes`)."""
 
-    def __init__(self, pipeline: Pipeline, children: Children | None = None,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, pipeline: Pipeline, children: Children | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
         self.children = children

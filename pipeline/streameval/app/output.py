@@ -50,22 +50,31 @@ def connect(
             metadata = admin.list_topics(timeout=10)
             break
         except Exception as err:  # KafkaException: the broker is down or unreachable
-            log.warning("Kafka at %s is not reachable (%s); retrying in %.0f s",
-                        client.get("bootstrap.servers"), err, delay)  # fmt: skip
+            log.warning(
+                "Kafka at %s is not reachable (%s); retrying in %.0f s",
+                client.get("bootstrap.servers"),
+                err,
+                delay,
+            )
             stopping.wait(delay)
             delay = min(delay * 2, 30.0)
     else:
         return {}
-    specs = load_topics(prefix=settings.topic_prefix, app_id=settings.app_id,
-                        changelog_configs=settings.changelog_configs)  # fmt: skip
+    specs = load_topics(
+        prefix=settings.topic_prefix,
+        app_id=settings.app_id,
+        changelog_configs=settings.changelog_configs,
+    )
     missing = [s for s in specs if s.name not in metadata.topics]
     if missing:
         report = create_topics(admin, missing)
         log.info("created topics: %s", ", ".join(report.created) or "none")
         metadata = admin.list_topics(timeout=10)
     counts = {name: len(t.partitions) for name, t in metadata.topics.items()}
-    for changelog, stage in ((topics.join_changelog, topics.events),
-                             (topics.eval_changelog, topics.outcomes)):  # fmt: skip
+    for changelog, stage in (
+        (topics.join_changelog, topics.events),
+        (topics.eval_changelog, topics.outcomes),
+    ):
         if counts[changelog] < counts[stage]:
             raise RuntimeError(
                 f"topic {changelog!r} has {counts[changelog]} partitions but {stage!r} has "
@@ -107,15 +116,17 @@ class Output:
     def __init__(self, client: dict[str, str], on_error: KafkaErrors) -> None:
         from confluent_kafka import Producer
 
-        self.producer = Producer({
-            **client,
-            "enable.idempotence": True,
-            "linger.ms": 20,
-            "compression.type": "lz4",
-            "message.max.bytes": 67_108_864,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "error_cb": on_error,
-        })  # fmt: skip
+        self.producer = Producer(
+            {
+                **client,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "compression.type": "lz4",
+                "message.max.bytes": 67_108_864,
+                "queue.buffering.max.kbytes": 1_048_576,
+                "error_cb": on_error,
+            }
+        )
         self.epoch = 0
         self.error: str | None = None
         self._unanswered: Counter[int] = Counter()
@@ -131,12 +142,19 @@ class Output:
 
         return delivered
 
-    def produce(self, topic: str, value: bytes, key: bytes | None = None,
-                partition: int = -1, headers: Any = None) -> None:  # fmt: skip
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int = -1,
+        headers: Any = None,
+    ) -> None:
         while True:
             try:
-                self.producer.produce(topic, value, key, partition, headers=headers,
-                                      on_delivery=self._on_delivery)  # fmt: skip
+                self.producer.produce(
+                    topic, value, key, partition, headers=headers, on_delivery=self._on_delivery
+                )
                 self._unanswered[self.epoch] += 1
                 return
             except BufferError:  # the local queue is full: let deliveries drain

@@ -242,8 +242,7 @@ class Children:
             self._receive(timeout=0.5)
             if self._exited:
                 break
-        self._thread = threading.Thread(target=self._serve, name="streameval-children",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._serve, name="streameval-children", daemon=True)
         self._thread.start()
         if len(self._started) < self.count:
             log.warning("%d of %d data-path processes started within %.0f s; going on",

@@ -170,8 +170,9 @@ class Router:
                 out[crc32(iid.encode()) % partitions].append(row)
             except Exception as err:  # a defect, not the message's fault: it never stops us
                 log.exception("input %s[%d]@%d", message.topic(), message.partition(), offset)
-                error = EventError(f"could not be routed ({type(err).__name__}: {err})",
-                                   "undecodable")  # fmt: skip
+                error = EventError(
+                    f"could not be routed ({type(err).__name__}: {err})", "undecodable"
+                )
                 letters.append(self.decoder.dead_letter(message, error))
         eof = self._eof_since
         consumed = {}

@@ -38,6 +38,7 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
+from streameval.records import ComparisonRecord, DriftAlarmRecord, Record
 from streameval.schemas import encode_record
 from streameval.store import StoreError
 from streameval.topics import Topics
@@ -348,7 +349,7 @@ class Pipeline:
             return
         self._evaluated(records, released)
 
-    def _evaluated(self, records: list[dict[str, Any]], released: list[Any]) -> None:
+    def _evaluated(self, records: list[Record], released: list[Any]) -> None:
         """Count what an evaluation stage released and publish its records."""
         if released:
             self.telemetry.released(released)
@@ -356,18 +357,17 @@ class Pipeline:
             return
         t = self.topics
         for record in records:
-            kind = record["kind"]
-            if kind == "metrics":
-                topic, key = t.metrics, record["model_id"]
-            elif kind == "drift_alarm":
-                topic, key = t.alarms, record["model_id"]
+            if isinstance(record, ComparisonRecord):
+                topic, key = t.comparisons, record.pair
+            elif isinstance(record, DriftAlarmRecord):
+                topic, key = t.alarms, record.model_id
                 log.warning(
                     "drift alarm: model %s, detector %s, outcome %d (statistic %.1f > %.1f)",
-                    record["model_id"], record["detector"], record["n"],
-                    record["statistic"], record["threshold"],
+                    record.model_id, record.detector, record.n, record.statistic,
+                    record.threshold,
                 )  # fmt: skip
             else:
-                topic, key = t.comparisons, record["pair"]
+                topic, key = t.metrics, record.model_id
             self.output.produce(topic, encode_record(record), key.encode())
         self.telemetry.published(records)
 

@@ -53,6 +53,7 @@ from streameval.config import EvaluationConfig
 from streameval.core.join import Join, Outcome, take_runs
 from streameval.core.state import decode_value, encode_value
 from streameval.engine import Engine
+from streameval.records import Record
 from streameval.schemas import NO_TS
 
 from .wire import (
@@ -320,7 +321,7 @@ class EvalStage:
         """Outcomes received but not yet released (their join partitions' frontiers lag)."""
         return self._waiting
 
-    def apply(self, offset: int, batch: OutcomeBatch) -> tuple[list[dict[str, Any]], list[Outcome]]:
+    def apply(self, offset: int, batch: OutcomeBatch) -> tuple[list[Record], list[Outcome]]:
         """Take the outcome batch at ``offset``; return (records, outcomes released)."""
         self.offset = max(self.offset, offset)
         q = batch.partition
@@ -342,7 +343,7 @@ class EvalStage:
             self.frontiers[q] = batch.frontier
         return self._release(self.release_min)
 
-    def _release(self, least: int) -> tuple[list[dict[str, Any]], list[Outcome]]:
+    def _release(self, least: int) -> tuple[list[Record], list[Outcome]]:
         """Evaluate what is due below the smallest frontier, if that is at least ``least``
         outcomes. Outcomes a join partition sends later have due >= its frontier, hence >=
         any limit already used: only a higher limit can release more, and only from the
@@ -368,7 +369,7 @@ class EvalStage:
         taken.sort()  # sorted runs: timsort merges them
         self._waiting -= len(taken)
         released = [entry[4] for entry in taken]
-        records: list[dict[str, Any]] = []
+        records: list[Record] = []
         start = 0
         while start < len(released):  # bounded chunks: the delayed block is (n, bins + 2)
             end = min(start + EVALUATE_CHUNK, len(released))
@@ -391,7 +392,7 @@ class EvalStage:
                 self._gone.append(number)
         return taken
 
-    def tick(self) -> tuple[list[dict[str, Any]], list[Outcome]]:
+    def tick(self) -> tuple[list[Record], list[Outcome]]:
         """Evaluate every outcome due, however few; then the latest records of every model
         and pair that changed since its last record (every ``publish_interval``, and at
         shutdown). Returns (records, outcomes released)."""

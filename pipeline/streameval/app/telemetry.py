@@ -7,12 +7,12 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from streameval.core.join import Join, Outcome
 from streameval.exporter import Exporter
+from streameval.records import Record
 from streameval.store import DiskState
 
 __all__ = ["Stats", "Telemetry"]
@@ -68,13 +68,13 @@ class Telemetry:
             for model_id, values in latencies.items():
                 self.exporter.observe_outcomes(model_id, values)
 
-    def published(self, records: list[dict[str, Any]]) -> None:
+    def published(self, records: list[Record]) -> None:
         for record in records:
-            self.stats.records[record["kind"]] += 1
+            self.stats.records[record.kind] += 1
         if self.exporter is not None:
             self.exporter.observe(records)
 
-    def restored(self, records: list[dict[str, Any]]) -> None:
+    def restored(self, records: list[Record]) -> None:
         """An evaluation partition's latest records, shown at once after a restore."""
         if self.exporter is not None:
             self.exporter.observe(records)
@@ -110,9 +110,12 @@ class Telemetry:
         self.exporter.set_pending(sum(join.pending for join in joins))
         stores = [join.state for join in joins if isinstance(join.state, DiskState)]
         if stores:
-            self.exporter.set_store(sum(s.disk_bytes() for s in stores),
-                                    sum(s.hits for s in stores), sum(s.reads for s in stores),
-                                    sum(s.compaction_debt() for s in stores))  # fmt: skip
+            self.exporter.set_store(
+                sum(s.disk_bytes() for s in stores),
+                sum(s.hits for s in stores),
+                sum(s.reads for s in stores),
+                sum(s.compaction_debt() for s in stores),
+            )
 
     def checkpointed(self, seconds: float, pause: float) -> None:
         self.stats.checkpoints += 1

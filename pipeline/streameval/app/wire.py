@@ -47,8 +47,16 @@ WIRE_VERSION = 1
 #: An event on the wire (version 1): a msgpack array of these, in this order.
 EVENT_LAYOUT = ("kind", "instance_id", "model_id", "ts", "label", "source", "offset")
 #: An outcome on the wire (version 1): a msgpack array of these, in this order.
-OUTCOME_LAYOUT = ("model_id", "instance_id", "y_true", "times", "labels", "t_instance",
-                  "t_label", "due")  # fmt: skip
+OUTCOME_LAYOUT = (
+    "model_id",
+    "instance_id",
+    "y_true",
+    "times",
+    "labels",
+    "t_instance",
+    "t_label",
+    "due",
+)
 if Outcome._fields != OUTCOME_LAYOUT:
     raise ImportError(
         f"streameval.core.join.Outcome has the fields {Outcome._fields}, but wire version "

@@ -192,9 +192,13 @@ class ModelEvaluator:
         return {
             "model_id": self.model_id,
             "config": {
-                "estimators": list(self.estimators), "positive_label": self.positive_label,
-                "max_classes": self.max_classes, "bins": self.bins, "alpha": self.alpha,
-                "bin_rule": self.bin_rule, "detectors": [dict(d) for d in self.detectors],
+                "estimators": list(self.estimators),
+                "positive_label": self.positive_label,
+                "max_classes": self.max_classes,
+                "bins": self.bins,
+                "alpha": self.alpha,
+                "bin_rule": self.bin_rule,
+                "detectors": [dict(d) for d in self.detectors],
                 "normalize_max_count": self.normalize_max_count,
             },
             "labels": self._labels.state(),
@@ -203,7 +207,7 @@ class ModelEvaluator:
             "detectors": [det.state() for det in self._detectors],
             "n": self._n,
             "latency": list(self._latency),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ModelEvaluator:

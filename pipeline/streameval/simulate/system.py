@@ -100,8 +100,7 @@ def _concepts(name: str, seed: int) -> list[Any]:
         return [synth.LEDDrift(seed=seed, noise_percentage=0.1, n_drift_features=d)
                 for d in (0, 4, 7)]  # fmt: skip
     if name == "hyperplane":
-        return [synth.Hyperplane(seed=seed + i, n_features=10, mag_change=0.0)
-                for i in range(4)]  # fmt: skip
+        return [synth.Hyperplane(seed=seed + i, n_features=10, mag_change=0.0) for i in range(4)]
     if name == "sine":
         return [synth.Sine(classification_function=f, seed=seed) for f in (0, 1, 2, 3)]
     raise ValueError(name)
