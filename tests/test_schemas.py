@@ -97,8 +97,8 @@ class _Message:
 def test_code_and_json_schema_agree(kind, message, valid):
     schema_says = jsonschema.Draft202012Validator(SCHEMAS[kind]).is_valid(message)
     decoder = BatchDecoder({"t": kind})
-    batch = decoder.decode([_Message("t", json.dumps(message).encode())])
-    code_says = len(batch) == 1
+    decoded, _ = decoder.decode_message(_Message("t", json.dumps(message).encode()))
+    code_says = decoded is not None
     assert schema_says == code_says == valid
     # the replay form (with "type") agrees too
     line = json.dumps({"type": kind, **message})

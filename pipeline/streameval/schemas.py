@@ -15,8 +15,7 @@ router and ``streameval replay`` apply alike.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -40,7 +39,6 @@ __all__ = [
     "NO_TS",
     "BatchDecoder",
     "DeadLetter",
-    "DecodedBatch",
     "Event",
     "EventError",
     "InstanceEvent",
@@ -340,27 +338,6 @@ class DeadLetter:
         return value if len(value) <= MAX_MESSAGE_BYTES else value[:MAX_MESSAGE_BYTES]
 
 
-@dataclass
-class DecodedBatch:
-    """Valid messages of one batch as columns, in arrival order per kind, plus dead letters.
-
-    ``instances``, ``predictions``, ``labels`` hold the decoded records; ``ts`` columns are
-    int64 arrays (epoch ms), ids and labels are lists (the join hashes them).
-    """
-
-    instances: list[InstanceRecord] = field(default_factory=list)
-    predictions: list[PredictionRecord] = field(default_factory=list)
-    labels: list[LabelRecord] = field(default_factory=list)
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-
-    def ts(self, kind: str) -> np.ndarray:
-        records = getattr(self, kind + "s")
-        return np.fromiter((r.ts for r in records), dtype=np.int64, count=len(records))
-
-    def __len__(self) -> int:
-        return len(self.instances) + len(self.predictions) + len(self.labels)
-
-
 # On a topic the kind is the topic's; a message may still say its `type`, which must agree.
 class _InstanceMessage(InstanceRecord, frozen=True):
     type: str | None = None
@@ -408,13 +385,14 @@ class BatchDecoder:
     Examples
     --------
     >>> decoder = BatchDecoder({"labels": "label"})
-    >>> batch = decoder.decode([
-    ...     StoredMessage("labels", 0, 0, b"i1", b'{"instance_id": "i1", "ts": 5, "label": 1}'),
+    >>> kind, record = decoder.decode_message(
+    ...     StoredMessage("labels", 0, 0, b"i1", b'{"instance_id": "i1", "ts": 5, "label": 1}'))
+    >>> kind, record.instance_id, record.ts, record.label
+    ('label', 'i1', 5, 1)
+    >>> letters = [decoder.decode_message(message)[1] for message in (
     ...     StoredMessage("labels", 0, 1, b"i1", b'{"instance_id": "i1", "ts": "5"}'),
-    ...     StoredMessage("labels", 0, 2, None, b'{"instance_id": "i\\xff", "ts": 5}')])
-    >>> [(r.instance_id, r.ts, r.label) for r in batch.labels]
-    [('i1', 5, 1)]
-    >>> [d.code for d in batch.dead_letters], dict(decoder.counters)
+    ...     StoredMessage("labels", 0, 2, None, b'{"instance_id": "i\\xff", "ts": 5}'))]
+    >>> [letter.code for letter in letters], dict(decoder.counters)
     (['wrong_type', 'invalid_utf8'], {'wrong_type': 1, 'invalid_utf8': 1})
     """
 
@@ -432,22 +410,6 @@ class BatchDecoder:
             kind: msgspec.json.Decoder(record).decode for kind, record in _RECORDS.items()
         }
         self.decoders["instance"] = _deep_checked(self.decoders["instance"])
-
-    def decode(self, messages: Iterable[Message]) -> DecodedBatch:
-        batch = DecodedBatch()
-        columns = {
-            "instance": batch.instances,
-            "prediction": batch.predictions,
-            "label": batch.labels,
-        }
-        decode_message = self.decode_message
-        for message in messages:
-            kind, result = decode_message(message)
-            if kind is None:
-                batch.dead_letters.append(result)
-            else:
-                columns[kind].append(result)
-        return batch
 
     def decode_message(
         self, message: Message

@@ -5,7 +5,9 @@ model was wrong; any finite non-negative loss is accepted), keeps its own fading
 estimates and feeds them to a Page-Hinkley (PH) test for an increase of the mean. It returns an
 :class:`Alarm` for every outcome at which the test fires; the PH state then resets and the rest
 of the batch is processed from the reset state, exactly as if the outcomes had arrived one by
-one. The fading estimates themselves never reset.
+one. The fading estimates themselves never reset. The test is
+:class:`~streameval.core.page_hinkley.PageHinkley`; the fading errors are
+:class:`~streameval.core.forgetting.BlockFading` sums.
 
 Batches are processed with numpy (cumulative sums and minima); the only Python loops run per
 alarm and per block of up to 1024 outcomes, never per outcome. Every arithmetic operation
@@ -35,7 +37,6 @@ docs/measures.md.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -43,6 +44,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from streameval.core.forgetting import BlockFading, block_size
+from streameval.core.page_hinkley import PageHinkley, _as_values, _is_real
 
 __all__ = [
     "DEFAULT_DETECTORS",
@@ -121,10 +123,6 @@ class Alarm:
 # validation
 
 
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def _check_factor(name: str, value: Any, below: float | None = None) -> float:
     """A fading factor in (0, 1] (or in (0, ``below``) when given)."""
     if below is None:
@@ -136,48 +134,6 @@ def _check_factor(name: str, value: Any, below: float | None = None) -> float:
             return float(value)
         allowed = f"use a number in (0, long_factor={below!r}): the short memory forgets faster"
     raise ValueError(f"{name}={value!r} is not allowed; {allowed}")
-
-
-def _check_delta(value: Any) -> float:
-    if _is_real(value) and math.isfinite(value) and value >= 0:
-        return float(value)
-    raise ValueError(
-        f"delta={value!r} is not allowed; use a finite number >= 0 (the tolerated increase, "
-        "e.g. 0.1)"
-    )
-
-
-def _check_threshold(value: Any) -> float:
-    if _is_real(value) and math.isfinite(value) and value > 0:
-        return float(value)
-    raise ValueError(f"threshold={value!r} is not allowed; use a finite number > 0 (e.g. 100)")
-
-
-def _check_min_instances(value: Any) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
-        return int(value)
-    raise ValueError(f"min_instances={value!r} is not allowed; use an integer >= 1 (e.g. 30)")
-
-
-def _as_values(values: Any, name: str, non_negative: bool) -> np.ndarray:
-    """Check a batch of real values and return it as a ``float64`` array.
-
-    Raises ``ValueError`` naming the argument, the value and what is allowed.
-    """
-    what = "losses (1 = wrong, 0 = right)" if non_negative else "real values"
-    array = np.asarray(values)
-    if array.ndim != 1:
-        raise ValueError(f"{name} has shape {array.shape}; a 1-D array of {what} is needed")
-    if array.size and array.dtype.kind not in "biuf":
-        raise ValueError(f"{name} has dtype {array.dtype}; a 1-D array of {what} is needed")
-    array = array.astype(np.float64)
-    finite = np.isfinite(array)
-    if not finite.all():
-        bad = array[~finite][0]
-        raise ValueError(f"{name} contains {bad}; {what} must be finite")
-    if non_negative and array.size and array.min() < 0:
-        raise ValueError(f"{name} contains {array.min()}; losses must be >= 0")
-    return array
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,146 +199,6 @@ def _upgraded(fading_factor: float, old: dict[str, Any]) -> dict[str, Any]:
     if block != block_size(fading_factor):
         state["block"] = block
     return state
-
-
-# ---------------------------------------------------------------------------------------------
-# the Page-Hinkley test
-
-_FIRST_CHUNK = 256  # outcomes examined at once after a reset; doubles while no alarm fires
-
-
-class PageHinkley:
-    """Page-Hinkley test for an increase of the mean of a real signal.
-
-    After each value x_t (t counted since the last reset): x̄_t = (1/t)·Σ_{j≤t} x_j (the
-    running mean), m_t = Σ_{j≤t} (x_j − x̄_j − δ), M_t = min_{j≤t} m_j and PH_t = m_t − M_t
-    (so PH_1 = 0). An alarm fires when PH_t > λ and t >= ``min_instances``; the whole state
-    (t, x̄, m, M) then resets and the next value starts a new test.
-
-    The running mean is kept as the running sum over t (the same x̄_t as the recursion
-    x̄ += (x − x̄)/t, rounded once instead of t times).
-
-    Parameters
-    ----------
-    delta
-        δ >= 0, the tolerated increase of the mean (same unit as the signal).
-    threshold
-        λ > 0, the alarm threshold: larger means fewer false alarms and longer delays.
-    min_instances
-        Values since the last reset before an alarm is allowed (integer >= 1).
-
-    Examples
-    --------
-    E8 (docs/measures.md): 20 zeros then 20 ones, δ = 0.1, λ = 5.
-
-    >>> import numpy as np
-    >>> ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
-    >>> x = np.r_[np.zeros(20), np.ones(20)]
-    >>> [(position + 1, round(statistic, 4)) for position, statistic in ph.update(x)[:1]]
-    [(27, 5.1743)]
-
-    References
-    ----------
-    Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §5.1 (with the running mean
-    x̄_t; the printed x̄_T makes m_T = −T·δ and the test never fires). Page (1954). Worked example
-    E8 of docs/measures.md.
-    """
-
-    def __init__(
-        self, delta: float = 0.1, threshold: float = 100.0, min_instances: int = 30
-    ) -> None:
-        self.delta = _check_delta(delta)
-        self.threshold = _check_threshold(threshold)
-        self.min_instances = _check_min_instances(min_instances)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._observations = 0  # t
-        self._sum = 0.0  # Σ x_j, so x̄_t = sum/t
-        self._cumulative = 0.0  # m_t
-        self._minimum = math.inf  # M_t (no value yet)
-
-    def reset(self) -> None:
-        """Start a new test, as after an alarm."""
-        self._reset()
-
-    @property
-    def observations(self) -> int:
-        """Values t since the last reset."""
-        return self._observations
-
-    @property
-    def statistic(self) -> float:
-        """PH_t = m_t − M_t after the latest value (0 right after a reset)."""
-        return self._cumulative - self._minimum if self._observations else 0.0
-
-    def update(self, x: Any) -> list[tuple[int, float]]:
-        """Test a batch of values, oldest first.
-
-        Returns ``(position, statistic)`` of every alarm: the 0-based position of the value
-        in ``x`` at which PH_t > λ (the test reset right after it) and PH_t. A batch with a
-        NaN or infinite value raises ``ValueError`` and changes nothing.
-        """
-        return self._scan(_as_values(x, "x", non_negative=False))
-
-    def _scan(self, x: np.ndarray) -> list[tuple[int, float]]:
-        """:meth:`update` for a checked ``float64`` array."""
-        alarms: list[tuple[int, float]] = []
-        start, chunk = 0, _FIRST_CHUNK
-        while start < x.size:
-            values = x[start : start + chunk]
-            t = np.arange(self._observations + 1, self._observations + 1 + values.size)
-            sums = np.cumsum(np.concatenate(([self._sum], values)))[1:]
-            steps = values - sums / t - self.delta
-            cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
-            minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
-            statistic = cumulative - minimum
-            hits = np.flatnonzero((statistic > self.threshold) & (t >= self.min_instances))
-            if hits.size:
-                first = int(hits[0])
-                alarms.append((start + first, float(statistic[first])))
-                self._reset()
-                start += first + 1
-                chunk = _FIRST_CHUNK
-            else:
-                self._observations = int(t[-1])
-                self._sum = float(sums[-1])
-                self._cumulative = float(cumulative[-1])
-                self._minimum = float(minimum[-1])
-                start += values.size
-                chunk *= 2
-        return alarms
-
-    def _running_state(self) -> dict[str, Any]:
-        return {
-            "observations": self._observations,
-            "sum": self._sum,
-            "cumulative": self._cumulative,
-            "minimum": self._minimum if self._observations else None,
-        }
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        self._observations = state["observations"]
-        self._sum = state["sum"]
-        self._cumulative = state["cumulative"]
-        minimum = state["minimum"]
-        self._minimum = math.inf if minimum is None else minimum
-
-    def state(self) -> dict[str, Any]:
-        """A JSON-ready snapshot of the settings and the running state."""
-        return {
-            "delta": self.delta,
-            "threshold": self.threshold,
-            "min_instances": self.min_instances,
-            **self._running_state(),
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> PageHinkley:
-        """Rebuild a test from :meth:`state`; it continues bit-identically."""
-        test = cls(state["delta"], state["threshold"], state["min_instances"])
-        test._restore(state)
-        return test
 
 
 # ---------------------------------------------------------------------------------------------
