@@ -59,11 +59,13 @@ def messages(n: int) -> list[Message]:
 def main() -> None:
     batch = messages(100_000)
     decoder = BatchDecoder({"predictions": "prediction"})
+    decode, decoded = decoder.decode_message, 0
     start = time.perf_counter()
-    for lo in range(0, len(batch), 1000):
-        result = decoder.decode(batch[lo : lo + 1000])
+    for message in batch:
+        kind, _ = decode(message)
+        decoded += kind is not None
     ours = (time.perf_counter() - start) / len(batch)
-    assert sum(decoder.counters.values()) == 1000 and len(result.predictions) == 990
+    assert sum(decoder.counters.values()) == 1000 and decoded == 99_000
 
     schema = json.loads((topics_dir() / "schemas/prediction.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)

@@ -6,10 +6,9 @@ module generates. What the types cannot say — per-class measure names, the uni
 its rounding slack — is declared next to them, in their ``extra_json_schema``.
 
 Input messages have the fields of their topic and no others (unknown fields are refused by the
-decoder and by the schemas alike). Output records are built by the core as dicts and encoded as
-they are; :func:`check_record` converts one into its type, which is how the tests hold the
-records the service publishes to these definitions, and :func:`decode_record` gives a consumer
-typed records.
+decoder and by the schemas alike). The Engine builds its output records as these types;
+:func:`decode_record` reads a published one back as its type, and :func:`check_record` converts
+a record decoded as plain JSON (a dict) into its type, naming where it differs.
 """
 
 from __future__ import annotations

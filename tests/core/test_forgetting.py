@@ -114,3 +114,20 @@ def test_drift_states_of_the_first_checkpoint_version_continue_with_the_same_ala
         assert detector.state()["test"] == case["final"]["test"]
         restored = detector_from_state(json.loads(json.dumps(detector.state())))
         assert restored.state() == detector.state()
+
+
+@pytest.mark.parametrize("cut", [1024, 2048, 1500])
+def test_a_fading_error_reads_the_same_bits_however_it_was_fed_or_restored(cut):
+    """The error a detector shows is the estimate its last outcome got, at a block's end too."""
+    from streameval.core.drift import FadingErrorPageHinkley
+
+    losses = (np.random.default_rng(cut).random(3000) < 0.3).astype(float)
+    whole = FadingErrorPageHinkley(fading_factor=0.999)
+    whole.update(losses[:cut])
+    split = FadingErrorPageHinkley(fading_factor=0.999)
+    for lo, hi in itertools.pairwise([0, 7, 1000, cut]):
+        split.update(losses[lo:hi])
+    restored = detector_from_state(json.loads(json.dumps(split.state())))
+    monitored = FadingErrorPageHinkley(fading_factor=0.999)._monitored(losses[:cut])[1]
+    assert whole.error.hex() == split.error.hex() == restored.error.hex() == monitored[-1].hex()
+    assert detector_from_state(FadingErrorPageHinkley().state()).error != 0.0  # NaN: no outcome

@@ -6,7 +6,8 @@ a join partition its pending and remembered instances, an evaluation partition t
 its models' state — and a checkpoint makes those changes durable in a way that a crash at any
 moment can neither half-apply nor lose:
 
-1. the outputs the stage produced so far are acknowledged (the runner flushes first);
+1. the outputs the stage produced so far are acknowledged
+   (:class:`~streameval.app.checkpoint.Checkpoints` waits for them);
 2. **intent**: the changes, in chunks of at most :data:`CHUNK_BYTES`, under keys of their own
    (``i`` + checkpoint number + chunk number);
 3. **seal**: one record (key ``S``) naming the checkpoint and its number of chunks — the
@@ -16,7 +17,7 @@ moment can neither half-apply nor lose:
    stays the size of the state;
 5. the previous checkpoint's intent chunks are deleted (tombstones);
 6. everything is acknowledged; only then does the stage :meth:`commit` (a disk store writes
-   its batch, with the changelog offset it covers) and the runner commit input offsets.
+   its batch, with the changelog offset it covers) and are the input offsets committed.
 
 Records of one partition keep their order (one idempotent producer), so whoever reads the
 partition — a worker taking it over, or restarting on an empty disk — folds every ``s`` record

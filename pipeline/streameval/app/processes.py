@@ -41,6 +41,7 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
+from streameval.records import Record
 
 from .settings import WorkerSettings
 
@@ -60,7 +61,7 @@ _PR_SET_PDEATHSIG = 1
 
 class ExporterProxy:
     """Stands in for the :class:`Exporter` in a child: records the calls, sends them in
-    batches. Only the methods :class:`~streameval.app.runner.Pipeline` calls exist."""
+    batches. Only the methods :class:`~streameval.app.telemetry.Telemetry` calls exist."""
 
     def __init__(self, connection: Connection, source: int) -> None:
         self._connection = connection
@@ -83,7 +84,7 @@ class ExporterProxy:
             self._connection.send(message)
 
     # -- the Exporter's interface -----------------------------------------------------------
-    def observe(self, records: list[dict[str, Any]]) -> None:
+    def observe(self, records: list[Record]) -> None:
         self._call("observe", list(records))
 
     def observe_outcomes(self, model_id: str, latencies_ms: Any) -> None:

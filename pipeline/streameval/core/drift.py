@@ -150,6 +150,7 @@ class _FadingMean:
 
     def __init__(self, fading_factor: float) -> None:
         self._sums = BlockFading(fading_factor, 2)
+        self._last = math.nan  # M_a after the latest outcome, as advance() returned it
 
     @property
     def n(self) -> int:
@@ -158,18 +159,18 @@ class _FadingMean:
     @property
     def value(self) -> float:
         """M_a after the latest outcome (NaN before the first)."""
-        if self._sums.n == 0:
-            return math.nan
-        total, norm = self._sums.scaled().tolist()
-        return total / norm
+        return self._last
 
     def advance(self, losses: np.ndarray) -> np.ndarray:
         """Add a batch of losses; return M_a after each of them."""
         sums = self._sums.running(np.column_stack([losses, np.ones(losses.size)]))
-        return sums[:, 0] / sums[:, 1]
+        means = sums[:, 0] / sums[:, 1]
+        if means.size:
+            self._last = float(means[-1])
+        return means
 
     def state(self) -> dict[str, Any]:
-        return self._sums.state()
+        return {**self._sums.state(), "last": None if self._sums.n == 0 else self._last}
 
     @classmethod
     def from_state(cls, fading_factor: float, state: dict[str, Any]) -> _FadingMean:
@@ -177,6 +178,7 @@ class _FadingMean:
         if "base_sum" in state:  # written before the forgetting module: same sums, kept apart
             state = _upgraded(fading_factor, state)
         mean._sums.load(state)
+        mean._last = math.nan if state["last"] is None else state["last"]
         return mean
 
 
@@ -188,14 +190,18 @@ def _upgraded(fading_factor: float, old: dict[str, Any]) -> dict[str, Any]:
     """
     block, n = old["block"], old["n"]
     decay = np.cumprod(np.concatenate(([1.0], np.full(block, fading_factor))))
-    norm_partial = float(np.cumsum(1.0 / decay[1:])[n % block - 1]) if n % block else 0.0
+    norms = np.cumsum(1.0 / decay[1:])  # Σ a^(−i), i = 1..k, added in order
+    norm_partial = float(norms[n % block - 1]) if n % block else 0.0
     base = np.array([old["base_sum"], old["base_norm"]])
     partial = np.array([old["partial"], norm_partial])
+    last = None
+    if n:  # M_a as version 1 computed it
+        k = n % block or block
+        last = (old["base_sum"] + old["partial"]) / (old["base_norm"] + float(norms[k - 1]))
     if n and n % block == 0:  # a full block, not yet closed
-        full = float(np.cumsum(1.0 / decay[1:])[-1])
-        base = decay[block] * (base + np.array([old["partial"], full]))
+        base = decay[block] * (base + np.array([old["partial"], float(norms[-1])]))
         partial = np.zeros(2)
-    state = {"n": n, "base": base.tolist(), "partial": partial.tolist()}
+    state = {"n": n, "base": base.tolist(), "partial": partial.tolist(), "last": last}
     if block != block_size(fading_factor):
         state["block"] = block
     return state

@@ -339,14 +339,6 @@ class BlockFading:
         """S_t = a^(t−b)·(S_b + P_t)."""
         return self._decay[self._n % self._block] * (self._base + self._partial)
 
-    def scaled(self) -> np.ndarray:
-        """S_b + P_t, the sums in the growth scale of the current block (see :meth:`running`).
-
-        At a block's end this is the next block's S_b: the sums of the last outcome are
-        ``a^L·(S_b + P)``, the same value, in the scale of the block that follows.
-        """
-        return self._base + self._partial
-
     def state(self) -> dict[str, Any]:
         state = {"n": self._n, "base": self._base.tolist(), "partial": self._partial.tolist()}
         if self._block != block_size(self.fading_factor):
