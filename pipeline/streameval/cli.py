@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
 import click
 
 from streameval import __version__
+from streameval.cli_kafka import kafka, topics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,6 +25,10 @@ def main(ctx: click.Context) -> None:
                 f"STREAMEVAL_TOPICS_DIR={folder} has no topics.toml: point it at a folder with "
                 "topics.toml and schemas/ (copies of the package's, edited), or unset it"
             )
+
+
+main.add_command(kafka)
+main.add_command(topics)
 
 
 def _need(module: str, extra: str, what: str) -> None:
@@ -143,185 +147,6 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
         plot_history(history, plot)
         if not quiet:
             console.print(f"plot written to {plot}")
-
-
-@main.group()
-def kafka() -> None:
-    """A local single-node Apache Kafka (KRaft) for development, without Docker."""
-
-
-def _say(message: str) -> None:
-    click.echo(message, err=True)
-
-
-@kafka.command("start")
-@click.option("--name", default="default", show_default=True, help="Instance name.")
-def kafka_start(name: str) -> None:
-    """Fetch Kafka if needed (Maven Central, cached) and start it; print its bootstrap."""
-    from streameval.devkafka import KafkaInstance, LauncherError
-
-    directory = KafkaInstance.named(name)
-    existing = KafkaInstance.load(directory)
-    if existing is not None and existing.running():
-        _say(f"kafka {name!r} is already running (pid {existing.pid}); logs: {existing.log_file}")
-        click.echo(existing.bootstrap)
-        return
-    try:
-        instance = KafkaInstance.start(directory, tie_to_parent=False, log=_say)
-    except LauncherError as err:
-        raise click.ClickException(str(err)) from None
-    _say(f"kafka {name!r} started (pid {instance.pid}); logs: {instance.log_file}")
-    click.echo(instance.bootstrap)
-
-
-@kafka.command("stop")
-@click.option("--name", default="default", show_default=True, help="Instance name.")
-def kafka_stop(name: str) -> None:
-    """Stop a local Kafka started with `streameval kafka start`."""
-    from streameval.devkafka import KafkaInstance
-
-    instance = KafkaInstance.load(KafkaInstance.named(name))
-    if instance is None or not instance.running():
-        _say(f"kafka {name!r} is not running")
-        return
-    instance.stop()
-    _say(f"kafka {name!r} stopped")
-
-
-@kafka.command("status")
-@click.option("--name", default="default", show_default=True, help="Instance name.")
-def kafka_status(name: str) -> None:
-    """Say whether the local Kafka runs, where, and where its log is; exit 1 if it does not."""
-    from streameval.devkafka import KafkaInstance
-
-    instance = KafkaInstance.load(KafkaInstance.named(name))
-    if instance is None or not instance.running():
-        _say(f"kafka {name!r} is not running")
-        sys.exit(1)
-    click.echo(f"running pid={instance.pid} bootstrap={instance.bootstrap} log={instance.log_file}")
-
-
-def _kafka_options(function):
-    function = click.option(
-        "-X", "settings", multiple=True, metavar="KEY=VALUE",
-        help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
-    )(function)  # fmt: skip
-    return click.option(
-        "--bootstrap", envvar="STREAMEVAL_BOOTSTRAP",
-        help="Kafka bootstrap servers (default: $STREAMEVAL_BOOTSTRAP, else the local Kafka "
-        "of `streameval kafka start`).",
-    )(function)  # fmt: skip
-
-
-def _admin(bootstrap, settings):
-    from confluent_kafka.admin import AdminClient
-
-    from streameval.clients import ClientConfigError, client_config
-
-    try:
-        config = client_config(bootstrap, settings)
-    except ClientConfigError as err:
-        raise click.UsageError(str(err)) from None
-    return AdminClient(config), config["bootstrap.servers"]
-
-
-@contextlib.contextmanager
-def _kafka_errors(where: str):
-    """A broker that does not answer (a wrong address, Kafka down) as a message that says what
-    to do, not a traceback."""
-    from confluent_kafka import KafkaException
-
-    try:
-        yield
-    except KafkaException as err:
-        reason = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-        raise click.ClickException(
-            f"Kafka at {where} did not answer ({reason}); check --bootstrap (or "
-            "$STREAMEVAL_BOOTSTRAP), or start a local one with `streameval kafka start`"
-        ) from None
-
-
-@main.group()
-def topics() -> None:
-    """The topics of topics/topics.toml: create what is missing, describe them."""
-
-
-_prefix = click.option(
-    "--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", show_default=True,
-    help="Prefix of every topic name ($STREAMEVAL_TOPIC_PREFIX).",
-)  # fmt: skip
-
-
-@topics.command("create")
-@_kafka_options
-@_prefix
-@click.option(
-    "--partitions",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Partitions of every new topic instead of the declared count.",
-)
-@click.option(
-    "--app-id", envvar="STREAMEVAL_APP_ID", default="streameval", show_default=True,
-    help="The worker group whose internal topics to create ($STREAMEVAL_APP_ID).",
-)  # fmt: skip
-@click.option(
-    "--changelog-config", "changelog_configs", multiple=True, metavar="KEY=VALUE",
-    help="A topic config of the changelog topics over topics/topics.toml's; repeatable.",
-)  # fmt: skip
-def topics_create(bootstrap, settings, prefix, partitions, app_id, changelog_configs) -> None:
-    """Create the missing topics; report existing ones whose partitions or configs differ
-    (they are left alone: changing a live topic is a decision for a person)."""
-    from streameval.topics import create_topics, load_topics
-
-    overrides = {}
-    for item in changelog_configs:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"--changelog-config {item!r}: use KEY=VALUE")
-        overrides[key] = value
-    specs = load_topics(prefix, partitions=partitions, app_id=app_id, changelog_configs=overrides)
-    admin, where = _admin(bootstrap, settings)
-    with _kafka_errors(where):
-        report = create_topics(admin, specs)
-    for name in report.created:
-        click.echo(f"created    {name}")
-    for name in report.unchanged:
-        click.echo(f"exists     {name}")
-    for name, differences in report.mismatched.items():
-        click.echo(f"DIFFERS    {name}: " + "; ".join(differences))
-    if report.mismatched:
-        _say("some existing topics differ from topics/topics.toml; they were not changed")
-
-
-@topics.command("describe")
-@_kafka_options
-@_prefix
-def topics_describe(bootstrap, settings, prefix) -> None:
-    """Print every declared topic: role, key, schema, and declared vs actual settings."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from streameval.topics import describe_topics, load_topics
-
-    table = Table(title="streameval topics")
-    for column in ("topic", "role", "key", "schema", "partitions", "configs (actual)"):
-        table.add_column(column)
-    admin, where = _admin(bootstrap, settings)
-    with _kafka_errors(where):
-        rows = describe_topics(admin, load_topics(prefix))
-    for row in rows:
-        partitions = f"{row['partitions']}" if row["exists"] else "missing"
-        if row["exists"] and row["partitions"] != row["declared_partitions"]:
-            partitions += f" (declared {row['declared_partitions']})"
-        configs = ", ".join(
-            f"{k}={v}" + ("" if v == row["declared_configs"][k] else f" (declared "
-                          f"{row['declared_configs'][k]})")
-            for k, v in row["configs"].items()
-        )  # fmt: skip
-        table.add_row(row["name"], row["role"], row["key"], row["schema"] or "-", partitions,
-                      configs if row["exists"] else "-")  # fmt: skip
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 @main.command("alert-log")
