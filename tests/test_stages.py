@@ -31,7 +31,8 @@ from streameval.app.wire import (
 )
 from streameval.core.join import Outcome
 from streameval.engine import Engine
-from streameval.schemas import NO_TS, StoredMessage, decode_event
+from streameval.event_time import NO_TS
+from streameval.schemas import StoredMessage, decode_event
 from streameval.simulate.malformed import Record, mix
 from streameval.simulate.scripted import TOPIC_OF
 from streameval.topics import INPUT_KINDS

@@ -17,15 +17,14 @@ from typing import IO
 from streameval.config import EvaluationConfig
 from streameval.core.join import Join
 from streameval.engine import Engine
+from streameval.event_time import NO_TS, TimeRules
 from streameval.records import Record
 from streameval.schemas import (
-    NO_TS,
     Event,
     EventError,
     InstanceEvent,
     LabelEvent,
     PredictionEvent,
-    TimeRules,
     decode_event,
     encode_record,
 )

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from streameval.config import EvaluationConfig
-from streameval.schemas import NO_TS, BatchDecoder, DeadLetter, EventError, Message, TimeRules
+from streameval.event_time import NO_TS, TimeRules
+from streameval.schemas import BatchDecoder, DeadLetter, EventError, Message
 
 from .wire import INSTANCE, LABEL, PREDICTION, EventRow, Source
 
@@ -110,7 +111,7 @@ class Router:
 
         Every message either becomes an event or a dead letter, whatever its bytes (and
         whatever goes wrong on it). A well-formed event must also pass the time rules
-        (:class:`~streameval.schemas.TimeRules`) against its partition's progress; ``now_ms``
+        (:class:`~streameval.event_time.TimeRules`) against its partition's progress; ``now_ms``
         (epoch ms, default: the clock) stands in for the Kafka timestamp of a message that has
         none.
         """

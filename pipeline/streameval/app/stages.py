@@ -53,8 +53,8 @@ from streameval.config import EvaluationConfig
 from streameval.core.join import Join, Outcome, take_runs
 from streameval.core.state import decode_value, encode_value
 from streameval.engine import Engine
+from streameval.event_time import NO_TS
 from streameval.records import Record
-from streameval.schemas import NO_TS
 
 from .wire import (
     WIRE_VERSION,
