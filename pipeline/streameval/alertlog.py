@@ -40,8 +40,13 @@ class AlertLog:
     ``port=0`` takes a free port (read it back from ``port``).
     """
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 9095,
-                 echo: Callable[[str], None] | None = print, keep: int = 1000) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str = "0.0.0.0",
+        port: int = 9095,
+        echo: Callable[[str], None] | None = print,
+        keep: int = 1000,
+    ) -> None:
         self.alerts: deque[dict[str, Any]] = deque(maxlen=keep)  # the latest, for tests
         self._lock = threading.Lock()
         log = self
@@ -52,8 +57,9 @@ class AlertLog:
                 try:
                     body = json.loads(self.rfile.read(size) or b"{}")
                     alerts = list(body["alerts"])
-                    if not all(isinstance(a, dict) and isinstance(a.get("labels"), dict)
-                               for a in alerts):  # fmt: skip
+                    if not all(
+                        isinstance(a, dict) and isinstance(a.get("labels"), dict) for a in alerts
+                    ):
                         raise ValueError("every alert must be an object with labels")
                 except (ValueError, KeyError, TypeError) as err:
                     self.send_error(400, f"not an Alertmanager webhook notification: {err}")

@@ -69,14 +69,18 @@ def kafka_status(name: str) -> None:
 
 def _kafka_options(function):
     function = click.option(
-        "-X", "settings", multiple=True, metavar="KEY=VALUE",
+        "-X",
+        "settings",
+        multiple=True,
+        metavar="KEY=VALUE",
         help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
-    )(function)  # fmt: skip
+    )(function)
     return click.option(
-        "--bootstrap", envvar="STREAMEVAL_BOOTSTRAP",
+        "--bootstrap",
+        envvar="STREAMEVAL_BOOTSTRAP",
         help="Kafka bootstrap servers (default: $STREAMEVAL_BOOTSTRAP, else the local Kafka "
         "of `streameval kafka start`).",
-    )(function)  # fmt: skip
+    )(function)
 
 
 def _admin(bootstrap, settings):
@@ -113,9 +117,12 @@ def topics() -> None:
 
 
 _prefix = click.option(
-    "--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", show_default=True,
+    "--prefix",
+    envvar="STREAMEVAL_TOPIC_PREFIX",
+    default="",
+    show_default=True,
     help="Prefix of every topic name ($STREAMEVAL_TOPIC_PREFIX).",
-)  # fmt: skip
+)
 
 
 @topics.command("create")
@@ -128,13 +135,19 @@ _prefix = click.option(
     help="Partitions of every new topic instead of the declared count.",
 )
 @click.option(
-    "--app-id", envvar="STREAMEVAL_APP_ID", default="streameval", show_default=True,
+    "--app-id",
+    envvar="STREAMEVAL_APP_ID",
+    default="streameval",
+    show_default=True,
     help="The worker group whose internal topics to create ($STREAMEVAL_APP_ID).",
-)  # fmt: skip
+)
 @click.option(
-    "--changelog-config", "changelog_configs", multiple=True, metavar="KEY=VALUE",
+    "--changelog-config",
+    "changelog_configs",
+    multiple=True,
+    metavar="KEY=VALUE",
     help="A topic config of the changelog topics over topics/topics.toml's; repeatable.",
-)  # fmt: skip
+)
 def topics_create(bootstrap, settings, prefix, partitions, app_id, changelog_configs) -> None:
     """Create the missing topics; report existing ones whose partitions or configs differ
     (they are left alone: changing a live topic is a decision for a person)."""
@@ -181,10 +194,20 @@ def topics_describe(bootstrap, settings, prefix) -> None:
         if row["exists"] and row["partitions"] != row["declared_partitions"]:
             partitions += f" (declared {row['declared_partitions']})"
         configs = ", ".join(
-            f"{k}={v}" + ("" if v == row["declared_configs"][k] else f" (declared "
-                          f"{row['declared_configs'][k]})")
+            f"{k}={v}"
+            + (
+                ""
+                if v == row["declared_configs"][k]
+                else f" (declared {row['declared_configs'][k]})"
+            )
             for k, v in row["configs"].items()
-        )  # fmt: skip
-        table.add_row(row["name"], row["role"], row["key"], row["schema"] or "-", partitions,
-                      configs if row["exists"] else "-")  # fmt: skip
+        )
+        table.add_row(
+            row["name"],
+            row["role"],
+            row["key"],
+            row["schema"] or "-",
+            partitions,
+            configs if row["exists"] else "-",
+        )
     Console(width=None if sys.stdout.isatty() else 160).print(table)

@@ -66,12 +66,18 @@ class _View:
 
         from streameval.topics import Topics
 
-        settings = {"group.id": f"{prefix}demo-view", "auto.offset.reset": "earliest",
-                    "enable.auto.commit": False}  # fmt: skip
+        settings = {
+            "group.id": f"{prefix}demo-view",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
         self.consumer = Consumer({**client, **settings})
         topics = Topics.with_prefix(prefix)
-        self.kinds = {topics.metrics: "metrics", topics.alarms: "drift_alarm",
-                      topics.comparisons: "comparison"}  # fmt: skip
+        self.kinds = {
+            topics.metrics: "metrics",
+            topics.alarms: "drift_alarm",
+            topics.comparisons: "comparison",
+        }
         self.consumer.subscribe(list(self.kinds))
         self.metrics: dict[str, dict[str, Any]] = {}
         self.alarms: deque[DriftAlarmRecord] = deque(maxlen=8)
@@ -97,19 +103,34 @@ class _View:
 
     def table(self, title: str) -> Table:
         table = Table(title=title, title_justify="left")
-        for column in ("model", "outcomes", "κ⁺", "κ_per", "acc window", "acc fading",
-                       "initial acc", "Ψ₂ acc", "final acc", "label latency"):  # fmt: skip
+        for column in (
+            "model",
+            "outcomes",
+            "κ⁺",
+            "κ_per",
+            "acc window",
+            "acc fading",
+            "initial acc",
+            "Ψ₂ acc",
+            "final acc",
+            "label latency",
+        ):
             table.add_column(column, justify="left" if column == "model" else "right")
         for model, record in sorted(self.metrics.items()):
             window, fading = record.estimators[WINDOW], record.estimators[FADING]
             delayed = record.delayed[WINDOW]
             table.add_row(
-                model, str(record.n), _fmt(window["kappa_plus"]),
-                _fmt(window["kappa_temporal"]), _fmt(window["accuracy"]),
-                _fmt(fading["accuracy"]), _fmt(delayed["accuracy_initial"]),
-                _fmt(delayed["psi_accuracy"]), _fmt(delayed["accuracy_final"]),
+                model,
+                str(record.n),
+                _fmt(window["kappa_plus"]),
+                _fmt(window["kappa_temporal"]),
+                _fmt(window["accuracy"]),
+                _fmt(fading["accuracy"]),
+                _fmt(delayed["accuracy_initial"]),
+                _fmt(delayed["psi_accuracy"]),
+                _fmt(delayed["accuracy_final"]),
                 f"{(record.latency_ms.mean or 0.0) / 1000:.1f} s",
-            )  # fmt: skip
+            )
         return table
 
     def close(self) -> None:
@@ -149,10 +170,12 @@ def run_demo(
         if local is not None and local.running():
             bootstrap = local.bootstrap
         else:
-            console.print("starting a local Apache Kafka (the first time fetches it from Maven "
-                          "Central) …")  # fmt: skip
-            started_kafka = KafkaInstance.start(KafkaInstance.named("demo"), tie_to_parent=True,
-                                                log=console.print)  # fmt: skip
+            console.print(
+                "starting a local Apache Kafka (the first time fetches it from Maven Central) …"
+            )
+            started_kafka = KafkaInstance.start(
+                KafkaInstance.named("demo"), tie_to_parent=True, log=console.print
+            )
             bootstrap = started_kafka.bootstrap
     client = {"bootstrap.servers": bootstrap}
     prefix = f"demo-{uuid.uuid4().hex[:6]}-"
@@ -163,21 +186,34 @@ def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="streameval-demo-"))
     (workdir / "demo.toml").write_text(WORKER_CONFIG)
     log = workdir / "worker.log"
-    env = {**os.environ, "STREAMEVAL_BOOTSTRAP": bootstrap, "STREAMEVAL_TOPIC_PREFIX": prefix,
-           "STREAMEVAL_APP_ID": app_id, "STREAMEVAL_METRICS_PORT": str(metrics_port),
-           "STREAMEVAL_IDLE_MS": "3000", "STREAMEVAL_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "STREAMEVAL_BOOTSTRAP": bootstrap,
+        "STREAMEVAL_TOPIC_PREFIX": prefix,
+        "STREAMEVAL_APP_ID": app_id,
+        "STREAMEVAL_METRICS_PORT": str(metrics_port),
+        "STREAMEVAL_IDLE_MS": "3000",
+        "STREAMEVAL_LOG_LEVEL": "warning",
+    }
     worker = subprocess.Popen(
         [sys.executable, "-m", "streameval.cli", "worker", "--config", str(workdir / "demo.toml")],
-        env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    console.print(f"worker pid {worker.pid}; /metrics on http://localhost:{metrics_port}/metrics;"
-                  f" worker log {log}")  # fmt: skip
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    console.print(
+        f"worker pid {worker.pid}; /metrics on http://localhost:{metrics_port}/metrics;"
+        f" worker log {log}"
+    )
     instances = int((duration or 3600) * rate)
     drift_at = max(1, int(min(duration or 120, 120) * rate * 0.45))
     sim = SimulationConfig(
-        instances=max(instances, drift_at + 1), drifts=[drift_at], rate=rate, seed=seed,
+        instances=max(instances, drift_at + 1),
+        drifts=[drift_at],
+        rate=rate,
+        seed=seed,
         start_ms=int(time.time() * 1000) + 3000,
-    )  # fmt: skip
+    )
     stop = threading.Event()
     produced = [0]
 
@@ -189,8 +225,10 @@ def run_demo(
     view = _View(client, prefix)
     status = 0
     began = time.monotonic()
-    console.print(f"simulating {rate:.0f} instances/s, concept drift at instance {drift_at} "
-                  f"(~{drift_at / rate:.0f} s); Ctrl-C to stop")  # fmt: skip
+    console.print(
+        f"simulating {rate:.0f} instances/s, concept drift at instance {drift_at} "
+        f"(~{drift_at / rate:.0f} s); Ctrl-C to stop"
+    )
     thread.start()
     try:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
@@ -205,8 +243,9 @@ def run_demo(
                 had_metrics = bool(view.metrics)
                 new_alarms = view.poll()
                 if view.metrics and not had_metrics:
-                    console.print(f"first metrics {time.monotonic() - launched:.1f} s after the "
-                                  "demo started")  # fmt: skip
+                    console.print(
+                        f"first metrics {time.monotonic() - launched:.1f} s after the demo started"
+                    )
                 for alarm in new_alarms:
                     console.print(
                         f"[bold red]drift alarm[/]: {alarm.model_id} "
@@ -220,10 +259,12 @@ def run_demo(
                 parts: list[Any] = [view.table(title)]
                 if view.comparison:
                     c = view.comparison.estimators[WINDOW]
-                    parts.append(Text(
-                        f"{CHAMPION} vs {CHALLENGER} (window): McNemar {_fmt(c.mcnemar, 2)}, "
-                        f"Q {_fmt(c.q_statistic, 2)}, leader {c.leader or '–'}"
-                    ))  # fmt: skip
+                    parts.append(
+                        Text(
+                            f"{CHAMPION} vs {CHALLENGER} (window): McNemar {_fmt(c.mcnemar, 2)}, "
+                            f"Q {_fmt(c.q_statistic, 2)}, leader {c.leader or '–'}"
+                        )
+                    )
                 live.update(Group(*parts))
     except KeyboardInterrupt:
         console.print("stopping …")
@@ -241,8 +282,10 @@ def run_demo(
         view.poll()
         view.close()
         console.print(view.table("final numbers"))
-        console.print(f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms: "
-                      + ", ".join(sorted({a.model_id for a in view.all_alarms})))  # fmt: skip
+        console.print(
+            f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms: "
+            + ", ".join(sorted({a.model_id for a in view.all_alarms}))
+        )
         admin.delete_topics([s.name for s in specs], operation_timeout=30)
         if started_kafka is not None:
             started_kafka.stop()

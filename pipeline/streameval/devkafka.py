@@ -90,8 +90,16 @@ def ensure_artifacts(log=print) -> Path:
         staging = home / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
         log(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {home} ...")
-        command = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-                   f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]  # fmt: skip
+        command = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise LauncherError(
@@ -187,20 +195,41 @@ class KafkaInstance:
         classpath = f"{libs}/*"
         log4j = f"-Dlog4j2.configurationFile={root / 'log4j2.properties'}"
         formatted = subprocess.run(
-            [java, *JVM_OPTIONS, "-cp", classpath, log4j, "kafka.tools.StorageTool", "format",
-             "-t", uuid.uuid4().hex[:22], "-c", str(root / "server.properties"),
-             "--ignore-formatted"],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                java,
+                *JVM_OPTIONS,
+                "-cp",
+                classpath,
+                log4j,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                uuid.uuid4().hex[:22],
+                "-c",
+                str(root / "server.properties"),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if formatted.returncode != 0:
             raise LauncherError(f"formatting KRaft storage failed:\n{formatted.stderr[-2000:]}")
         with open(logs / "stdout.log", "ab") as out:
             process = subprocess.Popen(
-                [java, *JVM_OPTIONS, "-cp", classpath, log4j, "kafka.Kafka",
-                 str(root / "server.properties")],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    java,
+                    *JVM_OPTIONS,
+                    "-cp",
+                    classpath,
+                    log4j,
+                    "kafka.Kafka",
+                    str(root / "server.properties"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if tie_to_parent else os.setsid,
-            )  # fmt: skip
+            )
         self.pid = process.pid
         self._write_state()
         self._wait_ready(process, timeout)
@@ -270,8 +299,9 @@ class KafkaInstance:
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
         try:
-            futures = admin.describe_consumer_groups(["streameval-launcher-probe"],
-                                                     request_timeout=2)  # fmt: skip
+            futures = admin.describe_consumer_groups(
+                ["streameval-launcher-probe"], request_timeout=2
+            )
             futures["streameval-launcher-probe"].result(timeout=3)
         except Exception:  # the coordinator is not there yet
             return False

@@ -220,9 +220,16 @@ class Engine:
             for alarm in alarms:
                 at = chunk[alarm.index - before - 1]
                 record = DriftAlarmRecord(
-                    "drift_alarm", model_id, at.t_label, "final", alarm.detector,
-                    alarm.statistic, alarm.threshold, alarm.index, alarm.estimate,
-                )  # fmt: skip
+                    "drift_alarm",
+                    model_id,
+                    at.t_label,
+                    "final",
+                    alarm.detector,
+                    alarm.statistic,
+                    alarm.threshold,
+                    alarm.index,
+                    alarm.estimate,
+                )
                 records.append((at, record))
                 self.alarms += 1
             self._model_last_ts[model_id] = chunk[-1].t_label
@@ -276,9 +283,10 @@ class Engine:
         latency = Latency(**measures["latency_ms"])
         return [
             InitialMetricsRecord("metrics", model_id, ts, n, views["initial"]),
-            FinalMetricsRecord("metrics", model_id, ts, n, views["final"], measures["delayed"],
-                               latency),
-        ]  # fmt: skip
+            FinalMetricsRecord(
+                "metrics", model_id, ts, n, views["final"], measures["delayed"], latency
+            ),
+        ]
 
     def _comparison_record(self, key: str, pair: PairEvaluator, ts: int) -> ComparisonRecord:
         self._published[key] = pair.n

@@ -32,8 +32,21 @@ from streameval.records import Record
 __all__ = ["LATENCY_BUCKETS", "Exporter", "estimator_label"]
 
 #: Label latency buckets in seconds: one second to four weeks.
-LATENCY_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400, 3 * 86400, 7 * 86400,
-                   28 * 86400, math.inf)  # fmt: skip
+LATENCY_BUCKETS = (
+    1,
+    5,
+    15,
+    60,
+    300,
+    900,
+    3600,
+    4 * 3600,
+    86400,
+    3 * 86400,
+    7 * 86400,
+    28 * 86400,
+    math.inf,
+)
 
 _PER_CLASS = re.compile(r"^(?P<measure>\w+)\[(?P<cls>.*)\]$")
 
@@ -109,8 +122,9 @@ class _SnapshotCollector(Collector):
                 est = estimator_label(estimator)
                 for name in ("accuracy", "kappa", "kappa_plus"):
                     for stage in ("initial", "final"):
-                        delayed.add_metric([model, est, name, stage],
-                                           _value(block[f"{name}_{stage}"]))  # fmt: skip
+                        delayed.add_metric(
+                            [model, est, name, stage], _value(block[f"{name}_{stage}"])
+                        )
                     delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
                 for b, value in enumerate(block["binned_accuracy"], start=1):
                     binned.add_metric([model, est, f"{b:03d}"], _value(value))
@@ -118,16 +132,18 @@ class _SnapshotCollector(Collector):
             for estimator, values in record.estimators.items():
                 for name in ("q_statistic", "mcnemar", "n01", "n10", "significant"):
                     comparison.add_metric(
-                        [pair, record.model_a, record.model_b, estimator_label(estimator),
-                         name], _value(getattr(values, name)),
-                    )  # fmt: skip
+                        [pair, record.model_a, record.model_b, estimator_label(estimator), name],
+                        _value(getattr(values, name)),
+                    )
         histogram = HistogramMetricFamily(
             "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
         )
         for model, (counts, total) in self._exporter._latency_snapshot().items():
             cumulative = np.cumsum(counts)
-            buckets = [(floatToGoString(b), float(c)) for b, c in zip(LATENCY_BUCKETS, cumulative,
-                                                                      strict=True)]  # fmt: skip
+            buckets = [
+                (floatToGoString(b), float(c))
+                for b, c in zip(LATENCY_BUCKETS, cumulative, strict=True)
+            ]
             histogram.add_metric([model], buckets, total)
         yield from (measure, per_class, delayed, binned, outcomes, latency, comparison, histogram)
 
@@ -164,9 +180,11 @@ class Exporter:
         self._metrics: dict[tuple[str, str], dict[str, Any]] = {}
         self._comparisons: dict[str, dict[str, Any]] = {}
         self.alarms = Counter(
-            "streameval_drift_alarms", "Drift alarms fired.", ["model", "detector"],
+            "streameval_drift_alarms",
+            "Drift alarms fired.",
+            ["model", "detector"],
             registry=registry,
-        )  # fmt: skip
+        )
         self.dropped = Counter(
             "streameval_dropped_records",
             "Records the join dropped or found odd, by reason (and model where it has one).",
@@ -174,39 +192,48 @@ class Exporter:
             registry=registry,
         )
         self.dead_letters = Counter(
-            "streameval_dead_letters", "Malformed input messages sent to dead letters.",
-            ["reason"], registry=registry,
-        )  # fmt: skip
+            "streameval_dead_letters",
+            "Malformed input messages sent to dead letters.",
+            ["reason"],
+            registry=registry,
+        )
         self.skipped_batches = Counter(
             "streameval_skipped_batches",
             "Internal batches a stage could not read or apply and skipped (a defect or a "
             "version mix-up: see the worker's log).",
-            ["stage"], registry=registry,
-        )  # fmt: skip
+            ["stage"],
+            registry=registry,
+        )
         self.input_messages = Counter(
             "streameval_input_messages",
             "Messages consumed from the input topics (rate() gives the input throughput).",
             registry=registry,
         )
         self.outcomes = Counter(
-            "streameval_outcomes", "Outcomes evaluated (rate() gives outcomes per second).",
-            ["model"], registry=registry,
-        )  # fmt: skip
+            "streameval_outcomes",
+            "Outcomes evaluated (rate() gives outcomes per second).",
+            ["model"],
+            registry=registry,
+        )
         # label latency per model: counts per bucket and the sum of seconds, updated a batch at
         # a time with numpy (a prometheus_client Histogram observes one value per call)
         self._latency: dict[str, tuple[np.ndarray, float]] = {}
         self.pending = Gauge(
-            "streameval_pending_instances", "Instances buffered by the join, waiting for a label.",
+            "streameval_pending_instances",
+            "Instances buffered by the join, waiting for a label.",
             registry=registry,
-        )  # fmt: skip
+        )
         self.lag = Gauge(
-            "streameval_consumer_lag", "Messages not yet consumed, per input partition.",
-            ["topic", "partition"], registry=registry,
-        )  # fmt: skip
-        self.store_bytes = Gauge(
-            "streameval_store_bytes", "Bytes the join's disk stores take on disk.",
+            "streameval_consumer_lag",
+            "Messages not yet consumed, per input partition.",
+            ["topic", "partition"],
             registry=registry,
-        )  # fmt: skip
+        )
+        self.store_bytes = Gauge(
+            "streameval_store_bytes",
+            "Bytes the join's disk stores take on disk.",
+            registry=registry,
+        )
         self.compaction_debt = Gauge(
             "streameval_store_compaction_pending_bytes",
             "Bytes RocksDB estimates it still has to rewrite in compactions (a debt that grows "
@@ -235,8 +262,9 @@ class Exporter:
         self.changelog_lag = Gauge(
             "streameval_changelog_lag",
             "Changelog records a stage still has to read to restore (0 once it has).",
-            ["stage"], registry=registry,
-        )  # fmt: skip
+            ["stage"],
+            registry=registry,
+        )
         self.changelog_lag.labels("join").set(0)
         self.changelog_lag.labels("evaluate").set(0)
         registry.register(_SnapshotCollector(self))
@@ -339,9 +367,10 @@ class Exporter:
         with self._lock:
             self._metrics = {k: v for k, v in self._metrics.items() if k[0] not in gone}
             self._comparisons = {
-                k: v for k, v in self._comparisons.items()
+                k: v
+                for k, v in self._comparisons.items()
                 if v.model_a not in gone and v.model_b not in gone
-            }  # fmt: skip
+            }
             self._latency = {k: v for k, v in self._latency.items() if k not in gone}
         for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.dropped, 1)):
             children = self._children.get(metric._name, set())

@@ -43,10 +43,17 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
         m = record.estimators.get(estimator, {})
         d = getattr(record, "delayed", {}).get(estimator, {})
         table.add_row(
-            model_id, str(record.n), _fmt(m.get("accuracy")), _fmt(d.get("accuracy_initial")),
-            _fmt(d.get("psi_accuracy")), _fmt(m.get("kappa")), _fmt(m.get("kappa_temporal")),
-            _fmt(m.get("kappa_plus")), _fmt(m.get("p_per")), str(alarms[model_id]),
-        )  # fmt: skip
+            model_id,
+            str(record.n),
+            _fmt(m.get("accuracy")),
+            _fmt(d.get("accuracy_initial")),
+            _fmt(d.get("psi_accuracy")),
+            _fmt(m.get("kappa")),
+            _fmt(m.get("kappa_temporal")),
+            _fmt(m.get("kappa_plus")),
+            _fmt(m.get("p_per")),
+            str(alarms[model_id]),
+        )
     console.print(table)
     for key, record in sorted(result.final_comparisons.items()):
         c = record.estimators.get(estimator)
@@ -132,8 +139,13 @@ def plot_history(history: MeasureHistory, path: Path) -> None:
                 ys = [values[measure] for _, values in history.points[model_id]]
             ax.plot(xs, ys, color=color, label=model_id, linewidth=1.4)
             for n, detector in history.alarms[model_id]:
-                ax.axvline(n, color=color, linestyle="--" if detector == "page_hinkley" else ":",
-                           alpha=0.7, linewidth=1)  # fmt: skip
+                ax.axvline(
+                    n,
+                    color=color,
+                    linestyle="--" if detector == "page_hinkley" else ":",
+                    alpha=0.7,
+                    linewidth=1,
+                )
     for ax, title in zip(axes, titles.values(), strict=True):
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)

@@ -107,8 +107,12 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
     client.setdefault("client.id", f"{settings.app_id}-worker")
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
-    exporter = Exporter(registry, detectors_of=lambda model_id: [
-        make_detector(spec).name for spec in config.detectors_of(model_id)])  # fmt: skip
+    exporter = Exporter(
+        registry,
+        detectors_of=lambda model_id: [
+            make_detector(spec).name for spec in config.detectors_of(model_id)
+        ],
+    )
     pipeline = Pipeline(settings, config, client, exporter)
     children = None
     if settings.processes > 1:
@@ -142,8 +146,11 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
 
     @app.page("/healthz")
     async def health(web: Any, request: Any) -> Any:
-        ok = (pipeline.ready.is_set() and not pipeline.stopping.is_set()
-              and (children is None or children.ready()))  # fmt: skip
+        ok = (
+            pipeline.ready.is_set()
+            and not pipeline.stopping.is_set()
+            and (children is None or children.ready())
+        )
         return web.json({"ready": ok}, status=200 if ok else 503)
 
     return app

@@ -246,8 +246,12 @@ class Children:
         self._thread = threading.Thread(target=self._serve, name="streameval-children", daemon=True)
         self._thread.start()
         if len(self._started) < self.count:
-            log.warning("%d of %d data-path processes started within %.0f s; going on",
-                        len(self._started), self.count, START_TIMEOUT_S)  # fmt: skip
+            log.warning(
+                "%d of %d data-path processes started within %.0f s; going on",
+                len(self._started),
+                self.count,
+                START_TIMEOUT_S,
+            )
 
     def _serve(self) -> None:
         while self._connections:
@@ -258,10 +262,12 @@ class Children:
                 index, reason = next(iter(exited.items()))
                 self._stopping.set()
                 if self.on_failure is not None:
-                    self.on_failure(RuntimeError(
-                        f"data-path process {index} exited on its own "
-                        f"({reason or 'no reason given'})"
-                    ))  # fmt: skip
+                    self.on_failure(
+                        RuntimeError(
+                            f"data-path process {index} exited on its own "
+                            f"({reason or 'no reason given'})"
+                        )
+                    )
 
     def _receive(self, timeout: float) -> None:
         for connection in wait(list(self._connections), timeout=timeout):

@@ -64,50 +64,68 @@ class WorkerSettings(BaseSettings):
         description="librdkafka settings passed through (SASL/SSL, client.id ...); "
         'as JSON in STREAMEVAL_KAFKA, e.g. {"security.protocol": "SSL"}',
     )
-    app_id: str = Field("streameval", min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
-                        description="consumer group of the worker group")  # fmt: skip
-    topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9._-]*$",
-                              description="prepended to every topic name")  # fmt: skip
+    app_id: str = Field(
+        "streameval",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="consumer group of the worker group",
+    )
+    topic_prefix: str = Field(
+        "", pattern=r"^[A-Za-z0-9._-]*$", description="prepended to every topic name"
+    )
     metrics_host: str = Field("0.0.0.0", description="address /metrics listens on")
     metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics (0: off)")
     publish_interval_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
     snapshot_interval_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
     checkpoint_max_changes: int = Field(
-        10_000, ge=100, le=10_000_000, description="a join partition with this many changes "
+        10_000,
+        ge=100,
+        le=10_000_000,
+        description="a join partition with this many changes "
         "since its last checkpoint takes one at once, between the periodic ones: bounds how "
         "long a checkpoint pauses the data path (a few microseconds per change)",
-    )  # fmt: skip
+    )
     idle_ms: int = Field(
-        1000, ge=1, description="an input partition read to its end and quiet this long no "
+        1000,
+        ge=1,
+        description="an input partition read to its end and quiet this long no "
         "longer holds back the watermark",
-    )  # fmt: skip
+    )
     heartbeat_ms: int = Field(100, ge=1, description="progress to idle join partitions, at most")
     max_batch: int = Field(20_000, ge=1, le=1_000_000, description="messages per consume call")
     processes: int = Field(
-        1, ge=1, le=64, description="data-path processes in this worker, each a member of the "
+        1,
+        ge=1,
+        le=64,
+        description="data-path processes in this worker, each a member of the "
         "consumer group (one per core the worker may use)",
-    )  # fmt: skip
+    )
     session_timeout_ms: int = Field(
         10_000, ge=1_000, description="how soon the group notices a dead worker"
     )
     log_level: str = Field("info", pattern=r"^(?i:debug|info|warning|error)$")
     store: Literal["disk", "memory"] = Field(
-        "disk", description="where a join partition keeps its pending instances: RocksDB on "
+        "disk",
+        description="where a join partition keeps its pending instances: RocksDB on "
         "disk with a bounded cache in RAM, or all in RAM (tests, small deployments)",
-    )  # fmt: skip
+    )
     state_dir: Path = Field(
         default_factory=lambda: _default_state_dir(),
         description="directory of the disk store (one subdirectory per application and join "
         "partition)",
     )
     cache_mb: int = Field(
-        64, ge=1, le=65_536, description="RAM per join partition for records read from disk "
+        64,
+        ge=1,
+        le=65_536,
+        description="RAM per join partition for records read from disk "
         "(as much again for RocksDB: its block cache and write buffers)",
-    )  # fmt: skip
+    )
     changelog_configs: dict[str, str] = Field(
-        default_factory=dict, description="topic configs of the changelog topics, over those "
+        default_factory=dict,
+        description="topic configs of the changelog topics, over those "
         "of topics/topics.toml (used when the worker or `topics create` creates them)",
-    )  # fmt: skip
+    )
 
     @field_validator("changelog_configs")
     @classmethod
@@ -124,8 +142,9 @@ class WorkerSettings(BaseSettings):
         return {k: str(v) for k, v in value.items()}
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
-                                   dotenv_settings, file_secret_settings):  # fmt: skip
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         return (init_settings, env_settings, _TomlWorkerTable(settings_cls, _FILE_TABLE.get()))
 
 

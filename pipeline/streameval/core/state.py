@@ -87,10 +87,12 @@ def encode_changes(
         RECORD + i.encode(): None if (r := get_record(i)) is None else encode(r)
         for i in dirty_records
     }
-    out.update({
-        MEMORY + i.encode(): None if (e := get_memory(i)) is None else encode(e)
-        for i in dirty_memory
-    })  # fmt: skip
+    out.update(
+        {
+            MEMORY + i.encode(): None if (e := get_memory(i)) is None else encode(e)
+            for i in dirty_memory
+        }
+    )
     out[META] = encode(meta)
     return out
 
@@ -102,8 +104,12 @@ class Cut:
 
     __slots__ = ("changes", "counts", "queues")
 
-    def __init__(self, changes: dict[bytes, bytes | None], queues: Any = None,
-                 counts: tuple[int, int] = (0, 0)) -> None:  # fmt: skip
+    def __init__(
+        self,
+        changes: dict[bytes, bytes | None],
+        queues: Any = None,
+        counts: tuple[int, int] = (0, 0),
+    ) -> None:
         self.changes = changes
         self.queues = queues
         self.counts = counts
@@ -258,8 +264,9 @@ class MemoryState:
 
     def changes(self, meta: dict[str, Any]) -> dict[bytes, bytes | None]:
         """What changed since the last :meth:`commit`, encoded (None: deleted), with ``meta``."""
-        return encode_changes(self.records, self._dirty_records, self.memory,
-                              self._dirty_memory, meta)  # fmt: skip
+        return encode_changes(
+            self.records, self._dirty_records, self.memory, self._dirty_memory, meta
+        )
 
     def freeze(self, changes: dict[bytes, bytes | None]) -> Cut:
         """Close the changes since the last freeze: ``changes`` (those of :meth:`changes`, with

@@ -80,8 +80,11 @@ class ZliobaiteKappa:
         y_true, y_pred = list(y_true), list(y_pred)
         if len(y_true) != len(y_pred):
             raise ValueError(f"y_true has {len(y_true)} outcomes but y_pred has {len(y_pred)}")
-        bad = [v for v in y_true + y_pred if not (isinstance(v, int | np.integer)
-                                                  and 0 <= v < self.n_classes)]  # fmt: skip
+        bad = [
+            v
+            for v in y_true + y_pred
+            if not (isinstance(v, int | np.integer) and 0 <= v < self.n_classes)
+        ]
         if bad:
             raise ValueError(f"class {bad[0]!r} is not in 0..{self.n_classes - 1}")
         eta, keep = self.new_weight, 1 - self.new_weight
@@ -103,13 +106,25 @@ class ZliobaiteKappa:
         plus = math.nan
         if not (math.isnan(kappa) or math.isnan(temporal)):
             plus = math.sqrt(max(0.0, kappa) * max(0.0, temporal))
-        return {"accuracy": p, "p_ran": p_ran, "p_per": p_per, "kappa": kappa,
-                "kappa_temporal": temporal, "kappa_plus": plus}  # fmt: skip
+        return {
+            "accuracy": p,
+            "p_ran": p_ran,
+            "p_per": p_per,
+            "kappa": kappa,
+            "kappa_temporal": temporal,
+            "kappa_plus": plus,
+        }
 
     def state(self) -> dict[str, Any]:
-        return {"n_classes": self.n_classes, "new_weight": self.new_weight, "p": self._p,
-                "prior": self._prior.tolist(), "predicted": self._predicted.tolist(),
-                "same": self._same.tolist(), "previous": self._previous}  # fmt: skip
+        return {
+            "n_classes": self.n_classes,
+            "new_weight": self.new_weight,
+            "p": self._p,
+            "prior": self._prior.tolist(),
+            "predicted": self._predicted.tolist(),
+            "same": self._same.tolist(),
+            "previous": self._previous,
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ZliobaiteKappa:

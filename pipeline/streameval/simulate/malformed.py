@@ -265,8 +265,9 @@ OVERSIZED: Maker = lambda r, e, t: (  # noqa: E731
 ODD_KINDS = ("duplicate", "conflicting_label", "unknown_instance_label", "later_instance_record")
 
 
-def _odd(rng: random.Random, kind: str, event: dict[str, Any], when: int
-         ) -> tuple[str, dict[str, Any]] | None:  # fmt: skip
+def _odd(
+    rng: random.Random, kind: str, event: dict[str, Any], when: int
+) -> tuple[str, dict[str, Any]] | None:
     """An odd copy of ``event`` (None if this kind does not apply to it)."""
     if kind == "duplicate":
         return TOPIC_OF[event["type"]], dict(event)
@@ -274,8 +275,11 @@ def _odd(rng: random.Random, kind: str, event: dict[str, Any], when: int
         other = "yes" if event["label"] == "no" else "no"
         return "labels", {**event, "ts": event["ts"] + rng.randint(1, 400), "label": other}
     if kind == "unknown_instance_label":
-        return "labels", {"instance_id": f"ghost-{rng.randrange(10**9)}", "ts": when,
-                          "label": rng.choice(["yes", "no"])}  # fmt: skip
+        return "labels", {
+            "instance_id": f"ghost-{rng.randrange(10**9)}",
+            "ts": when,
+            "label": rng.choice(["yes", "no"]),
+        }
     if kind == "later_instance_record" and event["type"] == "instance":
         return "instances", {**event, "ts": event["ts"] + rng.randint(1, 3_000)}
     return None

@@ -87,14 +87,20 @@ class ScriptedStream:
                     wrong = rng.random() >= p
                     guess = (y + int(rng.integers(1, k))) % k if wrong and k > 1 else y
                     lag = float(rng.random() * self.max_transport_ms)
-                    event = {"type": "prediction", "instance_id": iid, "model_id": model,
-                             "ts": int(when), "label": classes[guess]}  # fmt: skip
+                    event = {
+                        "type": "prediction",
+                        "instance_id": iid,
+                        "model_id": model,
+                        "ts": int(when),
+                        "label": classes[guess],
+                    }
                     out.append((when + lag, seq, event))
                     seq += 1
             if labelled[i]:
                 tl = int(t_label[i])
-                out.append((tl, seq, {"type": "label", "instance_id": iid, "ts": tl,
-                                      "label": classes[y]}))  # fmt: skip
+                out.append(
+                    (tl, seq, {"type": "label", "instance_id": iid, "ts": tl, "label": classes[y]})
+                )
                 seq += 1
         out.sort(key=lambda e: (e[0], e[1]))
         if self.malformed:

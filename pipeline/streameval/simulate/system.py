@@ -97,8 +97,9 @@ def _concepts(name: str, seed: int) -> list[Any]:
     if name == "sea":
         return [synth.SEA(variant=v, seed=seed) for v in (0, 1, 2, 3)]
     if name == "led":
-        return [synth.LEDDrift(seed=seed, noise_percentage=0.1, n_drift_features=d)
-                for d in (0, 4, 7)]  # fmt: skip
+        return [
+            synth.LEDDrift(seed=seed, noise_percentage=0.1, n_drift_features=d) for d in (0, 4, 7)
+        ]
     if name == "hyperplane":
         return [synth.Hyperplane(seed=seed + i, n_features=10, mag_change=0.0) for i in range(4)]
     if name == "sine":
