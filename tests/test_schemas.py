@@ -170,3 +170,14 @@ def test_the_docs_list_every_dead_letter_reason():
     table = text[text.index("## Dead letters") :]
     for code in DEAD_LETTER_REASONS:
         assert f"| `{code}` |" in table, f"docs/replay.md does not explain {code}"
+
+
+def test_the_schema_command_checks_writes_and_names_a_wrong_folder(tmp_path, capsys):
+    from streameval.records import generated_schemas, main
+
+    assert main([]) == 0  # the package's files are up to date
+    assert main([str(tmp_path)]) == 1 and "differ from the types" in capsys.readouterr().out
+    assert main(["--write", str(tmp_path)]) == 0
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == generated_schemas()
+    assert main([str(tmp_path / "missing")]) == 2
+    assert "is not a folder" in capsys.readouterr().err

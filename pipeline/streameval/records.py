@@ -360,6 +360,13 @@ def main(argv: list[str]) -> int:
     write = "--write" in argv
     rest = [arg for arg in argv if arg != "--write"]
     folder = Path(rest[0]) if rest else Path(__file__).parent / "resources" / "topics" / "schemas"
+    if not folder.is_dir():
+        print(
+            f"{folder} is not a folder; give the folder of the schema files (default: the "
+            "package's topics/schemas)",
+            file=sys.stderr,
+        )
+        return 2
     stale = []
     for name, text in generated_schemas().items():
         path = folder / name
