@@ -108,21 +108,22 @@ def test_a_changelog_deleted_under_a_running_worker(deploy, stream, expected, ka
     from confluent_kafka.admin import AdminClient
 
     deployment = deploy(stream)
-    deployment.env["STREAMEVAL_IDLE_MS"] = "15000"  # the pause is not the end of the stream
+    deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
     deployment.produce(0.5)
-    process, _ = deployment.start_worker()
-    log = deployment.workers[-1][2]
-    deadline = time.monotonic() + 60
-    while "assigned:" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(2.0)  # some checkpoints
-    topic = f"{deployment.prefix}{deployment.prefix}app-join-changelog"  # the worker's
-    assert topic in _topics(kafka_bootstrap)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.delete_topics([topic])[topic].result(30)
-    while topic in _topics(kafka_bootstrap):
-        time.sleep(0.2)
-    time.sleep(3.0)  # the brokers drop its partitions a moment after the controller
+    with deployment.pause():  # not the end of the stream
+        process, _ = deployment.start_worker()
+        log = deployment.workers[-1][2]
+        deadline = time.monotonic() + 60
+        while "assigned:" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # some checkpoints
+        topic = f"{deployment.prefix}{deployment.prefix}app-join-changelog"  # the worker's
+        assert topic in _topics(kafka_bootstrap)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.delete_topics([topic])[topic].result(30)
+        while topic in _topics(kafka_bootstrap):
+            time.sleep(0.2)
+        time.sleep(3.0)  # the brokers drop its partitions a moment after the controller
     deployment.produce()  # so the next checkpoint has something to write
     _stops_cleanly(deployment, process, r"CRITICAL.*join-changelog.*is gone from Kafka", 120)
     deployment.start_worker()

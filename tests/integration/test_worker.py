@@ -16,10 +16,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,6 +90,41 @@ class Deployment:
                                   "message.max.bytes": 4_000_000})  # fmt: skip
         self.pending = list(stream.records())
         self.env: dict[str, str] = {}
+        self.inputs = [(spec.name, spec.partitions) for spec in specs if spec.role == "input"]
+
+    @contextmanager
+    def pause(self, every: float = 0.5) -> Iterator[None]:
+        """A pause in the stream that is not its end, however long it lasts.
+
+        A worker takes inputs quiet for ``idle_ms`` for the end of the stream and resolves the
+        labels waiting out their grace — before the predictions they overtook, produced after
+        the pause, arrive (late, by design). A busy machine can stretch a pause that is meant
+        to be short (a worker starting, a partition moving) past any ``idle_ms`` a test can
+        afford; so while this lasts every input partition gets an undecodable record every
+        ``every`` seconds (it goes to dead-letters and changes no number), and none is ever
+        quiet for long. The tests that use it keep ``idle_ms`` well above ``every``.
+        """
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+        stop = threading.Event()
+
+        def keep_alive() -> None:
+            while not stop.is_set():
+                for topic, partitions in self.inputs:
+                    for p in range(partitions):
+                        producer.produce(topic, b"a pause, not the end", partition=p)
+                producer.flush(10)
+                stop.wait(every)
+
+        thread = threading.Thread(target=keep_alive, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(30)
+            assert producer.flush(30) == 0
 
     def produce(self, fraction: float = 1.0) -> None:
         """Produce the next part of the stream (all that is left by default)."""
@@ -302,23 +340,23 @@ def _alive(pid: int) -> bool:
 def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected, processes):
     # Half the stream, then SIGKILL once the worker is well into it; the rest is produced
     # while no worker runs, so the kill is in the middle of the stream whatever the speed.
-    # idle_ms is long enough that the pause is not taken for the end of the stream (which
-    # would resolve labels before the predictions they overtook arrive: late, by design).
+    # The pause is not the end of the stream (Deployment.pause).
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
     deployment.env["STREAMEVAL_PROCESSES"] = str(processes)
     deployment.produce(0.5)
-    process, _ = deployment.start_worker()
-    _wait_for_progress(deployment, 500)
-    time.sleep(0.7)  # past a checkpoint, so the restart starts from one
-    children = [int(pid) for pid in re.findall(r"\[(\d+)\] \[\w+\] process \d+:",
-                                               deployment.workers[0][2].read_text())]  # fmt: skip
-    assert len(set(children)) == processes - 1
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    deadline = time.monotonic() + 10  # a worker's processes die with it, as in a crash
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in children)
+    with deployment.pause():
+        process, _ = deployment.start_worker()
+        _wait_for_progress(deployment, 500)
+        time.sleep(0.7)  # past a checkpoint, so the restart starts from one
+        text = deployment.workers[0][2].read_text()
+        children = [int(pid) for pid in re.findall(r"\[(\d+)\] \[\w+\] process \d+:", text)]
+        assert len(set(children)) == processes - 1
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 10  # a worker's processes die with it, as in a crash
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in children)
     deployment.produce()
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected
@@ -327,13 +365,13 @@ def test_sigkill_and_restart_loses_and_doubles_nothing(deployment, expected, pro
 
 
 def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected):
-    # Inputs pause while the second worker starts: idle_ms is long enough that the pause is
-    # not taken for the end of the stream.
+    # Inputs pause while the second worker starts (not the end of the stream).
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
     deployment.produce(0.5)
-    deployment.start_worker()
-    _wait_for_progress(deployment, 500)
-    deployment.start_worker()
+    with deployment.pause():
+        deployment.start_worker()
+        _wait_for_progress(deployment, 500)
+        deployment.start_worker()
     deployment.produce()
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
@@ -381,10 +419,11 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     thread = threading.Thread(target=pipeline.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 60
-        while len(pauses) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        deployment.start_worker()  # a rebalance, most likely with partitions paused here
+        with deployment.pause():  # (of the inputs, not the end of the stream)
+            deadline = time.monotonic() + 60
+            while len(pauses) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            deployment.start_worker()  # a rebalance, most likely with partitions paused here
         deployment.produce()
         assert deployment.wait_for(expected) == expected
     finally:
