@@ -201,8 +201,14 @@ def alert_log(host: str, port: int) -> None:
     "--metrics-host", default=None, help="Address of /metrics ($STREAMEVAL_METRICS_HOST)."
 )
 @click.option("--log-level", default=None, help="debug, info, warning or error.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Log lines as text, or one JSON object each ($STREAMEVAL_LOG_FORMAT).",
+)
 def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port, metrics_host,
-           log_level) -> None:  # fmt: skip
+           log_level, log_format) -> None:  # fmt: skip
     """Run a streaming worker: join, evaluate, compare and publish, with /metrics.
 
     Start as many as there are machines; workers with the same app id share the partitions.
@@ -221,17 +227,45 @@ def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port,
         worker_settings, config = load_settings(
             config_path, bootstrap=bootstrap, kafka=kafka or None, app_id=app_id,
             topic_prefix=topic_prefix, metrics_port=metrics_port, metrics_host=metrics_host,
-            log_level=log_level,
+            log_level=log_level, log_format=log_format,
         )  # fmt: skip
     except SettingsError as err:
         raise click.UsageError(str(err)) from None
+    _port_free(worker_settings.metrics_host, worker_settings.metrics_port)
     from streameval.app.faust_app import create_app, run_worker
 
     try:
         app = create_app(worker_settings, config)
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
-    sys.exit(run_worker(app, worker_settings.log_level))
+    sys.exit(run_worker(app, worker_settings.log_level, worker_settings.log_format))
+
+
+def _port_free(host: str, port: int) -> None:
+    """The worker's web server can listen on ``host``:``port`` (port 0: none), else a message
+    (Faust would say it with a traceback, after starting everything else)."""
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise click.UsageError(
+            f"metrics_host {host!r} is not an address of this machine ({err.strerror}); use "
+            "0.0.0.0 (every interface), 127.0.0.1, or a name that resolves here"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise click.UsageError(
+                f"metrics_port {port} on {host} cannot be used ({err.strerror}): another worker "
+                "(or program) on this machine has it. Give each worker on a machine its own "
+                "port with --metrics-port or STREAMEVAL_METRICS_PORT, or 0 for no web server"
+            ) from None
 
 
 def _simulation_options(function):

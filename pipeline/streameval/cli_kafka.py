@@ -4,6 +4,7 @@ the service uses on any broker."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 
 import click
@@ -92,7 +93,12 @@ def _admin(bootstrap, settings):
         config = client_config(bootstrap, settings)
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
-    return AdminClient(config), config["bootstrap.servers"]
+    # librdkafka's own lines (a refused connection, ~20 a second) stay out of the terminal:
+    # a broker that does not answer ends in one message that says what to do
+    quiet = logging.getLogger("streameval.kafka.cli")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    return AdminClient({**config, "logger": quiet}), config["bootstrap.servers"]
 
 
 @contextlib.contextmanager

@@ -56,7 +56,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a TOML string where a number belongs (publish_every = "100") is refused, not
+    # converted; an integer where a number belongs is fine
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _check_detectors(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -112,7 +114,18 @@ class EvaluationConfig(_Strict):
     @field_validator("estimators")
     @classmethod
     def _estimators(cls, value: list[str]) -> list[str]:
-        parse_estimators(value)
+        problems = []
+        for spec in value:  # every bad one at once, not the first
+            try:
+                EstimatorSpec.parse(spec)
+            except ValueError as err:
+                problems.append(str(err))
+        if problems:
+            allowed = "; use 'cumulative'"  # each reason ends with the forms allowed: once
+            forms = next((p[p.index(allowed) :] for p in problems if allowed in p), "")
+            reasons = [p[: p.index(allowed)] if allowed in p else p for p in problems]
+            raise ValueError("; ".join(reasons) + forms)
+        parse_estimators(value)  # the list as a whole: none twice
         return value
 
     @functools.cached_property
@@ -143,6 +156,9 @@ class EvaluationConfig(_Strict):
         return self.detectors if own is None else own
 
 
+_KINDS = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false"}
+
+
 def _format(err: ValidationError) -> str:
     lines = []
     for problem in err.errors():
@@ -151,6 +167,11 @@ def _format(err: ValidationError) -> str:
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown key; check the spelling against docs/replay.md"
+        elif problem["type"] in _KINDS and isinstance(value, str):
+            message = (
+                f"a string where {_KINDS[problem['type']]} belongs; write it without quotes "
+                f"({key.rsplit('.', 1)[-1]} = {value.strip()})"
+            )
         lines.append(f"  {key} = {value!r}: {message}")
     return "invalid configuration:\n" + "\n".join(lines)
 

@@ -66,6 +66,32 @@ class Engine:
         #: models and pairs updated since the caller last emptied it (checkpoints)
         self.touched: set[str] = set()
 
+    def unmatched_comparisons(self, least: int = 0) -> list[str]:
+        """A sentence for each configured comparison a model of which has had no outcome:
+        it makes no record (a misspelt model id, most often), which would otherwise pass
+        unnoticed. ``least``: only comparisons whose other model has had at least this many
+        (a stream that has only begun says nothing yet).
+
+        >>> from streameval.config import load_config
+        >>> engine = Engine(load_config(comparisons=[{"a": "champion", "b": "challanger"}]))
+        >>> print(engine.unmatched_comparisons()[0][:70])
+        comparison champion vs challanger: no outcome of 'champion', 'challang
+        """
+        seen = sorted(self.models)
+        out = []
+        for pair in self.pairs.values():
+            missing = [m for m in (pair.model_a, pair.model_b) if m not in self.models]
+            most = max((self.models[m].n for m in (pair.model_a, pair.model_b)
+                        if m in self.models), default=0)  # fmt: skip
+            if missing and most >= least:
+                out.append(
+                    f"comparison {pair.model_a} vs {pair.model_b}: no outcome of "
+                    f"{', '.join(repr(m) for m in missing)} (models seen: "
+                    f"{', '.join(seen) or 'none'}); it makes no record until both have "
+                    "outcomes — check the model ids in [[comparisons]]"
+                )
+        return out
+
     # -- input ---------------------------------------------------------------------------
     def process(self, events: Iterable[Event]) -> list[Record]:
         """Run events in order; return the records they caused (metrics, alarms, comparisons)."""

@@ -154,7 +154,7 @@ def replay(
     for store in stores:
         store.close()
     result.rejected = dict(engine.rejected)
-    result.problems = list(engine.problems)
+    result.problems = engine.unmatched_comparisons() + list(engine.problems)
     result.seconds = time.perf_counter() - started
     return result
 

@@ -217,13 +217,23 @@ class Changelog:
         librdkafka settings for the consumers that read a partition back.
     fingerprint
         Of the evaluation configuration: a changelog written under another is refused.
+    make_room
+        Called while the producer's queue is full (default: wait for deliveries a moment).
     """
 
-    def __init__(self, topic: str, producer: Any, client: dict[str, str], fingerprint: str):
+    def __init__(
+        self,
+        topic: str,
+        producer: Any,
+        client: dict[str, str],
+        fingerprint: str,
+        make_room: Callable[[], None] | None = None,
+    ):
         self.topic = topic
         self.producer = producer
         self.client = client
         self.fingerprint = fingerprint
+        self.make_room = make_room or (lambda: producer.poll(0.05))
         self._partitions: dict[int, _Partition] = {}
 
     def write(
@@ -257,7 +267,7 @@ class Changelog:
             elif message.offset() >= part.end:
                 part.end = message.offset() + 1
 
-        produce, poll = self.producer.produce, self.producer.poll
+        produce, make_room = self.producer.produce, self.make_room
         piece = piece or len(records)
         for i, (key, value) in enumerate(records, 1):
             while True:
@@ -266,7 +276,7 @@ class Changelog:
                     part.unacked += 1
                     break
                 except BufferError:  # the local queue is full: let deliveries drain
-                    poll(0.05)
+                    make_room()
                 except Exception as err:  # KafkaException: the topic is gone
                     raise self._gone(partition, err) from None
             if i % piece == 0 and i < len(records):

@@ -19,6 +19,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from streameval.clients import client_config
 from streameval.config import EvaluationConfig
 from streameval.core.drift import make_detector
 from streameval.exporter import Exporter
+from streameval.logs import logging_config
 
 from .processes import Children
 from .runner import Pipeline
@@ -43,6 +45,9 @@ from .settings import WorkerSettings
 __all__ = ["create_app", "run_worker"]
 
 log = logging.getLogger("streameval.worker")
+
+#: How much longer than ``shutdown_timeout_s`` the worker waits for its data path to end
+STOP_MARGIN_S = 2.0
 
 
 class _Boot(faust.App.BootStrategy):
@@ -85,12 +90,15 @@ class PipelineService(Service):
         self._thread.start()
 
     async def on_stop(self) -> None:
-        self.pipeline.stop()
+        self.pipeline.stop()  # it ends within shutdown_timeout_s, Kafka answering or not
         loop = asyncio.get_running_loop()
         if self.children is not None:
             await loop.run_in_executor(None, self.children.stop)
         if self._thread is not None:
-            await loop.run_in_executor(None, self._thread.join)
+            limit = max(0.0, self.pipeline.stop_by - time.monotonic()) + STOP_MARGIN_S
+            await loop.run_in_executor(None, self._thread.join, limit)
+            if self._thread.is_alive():  # a defect: say so, and stop anyway
+                log.error("the data path did not stop within shutdown_timeout_s; exiting")
 
 
 def _faust_datadir(app_id: str) -> Path:
@@ -144,21 +152,39 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         body = generate_latest(registry)
         return web.bytes(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def ready() -> Any:
+        ok = pipeline.is_ready and (children is None or children.ready())
+        return {"ready": ok}, 200 if ok else 503
+
+    @app.page("/readyz")
+    async def readiness(web: Any, request: Any) -> Any:
+        """In the group, partitions restored, Kafka reachable, not stopping."""
+        body, status = ready()
+        return web.json(body, status=status)
+
     @app.page("/healthz")
     async def health(web: Any, request: Any) -> Any:
-        ok = (
-            pipeline.ready.is_set()
-            and not pipeline.stopping.is_set()
-            and (children is None or children.ready())
-        )
-        return web.json({"ready": ok}, status=200 if ok else 503)
+        """/readyz under its earlier name."""
+        body, status = ready()
+        return web.json(body, status=status)
+
+    @app.page("/livez")
+    async def liveness(web: Any, request: Any) -> Any:
+        """The data path (every process of it) runs, or waits for Kafka: no restart needed."""
+        ok = pipeline.is_live and (children is None or children.live())
+        return web.json({"live": ok}, status=200 if ok else 503)
 
     return app
 
 
-def run_worker(app: faust.App, loglevel: str = "info") -> int:
+def run_worker(app: faust.App, loglevel: str = "info", log_format: str = "text") -> int:
     """Run the Faust worker until SIGTERM/SIGINT; return the exit status."""
-    worker = faust.Worker(app, loglevel=loglevel.upper(), quiet=True)
+    worker = faust.Worker(
+        app,
+        loglevel=loglevel.upper(),
+        quiet=True,
+        logging_config=logging_config(loglevel, log_format),  # type: ignore[arg-type]
+    )
     try:
         worker.execute_from_commandline()
     except SystemExit as exit_:

@@ -13,23 +13,41 @@ from streameval.topics import Topics, create_topics, load_topics
 
 from .settings import WorkerSettings
 
-__all__ = ["KafkaErrors", "Output", "connect", "consumer_config"]
+__all__ = ["KafkaErrors", "NoAnswer", "Output", "connect", "consumer_config"]
 
 log = logging.getLogger("streameval.worker")
 
 
+class NoAnswer(RuntimeError):
+    """Kafka did not answer before the worker had to stop (``shutdown_timeout_s``)."""
+
+
 class KafkaErrors:
-    """librdkafka's error callback: it retries by itself, so each kind is said once a minute."""
+    """librdkafka's error callback: it retries by itself, so each kind is said once a minute.
+    It also keeps whether the cluster answers (:attr:`reachable`): not once every broker
+    connection is down, again once librdkafka's statistics show a broker up."""
 
     def __init__(self) -> None:
         self._said: dict[str, float] = {}
+        self.reachable = True
 
     def __call__(self, err: Any) -> None:
-        key = str(err.code()) if hasattr(err, "code") else str(err)
+        from confluent_kafka import KafkaError
+
+        code = err.code() if hasattr(err, "code") else None
+        if code == KafkaError._ALL_BROKERS_DOWN:
+            self.reachable = False
+        key = str(code) if code is not None else str(err)
         now = time.monotonic()
         if now - self._said.get(key, -1e9) >= 60:
             self._said[key] = now
             log.warning("Kafka: %s (librdkafka retries by itself)", err)
+
+    def brokers(self, stats: dict[str, Any]) -> None:
+        """librdkafka's statistics (every few seconds): whether any broker is up."""
+        brokers = stats.get("brokers")
+        if isinstance(brokers, dict):
+            self.reachable = any(b.get("state") == "UP" for b in brokers.values())
 
 
 def connect(
@@ -129,6 +147,8 @@ class Output:
         )
         self.epoch = 0
         self.error: str | None = None
+        #: past it (the worker must have stopped by then), waiting for Kafka raises NoAnswer
+        self.deadline: float | None = None
         self._unanswered: Counter[int] = Counter()
         self._on_delivery = self._answer(0)
 
@@ -158,7 +178,16 @@ class Output:
                 self._unanswered[self.epoch] += 1
                 return
             except BufferError:  # the local queue is full: let deliveries drain
-                self.producer.poll(0.05)
+                self.make_room()
+
+    def make_room(self) -> None:
+        """Wait a moment for deliveries to drain the producer's full queue."""
+        self._in_time()
+        self.producer.poll(0.05)
+
+    def _in_time(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise NoAnswer(f"{len(self.producer)} messages not acknowledged by Kafka")
 
     def next_epoch(self) -> int:
         """Open an epoch (at a checkpoint's cut); return it."""
@@ -183,6 +212,11 @@ class Output:
         self.producer.flush(0)
 
     def flush(self) -> None:
-        """Wait until Kafka has answered every message."""
-        while self.producer.flush(10) > 0:
+        """Wait until Kafka has answered every message (or raise :class:`NoAnswer` at the
+        :attr:`deadline`)."""
+        while True:
+            wait = 10.0 if self.deadline is None else min(10.0, self.deadline - time.monotonic())
+            if self.producer.flush(max(wait, 0.0)) == 0:
+                return
+            self._in_time()
             log.warning("waiting for Kafka to acknowledge %d messages", len(self.producer))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import logging.config
 import multiprocessing
 import os
 import signal
@@ -41,6 +42,7 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
+from streameval.logs import logging_config
 from streameval.records import Record
 
 from .settings import WorkerSettings
@@ -53,8 +55,9 @@ log = logging.getLogger("streameval.worker")
 FLUSH_S = 0.2
 #: How long the worker waits for its children to import and reach their consumer
 START_TIMEOUT_S = 60.0
-#: How long a stopping child may take for its final records and checkpoint
-STOP_TIMEOUT_S = 120.0
+#: How much longer than ``shutdown_timeout_s`` (in which a child's pipeline stops, Kafka
+#: answering or not) the parent waits for a stopping child before it kills it
+STOP_MARGIN_S = 2.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -146,9 +149,8 @@ def child_main(
     _die_with_parent()
     from .runner import Pipeline
 
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format=f"[%(asctime)s] [{os.getpid()}] [%(levelname)s] process {index}: %(message)s",
+    logging.config.dictConfig(
+        logging_config(settings.log_level, settings.log_format, prefix=f"process {index}: ")
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     proxy = ExporterProxy(connection, index)
@@ -165,16 +167,16 @@ def child_main(
     thread = threading.Thread(target=run, name=f"streameval-pipeline-{index}", daemon=True)
     proxy.send("started")
     thread.start()
-    ready_sent = False
+    said = False  # the readiness the parent knows
     while thread.is_alive():
         try:
             if connection.poll(FLUSH_S) and connection.recv() == "stop":
                 pipeline.stop()
         except (EOFError, OSError):  # the parent is gone (PDEATHSIG normally acts first)
             pipeline.stop()
-        if not ready_sent and pipeline.ready.is_set():
-            proxy.send("ready")
-            ready_sent = True
+        if pipeline.is_ready != said:
+            said = not said
+            proxy.send("ready", said)
         try:
             proxy.flush()
         except (BrokenPipeError, OSError):
@@ -218,9 +220,14 @@ class Children:
         self._lock = threading.Lock()
 
     def ready(self) -> bool:
-        """Every child has joined the consumer group and not exited."""
+        """Every child is ready (:attr:`Pipeline.is_ready`) and none has exited."""
         with self._lock:
             return len(self._ready) == self.count and not self._exited
+
+    def live(self) -> bool:
+        """No child has exited (one that fails exits, and stops the worker)."""
+        with self._lock:
+            return not self._exited
 
     def start(self) -> None:
         """Start the children and wait until each has imported everything and is about to
@@ -286,7 +293,10 @@ class Children:
                 self._started.add(index)
             elif kind == "ready":
                 with self._lock:
-                    self._ready.add(index)
+                    if message[1]:
+                        self._ready.add(index)
+                    else:
+                        self._ready.discard(index)
             elif kind == "exit":
                 with self._lock:
                     self._exited[index] = message[1]
@@ -305,7 +315,7 @@ class Children:
                 connection.send("stop")
             except (BrokenPipeError, OSError):
                 pass
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        deadline = time.monotonic() + self.settings.shutdown_timeout_s + STOP_MARGIN_S
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():

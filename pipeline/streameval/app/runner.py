@@ -36,8 +36,11 @@ import time
 from collections import deque
 from typing import Any
 
+import orjson
+
 from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
+from streameval.logs import KAFKA_LOG
 from streameval.records import ComparisonRecord, DriftAlarmRecord, Record
 from streameval.schemas import encode_record
 from streameval.store import StoreError
@@ -51,7 +54,7 @@ from .checkpoint import (
     restore_eval,
     restore_join,
 )
-from .output import KafkaErrors, Output, connect, consumer_config
+from .output import KafkaErrors, NoAnswer, Output, connect, consumer_config
 from .router import Router
 from .settings import WorkerSettings
 from .stages import EvalStage, JoinStage, config_fingerprint
@@ -81,6 +84,9 @@ GC_THRESHOLDS = (500_000, 20, 100)
 #: but ``QUEUED_RESUME``: a join slower than its input waits in Kafka, not in the heap.
 QUEUED_MAX = 16
 QUEUED_RESUME = 4
+#: Of ``shutdown_timeout_s``, what is kept for leaving the consumer group after the final
+#: checkpoint (at most): librdkafka's close waits out the session timeout when Kafka is away.
+CLOSE_RESERVE_S = 5.0
 
 
 class Pipeline:
@@ -95,7 +101,8 @@ class Pipeline:
     ) -> None:
         self.settings = settings
         self.config = config
-        self.client = dict(client)
+        # the clients log through Python (rate-limited, in the worker's format), not stderr
+        self.client = {**client, "logger": KAFKA_LOG}
         self.topics = Topics.with_prefix(settings.topic_prefix, settings.app_id)
         self.fingerprint = config_fingerprint(config)
         self.telemetry = Telemetry(exporter, self.topics.inputs)
@@ -104,6 +111,9 @@ class Pipeline:
         self.failure: BaseException | None = None
         self._callback_error: BaseException | None = None  # raised by a rebalance callback
         self.ready = threading.Event()  # set once the consumer has joined the group
+        self.restoring = False  # partitions assigned are being restored
+        #: when the worker must have stopped (set by :meth:`stop`)
+        self.stop_by: float | None = None
         self.router: Router | None = None
         self.joins: dict[int, JoinStage] = {}
         self.evals: dict[int, EvalStage] = {}
@@ -116,9 +126,38 @@ class Pipeline:
         #: came meanwhile: they are applied, in order, once it has caught up
         self._queued: dict[int, deque[Any]] = {}
         self._held_said = -1e9
+        self._said_unmatched: set[str] = set()  # comparisons with a model never seen, told
 
     def stop(self) -> None:
+        """End the data path: its loop ends after the current turn; the final records, a
+        checkpoint and leaving the group follow — all within ``shutdown_timeout_s``, whether
+        Kafka answers or not (without it, the last checkpoint stands)."""
+        if self.stop_by is None:
+            self.stop_by = time.monotonic() + self.settings.shutdown_timeout_s
+            output = getattr(self, "output", None)
+            if output is not None:  # a produce waiting for Kafka must not outlast it either
+                output.deadline = self.stop_by - self._close_reserve()
         self.stopping.set()
+
+    def _close_reserve(self) -> float:
+        return min(CLOSE_RESERVE_S, self.settings.shutdown_timeout_s / 3)
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the worker does its work now: in the group, its partitions restored, Kafka
+        reachable, not stopping (the readiness probe)."""
+        return (
+            self.ready.is_set()
+            and not self.restoring
+            and self._kafka_errors.reachable
+            and not self.stopping.is_set()
+        )
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the data path is running or starting (the liveness probe): false once it
+        has failed. Waiting for Kafka is live — a restart would not bring Kafka back."""
+        return self.failure is None
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -138,10 +177,13 @@ class Pipeline:
                              rules=self.config.time_rules())  # fmt: skip
         self.output = Output(self.client, self._kafka_errors)
         producer = self.output.producer
-        self.join_changelog = Changelog(t.join_changelog, producer, self.client, self.fingerprint)
-        self.eval_changelog = Changelog(t.eval_changelog, producer, self.client, self.fingerprint)
+        make_room = self.output.make_room
+        self.join_changelog = Changelog(t.join_changelog, producer, self.client, self.fingerprint,
+                                        make_room)  # fmt: skip
+        self.eval_changelog = Changelog(t.eval_changelog, producer, self.client, self.fingerprint,
+                                        make_room)  # fmt: skip
         self.consumer = Consumer(consumer_config(self.client, s, self._kafka_errors,
-                                                 self.telemetry.on_stats))  # fmt: skip
+                                                 self._on_stats))  # fmt: skip
         self.checkpoints = Checkpoints(self.output, self.consumer, self.telemetry, self._durable)
         self.consumer.subscribe(
             [*t.inputs, t.events, t.outcomes],
@@ -156,11 +198,22 @@ class Pipeline:
             log.critical("%s", err)
             self._shutdown(checkpoint=False)
             raise
+        except NoAnswer:  # stopping while Kafka is away: a produce waiting for room gave up
+            self._shutdown()
         except BaseException:
             self._shutdown()
             raise
         else:
             self._shutdown()
+
+    def _on_stats(self, raw: str) -> None:
+        """librdkafka's statistics (every few seconds): whether a broker is up, consumer lag."""
+        try:
+            stats = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        self._kafka_errors.brokers(stats)
+        self.telemetry.on_stats(raw)
 
     def _loop(self) -> None:
         from confluent_kafka import KafkaError
@@ -209,6 +262,7 @@ class Pipeline:
                 next_publish = wall + s.publish_interval_s
                 for stage in list(self.evals.values()):
                     self._evaluated(*stage.tick())
+                    self._unmatched(stage)
                 self.telemetry.gauges(stage.join for stage in self.joins.values())
             if wall >= next_checkpoint:
                 next_checkpoint = wall + s.snapshot_interval_s
@@ -371,6 +425,14 @@ class Pipeline:
             self.output.produce(topic, encode_record(record), key.encode())
         self.telemetry.published(records)
 
+    def _unmatched(self, stage: EvalStage) -> None:
+        """Say once per comparison that one of its models has no outcome while the other has
+        had ``publish_every`` (a misspelt model id in [[comparisons]], most often)."""
+        for message in stage.engine.unmatched_comparisons(least=self.config.publish_every):
+            if message.split(":")[0] not in self._said_unmatched:
+                self._said_unmatched.add(message.split(":")[0])
+                log.warning("%s", message)
+
     # -- flow control ------------------------------------------------------------------------
     def _hold(self, q: int) -> None:
         """Stop fetching join partition ``q``'s events until its checkpoint on its way is
@@ -451,6 +513,13 @@ class Pipeline:
         return call
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.restoring = True
+        try:
+            self._assign(consumer, partitions)
+        finally:
+            self.restoring = False
+
+    def _assign(self, consumer: Any, partitions: list[Any]) -> None:
         from confluent_kafka import OFFSET_BEGINNING
 
         t, started = self.topics, time.monotonic()
@@ -558,17 +627,42 @@ class Pipeline:
         self.telemetry.dropped(joins, models)
 
     def _shutdown(self, checkpoint: bool = True) -> None:
+        if self.stop_by is None:  # stopping by itself (an error): the same time limit
+            self.stop_by = time.monotonic() + self.settings.shutdown_timeout_s
+        self.output.deadline = self.stop_by - self._close_reserve()
         try:
-            if checkpoint:
-                log.info("shutting down: final records and a checkpoint")
-                for stage in list(self.evals.values()):
-                    self._evaluated(*stage.tick())
-                self._checkpoint(list(self.joins), list(self.evals), list(self._input_next))
-            else:  # nothing more is written: the last checkpoint stands, and is resumed from
-                log.info("shutting down without a checkpoint")
-                self.output.flush()
+            try:
+                if checkpoint:
+                    log.info("shutting down: final records and a checkpoint")
+                    for stage in list(self.evals.values()):
+                        self._evaluated(*stage.tick())
+                    self._checkpoint(list(self.joins), list(self.evals), list(self._input_next))
+                else:  # nothing more is written: the last checkpoint stands, and is resumed from
+                    log.info("shutting down without a checkpoint")
+                    self.output.flush()
+            except NoAnswer as err:
+                self.checkpoints.rounds.clear()  # never to be completed: the last one stands
+                self.checkpoints.busy.clear()
+                log.warning(
+                    "Kafka did not answer within shutdown_timeout_s (%g s; %s): stopping "
+                    "without a final checkpoint. Nothing is lost: the last checkpoint stands, "
+                    "and a restart reads on from it and computes the rest again, exactly",
+                    self.settings.shutdown_timeout_s, err,
+                )  # fmt: skip
             self._drop(list(self.joins), list(self.evals), list(self._input_next))
         finally:
-            self.consumer.close()  # leaves the group: the partitions move on at once
+            self._close_consumer()
             if self._callback_error is not None and checkpoint:
                 log.error("leaving the group failed: %s", self._callback_error)
+
+    def _close_consumer(self) -> None:
+        """Leave the group (the partitions move on at once) — or, with Kafka away, give up at
+        the time limit: librdkafka's close then waits out the session timeout, and the group
+        notices the worker's absence after that timeout anyway."""
+        closing = threading.Thread(target=self.consumer.close, name="streameval-close",
+                                   daemon=True)  # fmt: skip
+        closing.start()
+        closing.join(max(0.0, self.stop_by - time.monotonic()))
+        if closing.is_alive():
+            log.warning("Kafka did not answer the worker's leaving the group; the group will "
+                        "notice within session_timeout_ms")  # fmt: skip

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 from streameval.config import ConfigError, EvaluationConfig, load_config
 
@@ -104,6 +105,17 @@ class WorkerSettings(BaseSettings):
         10_000, ge=1_000, description="how soon the group notices a dead worker"
     )
     log_level: str = Field("info", pattern=r"^(?i:debug|info|warning|error)$")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as plain text, or one JSON object each (log pipelines)"
+    )
+    shutdown_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="SIGTERM or Ctrl-C stops the worker within this long: with a final "
+        "checkpoint if Kafka answers in time, else without (a restart recomputes the rest)",
+    )
     store: Literal["disk", "memory"] = Field(
         "disk",
         description="where a join partition keeps its pending instances: RocksDB on "
@@ -174,9 +186,27 @@ def _format(err: ValidationError) -> str:
         env = "STREAMEVAL_" + key.split(".")[0].upper()
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown setting; see docs/kafka.md 'Worker settings'"
+            message = "unknown setting; the settings are listed in docs/worker.md, 'Settings'"
         lines.append(f"  {key} (or ${env}) = {problem.get('input')!r}: {message}")
     return "invalid worker settings:\n" + "\n".join(lines)
+
+
+def _mistyped(table: dict[str, Any]) -> list[str]:
+    """Values of the [worker] table whose TOML type is not the setting's: a string where a
+    number or a switch belongs (``metrics_port = "9464"``) is refused rather than converted —
+    the environment's values are strings by nature, the file's need not be."""
+    problems = []
+    for key, value in table.items():
+        field = WorkerSettings.model_fields.get(key)
+        if field is None or not isinstance(value, str):
+            continue
+        if field.annotation in (int, float, bool):
+            kind = {int: "an integer", float: "a number", bool: "true or false"}[field.annotation]
+            problems.append(
+                f"  {key} = {value!r}: a string; write {kind} without quotes "
+                f"({key} = {value.strip()})"
+            )
+    return problems
 
 
 def load_settings(
@@ -198,13 +228,26 @@ def load_settings(
     table = data.pop("worker", {})
     if not isinstance(table, dict):
         raise SettingsError(f"`worker` in {str(path)!r} must be a table ([worker])")
+    mistyped = _mistyped(table)
     _FILE_TABLE.value = table
     try:
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as err:
-        raise SettingsError(_format(err)) from None
+        message = _format(err)
+        if mistyped:
+            message += "\n" + "\n".join(mistyped)
+        raise SettingsError(message) from None
+    except PydanticSettingsError as err:  # a variable that is not JSON where JSON belongs
+        name = str(err).split('"')[1] if '"' in str(err) else "?"
+        raise SettingsError(
+            f"invalid worker settings:\n  ${'STREAMEVAL_' + name.upper()} is not valid JSON; it "
+            f"holds a table of settings, e.g. STREAMEVAL_{name.upper()}="
+            '\'{"security.protocol": "SSL"}\''
+        ) from None
     finally:
         _FILE_TABLE.value = {}
+    if mistyped:
+        raise SettingsError("invalid worker settings:\n" + "\n".join(mistyped))
     try:
         config = load_config(None, **data)
     except ConfigError as err:

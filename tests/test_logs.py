@@ -1,0 +1,131 @@
+"""The worker's logging (streameval.logs) and its readiness and liveness (Pipeline.is_ready,
+Pipeline.is_live): what the probes and the log lines say, without a broker. The worker with a
+broker that goes away: tests/integration/test_health.py."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import time
+
+import orjson
+import pytest
+from streameval.app.output import KafkaErrors
+from streameval.app.runner import Pipeline
+from streameval.app.settings import load_settings
+from streameval.logs import KAFKA_LOG, RateLimit, logging_config
+
+
+@pytest.fixture
+def restore_logging():
+    root, loggers = logging.root, logging.Logger.manager.loggerDict
+    saved = (root.level, list(root.handlers))
+    levels = {name: logger.level for name, logger in loggers.items()
+              if isinstance(logger, logging.Logger)}  # fmt: skip
+    filters = list(KAFKA_LOG.filters)
+    yield
+    root.setLevel(saved[0])
+    root.handlers[:] = saved[1]
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    KAFKA_LOG.filters[:] = filters
+
+
+def test_json_lines_one_object_each_with_the_traceback(restore_logging, capfd):
+    logging.config.dictConfig(logging_config("info", "json"))
+    log = logging.getLogger("streameval.worker")
+    log.info("assigned: %d input partitions", 9)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("a step failed")
+    logging.getLogger("faust.worker").info("[^Worker]: Starting...")  # debug only
+    lines = [orjson.loads(line) for line in capfd.readouterr().err.splitlines()]
+    assert [(line["level"], line["logger"], line["message"]) for line in lines] == [
+        ("info", "streameval.worker", "assigned: 9 input partitions"),
+        ("error", "streameval.worker", "a step failed"),
+    ]
+    assert "ValueError: boom" in lines[1]["exception"] and "exception" not in lines[0]
+    assert lines[0]["time"].endswith("+00:00") and lines[0]["pid"] > 0
+
+
+def test_text_lines_have_no_terminal_codes_and_faust_chatter_only_at_debug(restore_logging, capfd):
+    logging.config.dictConfig(logging_config("info", "text"))
+    logging.getLogger("streameval.worker").warning("drift alarm: model %s", "m")
+    logging.getLogger("mode.services").info("[^-App]: Starting...")
+    logging.getLogger("streameval.app.faust_app").info("[^--_Service]: Starting...")
+    err = capfd.readouterr().err
+    assert "\x1b" not in err
+    assert err.count("\n") == 1 and "[WARNING] drift alarm: model m" in err
+    logging.config.dictConfig(logging_config("debug", "text"))
+    logging.getLogger("mode.services").debug("[^-App]: Starting...")
+    assert "Starting..." in capfd.readouterr().err
+
+
+def test_the_kafka_clients_say_each_problem_once_a_minute(restore_logging, capfd):
+    logging.config.dictConfig(logging_config("info", "text"))
+    for ms in range(20):  # as librdkafka logs a broker that is away: ~20 a second
+        KAFKA_LOG.error("%s [%s] %s", "FAIL", "rdkafka#consumer-3",
+                        f"[thrd:127.0.0.1:9092/1]: Connect to 127.0.0.1:9092 failed: "
+                        f"Connection refused (after {ms}ms in state CONNECT)")  # fmt: skip
+    KAFKA_LOG.warning("%s [%s] %s", "SESSTMOUT", "rdkafka#consumer-3", "session timed out")
+    lines = capfd.readouterr().err.splitlines()
+    assert len(lines) == 2 and "Connection refused" in lines[0] and "SESSTMOUT" in lines[1]
+
+
+def test_a_problem_is_said_again_after_the_interval():
+    now = [0.0]
+    limit = RateLimit(every=60.0, clock=lambda: now[0])
+    record = logging.LogRecord("k", logging.ERROR, "", 0, "broker %s down", ("1",), None)
+    assert limit.filter(record) and not limit.filter(record)
+    now[0] = 59.9
+    assert not limit.filter(record)
+    now[0] = 60.0
+    assert limit.filter(record)
+
+
+class _Error:
+    def __init__(self, code: int) -> None:
+        self._code = code
+
+    def code(self) -> int:
+        return self._code
+
+    def __str__(self) -> str:
+        return f"error {self._code}"
+
+
+def test_ready_only_in_the_group_restored_reachable_and_not_stopping():
+    from confluent_kafka import KafkaError
+
+    settings, config = load_settings(None, bootstrap="127.0.0.1:1", shutdown_timeout_s=7)
+    pipeline = Pipeline(settings, config, {"bootstrap.servers": "127.0.0.1:1"})
+    assert pipeline.is_live and not pipeline.is_ready  # not in the group yet
+    pipeline.ready.set()
+    assert pipeline.is_ready
+    pipeline.restoring = True  # partitions being restored (a rebalance)
+    assert not pipeline.is_ready
+    pipeline.restoring = False
+    errors = pipeline._kafka_errors
+    errors(_Error(KafkaError._ALL_BROKERS_DOWN))
+    assert not pipeline.is_ready and pipeline.is_live  # waiting for Kafka: no restart helps
+    errors.brokers({"brokers": {"127.0.0.1:1/1": {"state": "TRY_CONNECT"}}})
+    assert not pipeline.is_ready
+    errors.brokers({"brokers": {"127.0.0.1:1/1": {"state": "UP"}}})
+    assert pipeline.is_ready
+    before = time.monotonic()
+    pipeline.stop()
+    assert not pipeline.is_ready
+    assert before + 7 <= pipeline.stop_by <= time.monotonic() + 7
+    pipeline.failure = RuntimeError("the data path stopped")
+    assert not pipeline.is_live
+
+
+def test_errors_other_than_all_brokers_down_leave_it_reachable():
+    from confluent_kafka import KafkaError
+
+    errors = KafkaErrors()
+    errors(_Error(KafkaError._TRANSPORT))  # one connection: librdkafka tries again
+    assert errors.reachable
+    errors.brokers({})  # statistics without brokers say nothing
+    assert errors.reachable

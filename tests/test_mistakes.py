@@ -1,0 +1,111 @@
+"""The mistakes people make, each run as the console script a user runs: a message that says
+what, which value and what to do, a non-zero exit status, and never a Python traceback (nor a
+Kafka client's own lines on the terminal)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STREAMEVAL = str(Path(sys.executable).parent / "streameval")
+
+
+def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMEVAL_")}
+    done = subprocess.run([STREAMEVAL, *args], capture_output=True, text=True, timeout=120,
+                          env={**environ, **(env or {})}, cwd=cwd)  # fmt: skip
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output, output
+    assert not re.search(r"^%\d\|", output, re.M), output  # librdkafka's own stderr lines
+    return done.returncode, output
+
+
+def _replay(tmp_path: Path, toml: str, events: str = ""):
+    """``streameval replay`` of ``events`` with ``toml`` as its configuration."""
+    (tmp_path / "c.toml").write_text(toml)
+    (tmp_path / "events.jsonl").write_text(events)
+    return _run("replay", "--config", str(tmp_path / "c.toml"), str(tmp_path / "events.jsonl"))
+
+
+def _worker(tmp_path: Path, toml: str):
+    """``streameval worker`` with ``toml`` as its configuration (and no Kafka to reach)."""
+    (tmp_path / "worker.toml").write_text(toml)
+    return _run("worker", "--config", str(tmp_path / "worker.toml"), "--bootstrap", "127.0.0.1:1")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:9092"])
+def test_topics_create_with_a_wrong_or_unreachable_address(address):
+    code, output = _run("topics", "create", "--bootstrap", address)
+    assert code == 1
+    assert f"Kafka at {address} did not answer" in output and "--bootstrap" in output
+
+
+def test_a_second_worker_on_a_host_whose_metrics_port_is_taken(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, output = _run("worker", "--bootstrap", "127.0.0.1:1", "--metrics-host",
+                            "127.0.0.1", "--metrics-port", str(port), cwd=tmp_path)  # fmt: skip
+    assert code == 2
+    assert f"metrics_port {port} on 127.0.0.1 cannot be used" in output
+    assert "--metrics-port or STREAMEVAL_METRICS_PORT" in output
+
+
+def test_streameval_kafka_that_is_not_json(tmp_path):
+    env = {"STREAMEVAL_KAFKA": "security.protocol=SSL"}
+    code, output = _run("worker", "--bootstrap", "127.0.0.1:1", env=env, cwd=tmp_path)
+    assert code == 2
+    assert "$STREAMEVAL_KAFKA is not valid JSON" in output
+    assert """STREAMEVAL_KAFKA='{"security.protocol": "SSL"}'""" in output
+
+
+def test_strings_where_numbers_belong_are_refused_every_one_at_once(tmp_path):
+    code, output = _worker(tmp_path, '[worker]\nmetrics_port = "9464"\nidle_ms = "5"\n')
+    assert code == 2
+    assert "metrics_port = '9464': a string; write an integer without quotes" in output
+    assert "idle_ms = '5': a string" in output
+    code, output = _replay(tmp_path, 'publish_every = "100"\nmax_classes = "5"\n')
+    assert code == 2
+    assert "publish_every = '100': a string where an integer belongs" in output
+    assert "(publish_every = 100)" in output and "max_classes = '5'" in output
+
+
+def test_every_bad_estimator_of_a_list_is_named(tmp_path):
+    toml = 'estimators = ["window:0", "cumulative", "fading:2", "windows:10"]\n'
+    code, output = _replay(tmp_path, toml)
+    assert code == 2
+    for bad in ("'window:0' is not allowed", "'fading:2' is not allowed", "'windows:10' is not"):
+        assert bad in output
+    assert output.count("use 'cumulative'") == 1  # the forms allowed, said once
+
+
+def test_an_unknown_worker_setting_points_at_a_section_that_exists(tmp_path):
+    code, output = _worker(tmp_path, "[worker]\nmetric_port = 9464\n")
+    assert code == 2
+    assert "metric_port (or $STREAMEVAL_METRIC_PORT) = 9464: unknown setting" in output
+    doc, section = re.search(r"listed in (docs/\w+\.md), '(\w+)'", output).groups()
+    assert re.search(rf"^## {section}$", (ROOT / doc).read_text(), re.M)
+
+
+def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):
+    lines = []
+    for i in range(20):
+        lines += [
+            f'{{"type": "instance", "instance_id": "i{i}", "ts": {1000 * i}}}',
+            f'{{"type": "prediction", "instance_id": "i{i}", "model_id": "champion", '
+            f'"ts": {1000 * i}, "label": "yes"}}',
+            f'{{"type": "label", "instance_id": "i{i}", "ts": {1000 * i + 10}, "label": "no"}}',
+        ]
+    toml = '[[comparisons]]\na = "champion"\nb = "challanger"\n'  # misspelt
+    code, output = _replay(tmp_path, toml, "\n".join(lines) + "\n")
+    assert code == 0  # the numbers of champion are right; the comparison is what is missing
+    assert "comparison champion vs challanger: no outcome of 'challanger'" in output
+    assert "models seen: champion" in output
