@@ -537,7 +537,7 @@ class Pipeline:
                     self.eval_changelog, tp.partition, self.config, self.join_partitions,
                     consumer, t.outcomes, self.telemetry.restore_lag("evaluate"),
                 )  # fmt: skip
-                self.telemetry.restored(stage.engine.latest_records())
+                self.telemetry.restored(stage.engine)
             else:
                 inputs.append((tp.topic, tp.partition))
                 continue

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from streameval.core.join import Join, Outcome
+from streameval.engine import Engine
 from streameval.exporter import Exporter
 from streameval.records import Record
 from streameval.store import DiskState
@@ -74,10 +75,11 @@ class Telemetry:
         if self.exporter is not None:
             self.exporter.observe(records)
 
-    def restored(self, records: list[Record]) -> None:
-        """An evaluation partition's latest records, shown at once after a restore."""
+    def restored(self, engine: Engine) -> None:
+        """An evaluation partition's latest records, shown at once after a restore (built
+        only when there is an exporter to show them)."""
         if self.exporter is not None:
-            self.exporter.observe(records)
+            self.exporter.observe(engine.latest_records())
 
     def joined(self, q: int, join: Join) -> None:
         """Add what join partition ``q`` dropped since the last look to the counters."""
