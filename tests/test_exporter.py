@@ -13,6 +13,11 @@ from streameval.records import DriftAlarmRecord
 from streameval.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the counts of an estimate and the family each is exported in
+COUNTS = {
+    "n": "streameval_estimate_outcomes",
+    "n_effective": "streameval_estimate_effective_outcomes",
+}
 
 
 def _replayed():
@@ -56,6 +61,10 @@ def test_series_equal_the_latest_records():
                     key = ("streameval_class_measure", tuple(sorted({
                         "model": model, "view": view, "estimator": estimator_label(estimator),
                         "measure": measure, "class": cls}.items())))  # fmt: skip
+                elif name in COUNTS:
+                    key = (COUNTS[name], tuple(sorted({
+                        "model": model, "view": view,
+                        "estimator": estimator_label(estimator)}.items())))  # fmt: skip
                 else:
                     key = ("streameval_measure", tuple(sorted({
                         "model": model, "view": view, "estimator": estimator_label(estimator),
@@ -73,6 +82,28 @@ def test_series_equal_the_latest_records():
                and ("estimator", "window_1000") in labels]  # fmt: skip
     last = [r for r in records if r.kind == "comparison"][-1]
     assert mcnemar == [last.estimators["window:1000"].mcnemar]
+    disagreements = {dict(labels)["only_wrong"]: v for (name, labels), v in series.items()
+                     if name == "streameval_comparison_disagreements"
+                     and ("estimator", "window_1000") in labels}  # fmt: skip
+    window = last.estimators["window:1000"]
+    assert disagreements == {"model_a": window.n01, "model_b": window.n10}
+
+
+def test_counts_have_families_of_their_own():
+    """A family holds one kind of number: sum() or avg() over a measure family must not mix
+    accuracies with outcome counts, nor statistics with tallies of disagreements."""
+    registry = CollectorRegistry()
+    Exporter(registry).observe(_replayed())
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("streameval_measure", "streameval_class_measure"):
+        measures = {s.labels["measure"] for s in families[name].samples}
+        assert measures and not measures & set(COUNTS), (name, measures & set(COUNTS))
+    statistics = {s.labels["statistic"] for s in families["streameval_comparison"].samples}
+    assert statistics == {"q_statistic", "mcnemar", "significant"}
+    for name in (*COUNTS.values(), "streameval_comparison_disagreements"):
+        assert families[name].type == "gauge" and families[name].samples, name
+        assert all(s.value >= 0 for s in families[name].samples), name
 
 
 def test_forgotten_models_lose_their_series():

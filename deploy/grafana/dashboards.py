@@ -449,11 +449,11 @@ def comparison() -> dict[str, Any]:
             "Errors only one model makes",
             [
                 target(
-                    f'streameval_comparison{{{sel}, statistic=~"n01|n10"}}',
-                    "{{statistic}} ({{estimator}})",
+                    f"streameval_comparison_disagreements{{{sel}}}",
+                    "only {{only_wrong}} wrong ({{estimator}})",
                 )
             ],
-            description="n01: model_a wrong, model_b right; n10: model_b wrong, model_a right.",
+            description="only model_a wrong (n01: model_b right); only model_b wrong (n10).",
         )
     )
     lay.add(

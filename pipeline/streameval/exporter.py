@@ -10,7 +10,11 @@ histogram per model. Series of models that this worker no longer owns are remove
 Names (docs/operations.md, "What Prometheus gets"): every series starts with ``streameval_``;
 labels are ``model``, ``view``, ``estimator`` (``cumulative``, ``window_1000``,
 ``fading_0.999``), ``measure``, ``class`` (per-class measures), ``detector``, ``pair``,
-``reason``.
+``reason``. A family holds one kind of number, so that aggregating over its labels means
+something: measures (ratios, kappas, baselines) in ``streameval_measure``, the counts of an
+estimate (``n``, ``n_effective``) in ``streameval_estimate_outcomes`` and
+``streameval_estimate_effective_outcomes``, a comparison's tallies of disagreements (n01, n10)
+apart from its statistics.
 """
 
 from __future__ import annotations
@@ -100,9 +104,29 @@ class _SnapshotCollector(Collector):
         )
         comparison = GaugeMetricFamily(
             "streameval_comparison",
-            "Q statistic, signed McNemar, n01, n10 and significance of model_a vs model_b.",
+            "Q statistic, signed McNemar and significance (0 or 1) of model_a vs model_b.",
             labels=["pair", "model_a", "model_b", "estimator", "statistic"],
         )
+        disagreements = GaugeMetricFamily(
+            "streameval_comparison_disagreements",
+            "Paired instances only one model got wrong (only_wrong=model_a: n01, model_b: n10), "
+            "weighted as the estimator weighs them.",
+            labels=["pair", "model_a", "model_b", "estimator", "only_wrong"],
+        )
+        estimate_counts = {
+            "n": GaugeMetricFamily(
+                "streameval_estimate_outcomes",
+                "Outcomes an estimate covers (n): every outcome for cumulative and fading, at "
+                "most W for window_W.",
+                labels=["model", "view", "estimator"],
+            ),
+            "n_effective": GaugeMetricFamily(
+                "streameval_estimate_effective_outcomes",
+                "Sum of the weights of the outcomes an estimate covers (n_effective: N_a under "
+                "fading, n otherwise).",
+                labels=["model", "view", "estimator"],
+            ),
+        }
         for (model, view), record in metrics.items():
             for estimator, values in record.estimators.items():
                 est = estimator_label(estimator)
@@ -112,6 +136,8 @@ class _SnapshotCollector(Collector):
                         per_class.add_metric(
                             [model, view, est, match["measure"], match["cls"]], _value(value)
                         )
+                    elif name in estimate_counts:
+                        estimate_counts[name].add_metric([model, view, est], _value(value))
                     else:
                         measure.add_metric([model, view, est, name], _value(value))
             if view != "final":
@@ -130,11 +156,11 @@ class _SnapshotCollector(Collector):
                     binned.add_metric([model, est, f"{b:03d}"], _value(value))
         for pair, record in comparisons.items():
             for estimator, values in record.estimators.items():
-                for name in ("q_statistic", "mcnemar", "n01", "n10", "significant"):
-                    comparison.add_metric(
-                        [pair, record.model_a, record.model_b, estimator_label(estimator), name],
-                        _value(getattr(values, name)),
-                    )
+                labels = [pair, record.model_a, record.model_b, estimator_label(estimator)]
+                for name in ("q_statistic", "mcnemar", "significant"):
+                    comparison.add_metric([*labels, name], _value(getattr(values, name)))
+                disagreements.add_metric([*labels, "model_a"], _value(values.n01))
+                disagreements.add_metric([*labels, "model_b"], _value(values.n10))
         histogram = HistogramMetricFamily(
             "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
         )
@@ -145,7 +171,10 @@ class _SnapshotCollector(Collector):
                 for b, c in zip(LATENCY_BUCKETS, cumulative, strict=True)
             ]
             histogram.add_metric([model], buckets, total)
-        yield from (measure, per_class, delayed, binned, outcomes, latency, comparison, histogram)
+        yield measure
+        yield from estimate_counts.values()
+        yield from (per_class, delayed, binned, outcomes, latency, comparison, disagreements)
+        yield histogram
 
 
 class Exporter:
