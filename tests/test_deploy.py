@@ -214,15 +214,50 @@ def _alert_rules() -> list[dict]:
     return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
 
 
+def _operations_sections() -> set[str]:
+    """The anchors of docs/operations.md's headings, as GitHub and most renderers make them."""
+    anchors = set()
+    for line in (ROOT / "docs/operations.md").read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower().replace("`", "")
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
 def test_every_alert_has_a_unit_test_a_runbook_and_a_severity():
     tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
     tested = {case["alertname"] for t in tests for case in t.get("alert_rule_test", [])
               if case.get("exp_alerts")}  # fmt: skip
+    sections = _operations_sections()
     for rule in _alert_rules():
-        name = rule["alert"]
+        name, annotations = rule["alert"], rule["annotations"]
         assert name in tested, f"{name} has no promtool test in which it fires"
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
-        assert rule["annotations"]["summary"] and len(rule["annotations"]["runbook"]) > 80, name
+        assert set(annotations) == {"summary", "description", "runbook_url"}, name
+        assert annotations["summary"] and len(annotations["description"]) > 80, name
+        # its own section of docs/operations.md, relative to the repository root
+        page, _, anchor = annotations["runbook_url"].partition("#")
+        assert page == "docs/operations.md" and anchor == name.lower(), name
+        assert anchor in sections, f"docs/operations.md has no section #{anchor} for {name}"
+
+
+def test_recording_rules_are_named_level_metric_operations():
+    """level:metric:operations (prometheus.io/docs/practices/rules): the level names the labels
+    the result keeps (besides job), each sum is by (job, ...), the metric is a worker series."""
+    rules = [r for g in yaml.safe_load(RECORDING.read_text())["groups"] for r in g["rules"]]
+    for rule in rules:
+        name, expr = rule["record"], rule["expr"]
+        level, metric, operations = name.split(":")
+        assert re.fullmatch(r"[a-z]+(_[a-z]+)*", level), name
+        assert re.fullmatch(r"(streameval_[a-z_]+|up)", metric), name
+        assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", operations), name
+        groupings = re.findall(r"\bby \(([^)]*)\)", expr)
+        assert groupings, f"{name} aggregates with an explicit by (...)"
+        for grouping in groupings:
+            kept = {label.strip() for label in grouping.split(",")} - {"le"}
+            extra = set(rule.get("labels", {}))
+            want = {"job"} if level == "job" else {"job", *level.split("_")} - extra
+            assert kept == want, f"{name}: by ({grouping}) but the level says {sorted(want)}"
 
 
 def test_the_issue_alerts_are_all_there():

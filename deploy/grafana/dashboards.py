@@ -213,10 +213,10 @@ def overview() -> dict[str, Any]:
             "Accuracy above the baselines",
             [
                 target(
-                    f"streameval:accuracy_over_{base}{{{SEL}}}",
-                    f"{{{{model}}}} − {base} ({{{{estimator}}}})",
+                    f"{measure('accuracy')} - ignoring (measure) {measure(baseline)}",
+                    f"{{{{model}}}} − {baseline} ({{{{estimator}}}})",
                 )
-                for base in ("persistent", "majority")
+                for baseline in ("p_per", "p_maj")
             ],
             unit="percentunit",
             description="Below 0 the model is worse than the baseline.",
@@ -291,7 +291,7 @@ def overview() -> dict[str, Any]:
         panel(
             "timeseries",
             "Outcomes per second",
-            [target('streameval:outcomes:rate1m{model=~"$model"}', "{{model}}")],
+            [target('model:streameval_outcomes:rate1m{model=~"$model"}', "{{model}}")],
             unit="ops",
         )
     )
@@ -301,7 +301,8 @@ def overview() -> dict[str, Any]:
             "Drift alarms in the last 10 minutes",
             [
                 target(
-                    'streameval:drift_alarms:increase10m{model=~"$model"}', "{{model}} {{detector}}"
+                    'model_detector:streameval_drift_alarms:increase10m{model=~"$model"}',
+                    "{{model}} {{detector}}",
                 )
             ],
         )
@@ -358,9 +359,9 @@ def delayed() -> dict[str, Any]:
             "Label latency quantiles",
             [
                 target(
-                    f'streameval:label_latency_seconds:{q}{{model=~"$model"}}', f"{{{{model}}}} {q}"
+                    'model_quantile:streameval_label_latency_seconds:quantile5m{model=~"$model"}',
+                    "{{model}} p{{quantile}}",
                 )
-                for q in ("p50", "p90", "p99")
             ],
             unit="s",
         ),
@@ -379,7 +380,7 @@ def delayed() -> dict[str, Any]:
         panel(
             "timeseries",
             "Label coverage (15 min)",
-            [target('streameval:label_coverage:ratio15m{model=~"$model"}', "{{model}}")],
+            [target('model:streameval_label_coverage:ratio_rate15m{model=~"$model"}', "{{model}}")],
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -392,7 +393,7 @@ def delayed() -> dict[str, Any]:
         panel(
             "timeseries",
             "Instances waiting for a label",
-            [target("streameval:pending_instances:sum", "pending")],
+            [target("job:streameval_pending_instances:sum", "pending")],
         ),
         WIDTH,
     )
@@ -493,13 +494,13 @@ def health() -> dict[str, Any]:
     instance = query_var("instance", 'label_values(up{job="streameval"}, instance)', label="worker")
     worker = 'job="streameval", instance=~"$instance"'
     lay.row("Throughput")
-    lay.add(panel("stat", "Workers up", [target("streameval:workers_up:sum", "workers")]), 4)
+    lay.add(panel("stat", "Workers up", [target("job:up:sum", "workers")]), 4)
     lay.add(
         panel(
             "timeseries",
             "Input messages per second",
             [
-                target("streameval:input_messages:rate1m", "all workers"),
+                target("job:streameval_input_messages:rate1m", "all workers"),
                 target(
                     f"rate(streameval_input_messages_total{{{worker}}}[$__rate_interval])",
                     "{{instance}}",
@@ -513,7 +514,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Outcomes per second",
-            [target("streameval:outcomes:rate1m", "{{model}}")],
+            [target("model:streameval_outcomes:rate1m", "{{model}}")],
             unit="ops",
         ),
         10,
@@ -523,7 +524,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Backlog in time",
-            [target("streameval:consumer_lag_seconds:estimate", "all input")],
+            [target("job:streameval_consumer_lag_per_input_messages:ratio_rate1m", "all input")],
             unit="s",
             description="Consumer lag over the input rate: how long the group would take to "
             "catch up. Offsets are committed at each checkpoint, so a busy group shows about "
@@ -535,7 +536,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Consumer lag by topic",
-            [target("streameval:consumer_lag:sum", "{{topic}}")],
+            [target("topic:streameval_consumer_lag:sum", "{{topic}}")],
         ),
         8,
     )
@@ -564,7 +565,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Dead letters per second",
-            [target("streameval:dead_letters:rate5m", "{{reason}}")],
+            [target("reason:streameval_dead_letters:rate5m", "{{reason}}")],
             unit="ops",
         )
     )
@@ -572,7 +573,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Dropped or odd records per second",
-            [target("streameval:dropped_records:rate5m", "{{reason}}")],
+            [target("reason:streameval_dropped_records:rate5m", "{{reason}}")],
             unit="ops",
         )
     )
