@@ -299,10 +299,20 @@ def test_committed_dashboards_are_what_the_generator_builds():
     assert committed == built, "run .venv/bin/python deploy/grafana/dashboards.py"
 
 
+def _datasource_references(node, path=""):
+    """Every ``datasource`` value in a dashboard, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield f"{path}.{key}", value
+            else:
+                yield from _datasource_references(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _datasource_references(value, f"{path}[{i}]")
+
+
 def test_dashboards_have_the_views_variables_and_datasource():
-    provisioned = yaml.safe_load(
-        (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text()
-    )["datasources"][0]["uid"]
     uids = set()
     for path in DASHBOARDS.glob("*.json"):
         board = json.loads(path.read_text())
@@ -317,13 +327,48 @@ def test_dashboards_have_the_views_variables_and_datasource():
         for panel in board["panels"]:
             if panel["type"] == "row":
                 continue
-            assert panel["datasource"]["uid"] == provisioned
             assert panel["targets"] and all(t["expr"].strip() for t in panel["targets"])
     assert len(uids) == 4
     overview = json.loads((DASHBOARDS / "overview.json").read_text())
     assert any("drift_alarms" in a.get("expr", "") for a in overview["annotations"]["list"])
     comparison = (DASHBOARDS / "comparison.json").read_text()
     assert '"value": 6.635' in comparison and '"value": -6.635' in comparison  # significance
+
+
+def test_dashboards_take_the_datasource_from_a_variable():
+    """Every query goes to ``${datasource}``, a datasource variable listing the Prometheus
+    datasources: provisioned (Grafana ignores ``__inputs``), it falls back to the first of them,
+    the one deploy/grafana/provisioning creates; imported, the import dialog asks for
+    DS_PROMETHEUS and that becomes the variable's value."""
+    provisioned = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text()
+    )["datasources"]
+    assert [d["type"] for d in provisioned] == ["prometheus"]  # the variable's only choice
+    for path in DASHBOARDS.glob("*.json"):
+        text = path.read_text()
+        board = json.loads(text)
+        (wanted,) = board["__inputs"]
+        assert wanted["name"] == "DS_PROMETHEUS" and wanted["type"] == "datasource"
+        assert wanted["pluginId"] == "prometheus"
+        required = {(r["type"], r["id"]) for r in board["__requires"]}
+        panels = {("panel", p["type"]) for p in board["panels"] if p["type"] != "row"}
+        assert {("grafana", "grafana"), ("datasource", "prometheus")} | panels == required
+        variable, *others = board["templating"]["list"]
+        assert variable["name"] == "datasource" and variable["type"] == "datasource"
+        assert variable["query"] == "prometheus"
+        assert variable["current"]["value"] == "${DS_PROMETHEUS}"
+        assert text.count("${DS_PROMETHEUS}") == 2  # the variable's current text and value
+        references = list(_datasource_references(board))
+        assert len(references) > len(board["panels"]), path.name  # panels, targets, variables
+        for where, datasource in references:
+            if where.startswith(".annotations.list[0]"):  # Grafana's built-in annotations
+                continue
+            assert datasource == {"type": "prometheus", "uid": "${datasource}"}, (path, where)
+        # the import dialog's substitution: the chosen datasource becomes the variable's value
+        imported = json.loads(text.replace("${DS_PROMETHEUS}", "P1809F7CD0C75ACF3"))
+        assert imported["templating"]["list"][0]["current"]["value"] == "P1809F7CD0C75ACF3"
+        assert text.count("${datasource}") == json.dumps(imported).count("${datasource}")
+        assert not any(v["type"] == "datasource" for v in others)
 
 
 def test_the_significance_line_is_the_comparison_threshold():

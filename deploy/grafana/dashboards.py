@@ -4,6 +4,10 @@ The JSON files are generated, not edited: change this file and run
 
     .venv/bin/python deploy/grafana/dashboards.py
 
+They work provisioned (deploy/grafana/provisioning) and imported into any Grafana (10 or
+later): every query goes to the datasource of the ``datasource`` variable, and ``__inputs``
+makes the import dialog ask which Prometheus that is.
+
 ``tests/test_deploy.py`` fails when the committed JSON differs from what this file builds, and
 ``tests/integration/test_observability.py`` runs every query below against a real Prometheus
 scraping a real worker.
@@ -17,7 +21,34 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "dashboards"
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioned with this uid
+#: Every query goes to the datasource the ``datasource`` variable names (see DATASOURCE_VAR)
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+#: What the import dialog asks for; its answer replaces ``${DS_PROMETHEUS}`` in the JSON
+INPUTS = [
+    {
+        "name": "DS_PROMETHEUS",
+        "label": "Prometheus",
+        "description": "",
+        "type": "datasource",
+        "pluginId": "prometheus",
+        "pluginName": "Prometheus",
+    }
+]
+#: The datasource variable: imported, it starts on the datasource chosen in the import dialog;
+#: provisioned (Grafana ignores ``__inputs``, so ``${DS_PROMETHEUS}`` names no datasource), it
+#: falls back to the first Prometheus datasource; and a viewer may switch to another.
+DATASOURCE_VAR = {
+    "name": "datasource",
+    "label": "Prometheus",
+    "type": "datasource",
+    "query": "prometheus",
+    "regex": "",
+    "refresh": 1,
+    "hide": 0,
+    "current": {"selected": False, "text": "${DS_PROMETHEUS}", "value": "${DS_PROMETHEUS}"},
+}
+#: The Grafana the dashboards are written for (their schemaVersion)
+GRAFANA_VERSION = "10.4.0"
 MCNEMAR_99 = 6.635  # χ² (1 d.f.) at 0.99, as streameval.core.compare.MCNEMAR_THRESHOLD
 WIDTH = 24
 
@@ -129,7 +160,15 @@ def dashboard(
         "name": "Annotations & Alerts",
         "type": "dashboard",
     }
+    panel_types = sorted({p["type"] for p in layout.panels if p["type"] != "row"})
+    requires = [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        *({"type": "panel", "id": kind, "name": kind, "version": ""} for kind in panel_types),
+    ]
     return {
+        "__inputs": INPUTS,
+        "__requires": requires,
         "uid": uid,
         "title": title,
         "description": description,
@@ -140,7 +179,7 @@ def dashboard(
         "editable": True,
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": variables},
+        "templating": {"list": [DATASOURCE_VAR, *variables]},
         "annotations": {"list": [builtin, *annotations]},
         "links": [
             {
