@@ -240,3 +240,40 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
     proxy.forget_models(["champion"])
     children._receive(timeout=5)
     assert not any(dict(labels).get("model") == "champion" for _, labels in _series(relayed))
+
+
+def test_build_info_says_what_each_worker_runs():
+    """One series of value 1 whose labels tell workers of one application apart when they
+    should not differ: version, internal formats, the evaluation configuration's fingerprint."""
+    import platform
+
+    import confluent_kafka
+    from streameval import __version__
+    from streameval.app.changelog import CHECKPOINT_VERSION
+    from streameval.app.faust_app import create_app
+    from streameval.app.settings import load_settings
+    from streameval.app.stages import config_fingerprint
+    from streameval.app.wire import WIRE_VERSION
+
+    settings, config = load_settings(
+        ROOT / "deploy/streameval.toml", bootstrap="127.0.0.1:1", metrics_port=0, app_id="fraud"
+    )
+    app = create_app(settings, config)
+    (info,) = [s for name, s in _samples(app.registry) if name == "streameval_build_info"]
+    assert info.value == 1.0
+    assert info.labels == {
+        "version": __version__,
+        "python": platform.python_version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "app_id": "fraud",
+        "config_fingerprint": config_fingerprint(config),
+        "wire": str(WIRE_VERSION),
+        "checkpoint": str(CHECKPOINT_VERSION),
+    }
+    _, other = load_settings(None, bootstrap="127.0.0.1:1", metrics_port=0)
+    assert config_fingerprint(other) != info.labels["config_fingerprint"]
+
+
+def _samples(registry):
+    text = generate_latest(registry).decode()
+    return [(s.name, s) for f in text_string_to_metric_families(text) for s in f.samples]

@@ -648,6 +648,19 @@ def health() -> dict[str, Any]:
         ),
         8,
     )
+    lay.add(
+        panel(
+            "table",
+            "What each worker runs",
+            [target(f"streameval_build_info{{{worker}}}", table=True)],
+            description="Version, Python, librdkafka, application, the fingerprint of the "
+            "evaluation configuration and the internal formats: the workers of one application "
+            "must agree on all but Python and librdkafka (alert StreamevalWorkersDisagree).",
+            options={"showHeader": True},
+        ),
+        WIDTH,
+        6,
+    )
     return dashboard(
         "streameval-health",
         "streameval · health",

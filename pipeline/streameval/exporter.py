@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -296,6 +296,12 @@ class Exporter:
         )
         self.changelog_lag.labels("join").set(0)
         self.changelog_lag.labels("evaluate").set(0)
+        self.build = Info(
+            "streameval_build",
+            "What this worker runs: its version, Python, librdkafka, application, evaluation "
+            "configuration (fingerprint) and internal formats (1 whatever they are).",
+            registry=registry,
+        )
         registry.register(_SnapshotCollector(self))
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
         self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
@@ -345,6 +351,10 @@ class Exporter:
             before, total = self._latency.get(model_id, (0, 0.0))
             self._latency[model_id] = (before + counts, total + float(seconds.sum()))
         self._child(self.outcomes, model_id).inc(seconds.size)
+
+    def set_build_info(self, labels: dict[str, str]) -> None:
+        """The labels of ``streameval_build_info`` (once, at start)."""
+        self.build.info(labels)
 
     def count_input(self, messages: int) -> None:
         self.input_messages.inc(messages)

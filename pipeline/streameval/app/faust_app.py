@@ -39,6 +39,7 @@ from streameval.exporter import Exporter
 from .processes import Children
 from .runner import Pipeline
 from .settings import WorkerSettings
+from .telemetry import build_info
 
 __all__ = ["create_app", "run_worker"]
 
@@ -114,6 +115,7 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         ],
     )
     pipeline = Pipeline(settings, config, client, exporter)
+    exporter.set_build_info(build_info(settings.app_id, pipeline.fingerprint))
     children = None
     if settings.processes > 1:
         # the service sets on_failure: it is the one that can stop the worker
