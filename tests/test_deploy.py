@@ -375,3 +375,106 @@ def test_the_significance_line_is_the_comparison_threshold():
     from streameval.core.compare import MCNEMAR_THRESHOLD
 
     assert _dashboards_module().MCNEMAR_99 == MCNEMAR_THRESHOLD
+
+
+# -- the dashboards and rules use what the workers export by default -----------------------------
+
+
+def _default_series() -> list[tuple[str, dict[str, str]]]:
+    """Every series of a worker with the default settings that has evaluated, joined, dropped,
+    dead-lettered, checkpointed and alarmed: name and labels of each sample."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from streameval.app.telemetry import build_info
+    from streameval.exporter import Exporter
+    from streameval.records import DriftAlarmRecord
+
+    from .test_exporter import _replayed
+
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"])
+    exporter.observe(_replayed())
+    exporter.observe([DriftAlarmRecord("drift_alarm", "champion", 9, "final", "page_hinkley",
+                                       101.0, 100.0, 7, 0.5)])  # fmt: skip
+    exporter.observe_outcomes("champion", [1000.0, 4000.0])
+    exporter.count_input(10)
+    exporter.count_dropped("expired_unlabelled", "champion")
+    exporter.count_dead_letters("not_json")
+    exporter.count_skipped_batch("join")
+    exporter.set_pending(3)
+    exporter.set_store(100, 1, 1, 10)
+    exporter.set_checkpoint(0.5, 0.01)
+    exporter.set_lag("labels", "0", 5)
+    exporter.set_build_info(build_info("streameval", "0123456789abcdef"))
+    text = generate_latest(registry).decode()
+    return [(s.name, s.labels) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+_SELECTOR = re.compile(r"(?<![\w:])(streameval_\w+)(?![\w:])\s*(?:\{([^}]*)\})?")
+_MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+#: the labels whose values the export_* settings choose
+_SELECTED = {"measure", "view", "estimator", "class", "bin", "stage", "statistic"}
+_RULE_NAME = re.compile(r"(?<![\w:])([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)(?![\w:])")
+
+
+def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
+    for label, op, value in matchers:
+        have = labels.get(label, "")
+        found = {
+            "=": have == value,
+            "!=": have != value,
+            "=~": bool(re.fullmatch(value, have)),
+            "!~": not re.fullmatch(value, have),
+        }[op]
+        if not found:
+            return False
+    return True
+
+
+def _unexported(expr: str, series: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """The selectors of ``expr`` that select no series the defaults export; a regex that lists
+    measures, views or estimators (``measure=~"accuracy|p_maj"``) must find every one of them.
+    Matchers on dashboard variables (``$model``) and on the labels Prometheus adds to a target
+    (job, instance) match anything."""
+    problems = []
+    for name, inside in _SELECTOR.findall(expr):
+        matchers = [m for m in _MATCHER.findall(inside or "")
+                    if "$" not in m[2] and m[0] not in {"job", "instance"}]  # fmt: skip
+        candidates = [labels for n, labels in series if n == name]
+        if not any(_matches(labels, matchers) for labels in candidates):
+            problems.append(f"{name}{{{inside}}}")
+            continue
+        for i, (label, op, value) in enumerate(matchers):
+            if label in _SELECTED and op == "=~" and re.fullmatch(r"[\w.]+(\|[\w.]+)+", value):
+                others = matchers[:i] + matchers[i + 1 :]
+                for word in value.split("|"):
+                    if not any(_matches(labels, [*others, (label, "=", word)])
+                               for labels in candidates):  # fmt: skip
+                        problems.append(f'{name}{{{label}="{word}", ...}}')
+    return problems
+
+
+def test_dashboards_and_rules_use_only_series_the_defaults_export():
+    """The default cardinality budget (docs/operations.md, "Cardinality") leaves out most
+    measures, classes and bins; no panel, variable, annotation, recording rule or alert may
+    depend on one of those."""
+    series = _default_series()
+    recorded = {r["record"] for g in yaml.safe_load(RECORDING.read_text())["groups"]
+                for r in g["rules"]}  # fmt: skip
+    expressions = [(f"recording rule {r['record']}", r["expr"]) for g in
+                   yaml.safe_load(RECORDING.read_text())["groups"] for r in g["rules"]]  # fmt: skip
+    expressions += [(f"alert {r['alert']}", r["expr"]) for r in _alert_rules()]
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        expressions += [(f"{path.name}: variable {v['name']}", v["query"]["query"])
+                        for v in board["templating"]["list"] if v["type"] == "query"]  # fmt: skip
+        expressions += [(f"{path.name}: {p['title']}", t["expr"]) for p in board["panels"]
+                        for t in p.get("targets", [])]  # fmt: skip
+        expressions += [(f"{path.name}: annotation {a['name']}", a["expr"])
+                        for a in board["annotations"]["list"] if "expr" in a]  # fmt: skip
+    assert len(expressions) > 50
+    problems = [f"{where}: {problem}" for where, expr in expressions
+                for problem in _unexported(expr, series)]  # fmt: skip
+    problems += [f"{where}: {name} is not a recording rule" for where, expr in expressions
+                 for name in _RULE_NAME.findall(expr) if name not in recorded]  # fmt: skip
+    assert not problems, "\n".join(problems)

@@ -271,15 +271,8 @@ def overview() -> dict[str, Any]:
             "kappa_temporal (κ_per): against the persistent classifier; kappa_plus (κ⁺): "
             "the geometric combination of κ and κ_per.",
             maximum=1,
-        )
-    )
-    lay.add(
-        panel(
-            "timeseries",
-            "Normalized measures",
-            [target(measure("normalized_accuracy|normalized_kappa|normalized_f1"), legend)],
-            description="Rescaled between the chance and perfect levels of each measure.",
-        )
+        ),
+        WIDTH,
     )
     lay.row("Class-balanced and per-class measures")
     lay.add(
@@ -292,9 +285,16 @@ def overview() -> dict[str, Any]:
     lay.add(
         panel(
             "timeseries",
-            "Positive class: precision, recall, F1",
-            [target(measure("precision_positive|recall_positive|f1_positive"), legend)],
+            "Precision per class",
+            [
+                target(
+                    f'streameval_class_measure{{{SEL}, view="final", measure="precision"}}',
+                    "{{model}} class {{class}} ({{estimator}})",
+                )
+            ],
             unit="percentunit",
+            description="The first classes of each model (export_classes, 2 by default: both "
+            "classes of a binary model).",
         )
     )
     lay.add(

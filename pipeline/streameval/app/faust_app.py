@@ -113,6 +113,7 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         detectors_of=lambda model_id: [
             make_detector(spec).name for spec in config.detectors_of(model_id)
         ],
+        selection=settings.export_selection(),
     )
     pipeline = Pipeline(settings, config, client, exporter)
     exporter.set_build_info(build_info(settings.app_id, pipeline.fingerprint))
