@@ -214,15 +214,50 @@ def _alert_rules() -> list[dict]:
     return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
 
 
+def _operations_sections() -> set[str]:
+    """The anchors of docs/operations.md's headings, as GitHub and most renderers make them."""
+    anchors = set()
+    for line in (ROOT / "docs/operations.md").read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower().replace("`", "")
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
 def test_every_alert_has_a_unit_test_a_runbook_and_a_severity():
     tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
     tested = {case["alertname"] for t in tests for case in t.get("alert_rule_test", [])
               if case.get("exp_alerts")}  # fmt: skip
+    sections = _operations_sections()
     for rule in _alert_rules():
-        name = rule["alert"]
+        name, annotations = rule["alert"], rule["annotations"]
         assert name in tested, f"{name} has no promtool test in which it fires"
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
-        assert rule["annotations"]["summary"] and len(rule["annotations"]["runbook"]) > 80, name
+        assert set(annotations) == {"summary", "description", "runbook_url"}, name
+        assert annotations["summary"] and len(annotations["description"]) > 80, name
+        # its own section of docs/operations.md, relative to the repository root
+        page, _, anchor = annotations["runbook_url"].partition("#")
+        assert page == "docs/operations.md" and anchor == name.lower(), name
+        assert anchor in sections, f"docs/operations.md has no section #{anchor} for {name}"
+
+
+def test_recording_rules_are_named_level_metric_operations():
+    """level:metric:operations (prometheus.io/docs/practices/rules): the level names the labels
+    the result keeps (besides job), each sum is by (job, ...), the metric is a worker series."""
+    rules = [r for g in yaml.safe_load(RECORDING.read_text())["groups"] for r in g["rules"]]
+    for rule in rules:
+        name, expr = rule["record"], rule["expr"]
+        level, metric, operations = name.split(":")
+        assert re.fullmatch(r"[a-z]+(_[a-z]+)*", level), name
+        assert re.fullmatch(r"(streameval_[a-z_]+|up)", metric), name
+        assert re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", operations), name
+        groupings = re.findall(r"\bby \(([^)]*)\)", expr)
+        assert groupings, f"{name} aggregates with an explicit by (...)"
+        for grouping in groupings:
+            kept = {label.strip() for label in grouping.split(",")} - {"le"}
+            extra = set(rule.get("labels", {}))
+            want = {"job"} if level == "job" else {"job", *level.split("_")} - extra
+            assert kept == want, f"{name}: by ({grouping}) but the level says {sorted(want)}"
 
 
 def test_the_issue_alerts_are_all_there():
@@ -264,10 +299,20 @@ def test_committed_dashboards_are_what_the_generator_builds():
     assert committed == built, "run .venv/bin/python deploy/grafana/dashboards.py"
 
 
+def _datasource_references(node, path=""):
+    """Every ``datasource`` value in a dashboard, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield f"{path}.{key}", value
+            else:
+                yield from _datasource_references(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _datasource_references(value, f"{path}[{i}]")
+
+
 def test_dashboards_have_the_views_variables_and_datasource():
-    provisioned = yaml.safe_load(
-        (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text()
-    )["datasources"][0]["uid"]
     uids = set()
     for path in DASHBOARDS.glob("*.json"):
         board = json.loads(path.read_text())
@@ -282,7 +327,6 @@ def test_dashboards_have_the_views_variables_and_datasource():
         for panel in board["panels"]:
             if panel["type"] == "row":
                 continue
-            assert panel["datasource"]["uid"] == provisioned
             assert panel["targets"] and all(t["expr"].strip() for t in panel["targets"])
     assert len(uids) == 4
     overview = json.loads((DASHBOARDS / "overview.json").read_text())
@@ -291,7 +335,146 @@ def test_dashboards_have_the_views_variables_and_datasource():
     assert '"value": 6.635' in comparison and '"value": -6.635' in comparison  # significance
 
 
+def test_dashboards_take_the_datasource_from_a_variable():
+    """Every query goes to ``${datasource}``, a datasource variable listing the Prometheus
+    datasources: provisioned (Grafana ignores ``__inputs``), it falls back to the first of them,
+    the one deploy/grafana/provisioning creates; imported, the import dialog asks for
+    DS_PROMETHEUS and that becomes the variable's value."""
+    provisioned = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text()
+    )["datasources"]
+    assert [d["type"] for d in provisioned] == ["prometheus"]  # the variable's only choice
+    for path in DASHBOARDS.glob("*.json"):
+        text = path.read_text()
+        board = json.loads(text)
+        (wanted,) = board["__inputs"]
+        assert wanted["name"] == "DS_PROMETHEUS" and wanted["type"] == "datasource"
+        assert wanted["pluginId"] == "prometheus"
+        required = {(r["type"], r["id"]) for r in board["__requires"]}
+        panels = {("panel", p["type"]) for p in board["panels"] if p["type"] != "row"}
+        assert {("grafana", "grafana"), ("datasource", "prometheus")} | panels == required
+        variable, *others = board["templating"]["list"]
+        assert variable["name"] == "datasource" and variable["type"] == "datasource"
+        assert variable["query"] == "prometheus"
+        assert variable["current"]["value"] == "${DS_PROMETHEUS}"
+        assert text.count("${DS_PROMETHEUS}") == 2  # the variable's current text and value
+        references = list(_datasource_references(board))
+        assert len(references) > len(board["panels"]), path.name  # panels, targets, variables
+        for where, datasource in references:
+            if where.startswith(".annotations.list[0]"):  # Grafana's built-in annotations
+                continue
+            assert datasource == {"type": "prometheus", "uid": "${datasource}"}, (path, where)
+        # the import dialog's substitution: the chosen datasource becomes the variable's value
+        imported = json.loads(text.replace("${DS_PROMETHEUS}", "P1809F7CD0C75ACF3"))
+        assert imported["templating"]["list"][0]["current"]["value"] == "P1809F7CD0C75ACF3"
+        assert text.count("${datasource}") == json.dumps(imported).count("${datasource}")
+        assert not any(v["type"] == "datasource" for v in others)
+
+
 def test_the_significance_line_is_the_comparison_threshold():
     from streameval.core.compare import MCNEMAR_THRESHOLD
 
     assert _dashboards_module().MCNEMAR_99 == MCNEMAR_THRESHOLD
+
+
+# -- the dashboards and rules use what the workers export by default -----------------------------
+
+
+def _default_series() -> list[tuple[str, dict[str, str]]]:
+    """Every series of a worker with the default settings that has evaluated, joined, dropped,
+    dead-lettered, checkpointed and alarmed: name and labels of each sample."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from streameval.app.telemetry import build_info
+    from streameval.exporter import Exporter
+    from streameval.records import DriftAlarmRecord
+
+    from .test_exporter import _replayed
+
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"])
+    exporter.observe(_replayed())
+    exporter.observe([DriftAlarmRecord("drift_alarm", "champion", 9, "final", "page_hinkley",
+                                       101.0, 100.0, 7, 0.5)])  # fmt: skip
+    exporter.observe_outcomes("champion", [1000.0, 4000.0])
+    exporter.count_input(10)
+    exporter.count_dropped("expired_unlabelled", "champion")
+    exporter.count_dead_letters("not_json")
+    exporter.count_skipped_batch("join")
+    exporter.set_pending(3)
+    exporter.set_store(100, 1, 1, 10)
+    exporter.set_checkpoint(0.5, 0.01)
+    exporter.set_lag("labels", "0", 5)
+    exporter.set_build_info(build_info("streameval", "0123456789abcdef"))
+    text = generate_latest(registry).decode()
+    return [(s.name, s.labels) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+_SELECTOR = re.compile(r"(?<![\w:])(streameval_\w+)(?![\w:])\s*(?:\{([^}]*)\})?")
+_MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+#: the labels whose values the export_* settings choose
+_SELECTED = {"measure", "view", "estimator", "class", "bin", "stage", "statistic"}
+_RULE_NAME = re.compile(r"(?<![\w:])([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)(?![\w:])")
+
+
+def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
+    for label, op, value in matchers:
+        have = labels.get(label, "")
+        found = {
+            "=": have == value,
+            "!=": have != value,
+            "=~": bool(re.fullmatch(value, have)),
+            "!~": not re.fullmatch(value, have),
+        }[op]
+        if not found:
+            return False
+    return True
+
+
+def _unexported(expr: str, series: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """The selectors of ``expr`` that select no series the defaults export; a regex that lists
+    measures, views or estimators (``measure=~"accuracy|p_maj"``) must find every one of them.
+    Matchers on dashboard variables (``$model``) and on the labels Prometheus adds to a target
+    (job, instance) match anything."""
+    problems = []
+    for name, inside in _SELECTOR.findall(expr):
+        matchers = [m for m in _MATCHER.findall(inside or "")
+                    if "$" not in m[2] and m[0] not in {"job", "instance"}]  # fmt: skip
+        candidates = [labels for n, labels in series if n == name]
+        if not any(_matches(labels, matchers) for labels in candidates):
+            problems.append(f"{name}{{{inside}}}")
+            continue
+        for i, (label, op, value) in enumerate(matchers):
+            if label in _SELECTED and op == "=~" and re.fullmatch(r"[\w.]+(\|[\w.]+)+", value):
+                others = matchers[:i] + matchers[i + 1 :]
+                for word in value.split("|"):
+                    if not any(_matches(labels, [*others, (label, "=", word)])
+                               for labels in candidates):  # fmt: skip
+                        problems.append(f'{name}{{{label}="{word}", ...}}')
+    return problems
+
+
+def test_dashboards_and_rules_use_only_series_the_defaults_export():
+    """The default cardinality budget (docs/operations.md, "Cardinality") leaves out most
+    measures, classes and bins; no panel, variable, annotation, recording rule or alert may
+    depend on one of those."""
+    series = _default_series()
+    recorded = {r["record"] for g in yaml.safe_load(RECORDING.read_text())["groups"]
+                for r in g["rules"]}  # fmt: skip
+    expressions = [(f"recording rule {r['record']}", r["expr"]) for g in
+                   yaml.safe_load(RECORDING.read_text())["groups"] for r in g["rules"]]  # fmt: skip
+    expressions += [(f"alert {r['alert']}", r["expr"]) for r in _alert_rules()]
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        expressions += [(f"{path.name}: variable {v['name']}", v["query"]["query"])
+                        for v in board["templating"]["list"] if v["type"] == "query"]  # fmt: skip
+        expressions += [(f"{path.name}: {p['title']}", t["expr"]) for p in board["panels"]
+                        for t in p.get("targets", [])]  # fmt: skip
+        expressions += [(f"{path.name}: annotation {a['name']}", a["expr"])
+                        for a in board["annotations"]["list"] if "expr" in a]  # fmt: skip
+    assert len(expressions) > 50
+    problems = [f"{where}: {problem}" for where, expr in expressions
+                for problem in _unexported(expr, series)]  # fmt: skip
+    problems += [f"{where}: {name} is not a recording rule" for where, expr in expressions
+                 for name in _RULE_NAME.findall(expr) if name not in recorded]  # fmt: skip
+    assert not problems, "\n".join(problems)

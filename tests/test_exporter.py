@@ -1,27 +1,40 @@
 """The Prometheus exporter shows exactly the numbers of the records it was given."""
 
+import functools
 import io
 import math
 import urllib.request
 from pathlib import Path
 
+import msgspec
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from streameval.config import load_config
-from streameval.exporter import Exporter, estimator_label
+from streameval.exporter import Exporter, Selection, estimator_label
 from streameval.records import DriftAlarmRecord
 from streameval.replay import replay
+from streameval.series import DEFAULT_MEASURES
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the counts of an estimate and the family each is exported in
+COUNTS = {
+    "n": "streameval_estimate_outcomes",
+    "n_effective": "streameval_estimate_effective_outcomes",
+}
 
 
-def _replayed():
+@functools.cache
+def _replay():
     records = []
     config = load_config(ROOT / "docs/examples/replay.toml")
     replay(
         ROOT / "docs/examples/sample-events.jsonl", config, io.BytesIO(), on_records=records.extend
     )
-    return records
+    return tuple(records)  # records are frozen: the tests may share them
+
+
+def _replayed():
+    return list(_replay())
 
 
 def _alarm(model):
@@ -43,7 +56,7 @@ def _same(a, b):
 def test_series_equal_the_latest_records():
     records = _replayed()
     registry = CollectorRegistry()
-    exporter = Exporter(registry)
+    exporter = Exporter(registry, selection=Selection.everything())
     exporter.observe(records)
     series = _series(registry)
     final = {(r.model_id, r.view): r for r in records if r.kind == "metrics"}
@@ -56,6 +69,10 @@ def test_series_equal_the_latest_records():
                     key = ("streameval_class_measure", tuple(sorted({
                         "model": model, "view": view, "estimator": estimator_label(estimator),
                         "measure": measure, "class": cls}.items())))  # fmt: skip
+                elif name in COUNTS:
+                    key = (COUNTS[name], tuple(sorted({
+                        "model": model, "view": view,
+                        "estimator": estimator_label(estimator)}.items())))  # fmt: skip
                 else:
                     key = ("streameval_measure", tuple(sorted({
                         "model": model, "view": view, "estimator": estimator_label(estimator),
@@ -73,6 +90,133 @@ def test_series_equal_the_latest_records():
                and ("estimator", "window_1000") in labels]  # fmt: skip
     last = [r for r in records if r.kind == "comparison"][-1]
     assert mcnemar == [last.estimators["window:1000"].mcnemar]
+    disagreements = {dict(labels)["only_wrong"]: v for (name, labels), v in series.items()
+                     if name == "streameval_comparison_disagreements"
+                     and ("estimator", "window_1000") in labels}  # fmt: skip
+    window = last.estimators["window:1000"]
+    assert disagreements == {"model_a": window.n01, "model_b": window.n10}
+
+
+def test_counts_have_families_of_their_own():
+    """A family holds one kind of number: sum() or avg() over a measure family must not mix
+    accuracies with outcome counts, nor statistics with tallies of disagreements."""
+    registry = CollectorRegistry()
+    Exporter(registry, selection=Selection.everything()).observe(_replayed())
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("streameval_measure", "streameval_class_measure"):
+        measures = {s.labels["measure"] for s in families[name].samples}
+        assert measures and not measures & set(COUNTS), (name, measures & set(COUNTS))
+    statistics = {s.labels["statistic"] for s in families["streameval_comparison"].samples}
+    assert statistics == {"q_statistic", "mcnemar", "significant"}
+    for name in (*COUNTS.values(), "streameval_comparison_disagreements"):
+        assert families[name].type == "gauge" and families[name].samples, name
+        assert all(s.value >= 0 for s in families[name].samples), name
+
+
+def _latest(model="champion"):
+    """The model's latest initial and final metrics records of the replayed sample."""
+    latest = {(r.model_id, r.view): r for r in _replayed() if r.kind == "metrics"}
+    return latest[model, "initial"], latest[model, "final"]
+
+
+def _with_classes(record, classes):
+    """The record as if its model had seen ``classes`` more classes (c1, c2 ...)."""
+    estimators = {
+        name: {**values, **{f"{m}[c{i}]": 0.5 for i in range(1, classes + 1)
+                            for m in ("precision", "recall", "f1")}}
+        for name, values in record.estimators.items()
+    }  # fmt: skip
+    return msgspec.structs.replace(record, estimators=estimators)
+
+
+def _keys(registry, model):
+    return {(name, labels) for name, labels in _series(registry) if ("model", model) in labels}
+
+
+def test_the_default_selection_exports_what_the_dashboards_and_alerts_use():
+    initial, final = (_with_classes(r, 8) for r in _latest())
+    registry = CollectorRegistry()
+    Exporter(registry).observe([initial, final])
+    series = _series(registry)
+    estimators = [estimator_label(e) for e in final.estimators]
+    measures = {(dict(k)["view"], dict(k)["estimator"], dict(k)["measure"]): v
+                for (name, k), v in series.items() if name == "streameval_measure"}  # fmt: skip
+    scalars = set(DEFAULT_MEASURES) - {"n", "n_effective", "precision", "recall"}
+    assert measures.keys() == {("final", e, m) for e in estimators for m in scalars} | {
+        ("initial", e, "accuracy") for e in estimators
+    }
+    assert measures["final", "window_1000", "kappa_plus"] == (
+        final.estimators["window:1000"]["kappa_plus"])  # fmt: skip
+    counts = {name: {dict(k)["estimator"] for (n, k) in series if n == name and
+                     ("view", "final") in k} for name in COUNTS.values()}  # fmt: skip
+    assert counts == {name: set(estimators) for name in COUNTS.values()}
+    assert not any(n in COUNTS.values() and ("view", "initial") in k for n, k in series)
+    # per-class precision and recall of the model's first two classes (its 10 are on the topic)
+    classes = {(dict(k)["class"], dict(k)["measure"]) for (n, k) in series
+               if n == "streameval_class_measure"}  # fmt: skip
+    assert classes == {(c, m) for c in ("yes", "no") for m in ("precision", "recall")}
+    # ten bins of a hundred, the first and the last among them
+    bins = sorted({dict(k)["bin"] for (n, k) in series if n == "streameval_binned_accuracy"})
+    assert bins == ["001", "012", "023", "034", "045", "056", "067", "078", "089", "100"]
+    block = final.delayed["cumulative"]["binned_accuracy"]
+    key = (("bin", "100"), ("estimator", "cumulative"), ("model", "champion"))
+    assert series["streameval_binned_accuracy", key] == block[99]
+    stages = {dict(k)["measure"] for (n, k) in series if n == "streameval_delayed_measure"}
+    assert stages == {"accuracy", "kappa", "kappa_plus"}
+
+
+def test_a_selection_narrows_each_dimension():
+    initial, final = _latest()
+    registry = CollectorRegistry()
+    selection = Selection(frozenset({"kappa", "n", "recall"}), frozenset(),
+                          frozenset({"window:1000"}), classes=1, bins=3)  # fmt: skip
+    Exporter(registry, selection=selection).observe([initial, final])
+    labels = dict(model="champion", estimator="window_1000", view="final")
+    assert _keys(registry, "champion") == {
+        ("streameval_measure", tuple(sorted({**labels, "measure": "kappa"}.items()))),
+        ("streameval_estimate_outcomes", tuple(sorted(labels.items()))),
+        ("streameval_class_measure", tuple(sorted({**labels, "measure": "recall",
+                                                   "class": "yes"}.items()))),
+        *(("streameval_delayed_measure", (("estimator", "window_1000"), ("measure", "kappa"),
+                                          ("model", "champion"), ("stage", stage)))
+          for stage in ("initial", "psi", "final")),
+        ("streameval_model_outcomes", (("model", "champion"),)),
+        ("streameval_label_latency_mean_seconds", (("model", "champion"),)),
+    }  # fmt: skip
+
+
+def _hundred_models(selection, classes=0):
+    """An exporter with 100 models' latest records, outcomes and alarm counters, as a worker
+    that evaluates them has; and how long a scrape of it takes."""
+    import time
+
+    initial, final = (_with_classes(r, classes) for r in _latest())
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"],
+                        selection=selection)  # fmt: skip
+    alone = len(_series(registry))
+    for i in range(100):
+        model = f"model-{i:03d}"
+        exporter.observe([msgspec.structs.replace(r, model_id=model) for r in (initial, final)])
+        exporter.observe_outcomes(model, [1500.0, 90_000.0])
+    started = time.perf_counter()
+    body = generate_latest(registry)
+    seconds = time.perf_counter() - started
+    samples = sum(len(f.samples) for f in text_string_to_metric_families(body.decode()))
+    return samples - alone, seconds
+
+
+def test_the_default_budget_keeps_a_model_under_150_series():
+    """docs/operations.md, "Cardinality": 100 binary models (3 estimators, 2 detectors) are
+    13 700 series with the defaults, 54 600 with everything; a model with more classes costs no
+    more by default. The numbers are in the docs: change both together."""
+    default, _ = _hundred_models(Selection())
+    everything, _ = _hundred_models(Selection.everything())
+    assert default <= 150 * 100, default
+    assert (default, everything) == (137 * 100, 546 * 100)
+    many_classes, _ = _hundred_models(Selection(), classes=20)
+    assert many_classes == default
 
 
 def test_forgotten_models_lose_their_series():
@@ -209,3 +353,40 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
     proxy.forget_models(["champion"])
     children._receive(timeout=5)
     assert not any(dict(labels).get("model") == "champion" for _, labels in _series(relayed))
+
+
+def test_build_info_says_what_each_worker_runs():
+    """One series of value 1 whose labels tell workers of one application apart when they
+    should not differ: version, internal formats, the evaluation configuration's fingerprint."""
+    import platform
+
+    import confluent_kafka
+    from streameval import __version__
+    from streameval.app.changelog import CHECKPOINT_VERSION
+    from streameval.app.faust_app import create_app
+    from streameval.app.settings import load_settings
+    from streameval.app.stages import config_fingerprint
+    from streameval.app.wire import WIRE_VERSION
+
+    settings, config = load_settings(
+        ROOT / "deploy/streameval.toml", bootstrap="127.0.0.1:1", metrics_port=0, app_id="fraud"
+    )
+    app = create_app(settings, config)
+    (info,) = [s for name, s in _samples(app.registry) if name == "streameval_build_info"]
+    assert info.value == 1.0
+    assert info.labels == {
+        "version": __version__,
+        "python": platform.python_version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "app_id": "fraud",
+        "config_fingerprint": config_fingerprint(config),
+        "wire": str(WIRE_VERSION),
+        "checkpoint": str(CHECKPOINT_VERSION),
+    }
+    _, other = load_settings(None, bootstrap="127.0.0.1:1", metrics_port=0)
+    assert config_fingerprint(other) != info.labels["config_fingerprint"]
+
+
+def _samples(registry):
+    text = generate_latest(registry).decode()
+    return [(s.name, s) for f in text_string_to_metric_families(text) for s in f.samples]

@@ -4,6 +4,10 @@ The JSON files are generated, not edited: change this file and run
 
     .venv/bin/python deploy/grafana/dashboards.py
 
+They work provisioned (deploy/grafana/provisioning) and imported into any Grafana (10 or
+later): every query goes to the datasource of the ``datasource`` variable, and ``__inputs``
+makes the import dialog ask which Prometheus that is.
+
 ``tests/test_deploy.py`` fails when the committed JSON differs from what this file builds, and
 ``tests/integration/test_observability.py`` runs every query below against a real Prometheus
 scraping a real worker.
@@ -17,7 +21,34 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "dashboards"
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioned with this uid
+#: Every query goes to the datasource the ``datasource`` variable names (see DATASOURCE_VAR)
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+#: What the import dialog asks for; its answer replaces ``${DS_PROMETHEUS}`` in the JSON
+INPUTS = [
+    {
+        "name": "DS_PROMETHEUS",
+        "label": "Prometheus",
+        "description": "",
+        "type": "datasource",
+        "pluginId": "prometheus",
+        "pluginName": "Prometheus",
+    }
+]
+#: The datasource variable: imported, it starts on the datasource chosen in the import dialog;
+#: provisioned (Grafana ignores ``__inputs``, so ``${DS_PROMETHEUS}`` names no datasource), it
+#: falls back to the first Prometheus datasource; and a viewer may switch to another.
+DATASOURCE_VAR = {
+    "name": "datasource",
+    "label": "Prometheus",
+    "type": "datasource",
+    "query": "prometheus",
+    "regex": "",
+    "refresh": 1,
+    "hide": 0,
+    "current": {"selected": False, "text": "${DS_PROMETHEUS}", "value": "${DS_PROMETHEUS}"},
+}
+#: The Grafana the dashboards are written for (their schemaVersion)
+GRAFANA_VERSION = "10.4.0"
 MCNEMAR_99 = 6.635  # χ² (1 d.f.) at 0.99, as streameval.core.compare.MCNEMAR_THRESHOLD
 WIDTH = 24
 
@@ -129,7 +160,15 @@ def dashboard(
         "name": "Annotations & Alerts",
         "type": "dashboard",
     }
+    panel_types = sorted({p["type"] for p in layout.panels if p["type"] != "row"})
+    requires = [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        *({"type": "panel", "id": kind, "name": kind, "version": ""} for kind in panel_types),
+    ]
     return {
+        "__inputs": INPUTS,
+        "__requires": requires,
         "uid": uid,
         "title": title,
         "description": description,
@@ -140,7 +179,7 @@ def dashboard(
         "editable": True,
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": variables},
+        "templating": {"list": [DATASOURCE_VAR, *variables]},
         "annotations": {"list": [builtin, *annotations]},
         "links": [
             {
@@ -213,10 +252,10 @@ def overview() -> dict[str, Any]:
             "Accuracy above the baselines",
             [
                 target(
-                    f"streameval:accuracy_over_{base}{{{SEL}}}",
-                    f"{{{{model}}}} − {base} ({{{{estimator}}}})",
+                    f"{measure('accuracy')} - ignoring (measure) {measure(baseline)}",
+                    f"{{{{model}}}} − {baseline} ({{{{estimator}}}})",
                 )
-                for base in ("persistent", "majority")
+                for baseline in ("p_per", "p_maj")
             ],
             unit="percentunit",
             description="Below 0 the model is worse than the baseline.",
@@ -232,15 +271,8 @@ def overview() -> dict[str, Any]:
             "kappa_temporal (κ_per): against the persistent classifier; kappa_plus (κ⁺): "
             "the geometric combination of κ and κ_per.",
             maximum=1,
-        )
-    )
-    lay.add(
-        panel(
-            "timeseries",
-            "Normalized measures",
-            [target(measure("normalized_accuracy|normalized_kappa|normalized_f1"), legend)],
-            description="Rescaled between the chance and perfect levels of each measure.",
-        )
+        ),
+        WIDTH,
     )
     lay.row("Class-balanced and per-class measures")
     lay.add(
@@ -253,9 +285,16 @@ def overview() -> dict[str, Any]:
     lay.add(
         panel(
             "timeseries",
-            "Positive class: precision, recall, F1",
-            [target(measure("precision_positive|recall_positive|f1_positive"), legend)],
+            "Precision per class",
+            [
+                target(
+                    f'streameval_class_measure{{{SEL}, view="final", measure="precision"}}',
+                    "{{model}} class {{class}} ({{estimator}})",
+                )
+            ],
             unit="percentunit",
+            description="The first classes of each model (export_classes, 2 by default: both "
+            "classes of a binary model).",
         )
     )
     lay.add(
@@ -291,7 +330,7 @@ def overview() -> dict[str, Any]:
         panel(
             "timeseries",
             "Outcomes per second",
-            [target('streameval:outcomes:rate1m{model=~"$model"}', "{{model}}")],
+            [target('model:streameval_outcomes:rate1m{model=~"$model"}', "{{model}}")],
             unit="ops",
         )
     )
@@ -301,7 +340,8 @@ def overview() -> dict[str, Any]:
             "Drift alarms in the last 10 minutes",
             [
                 target(
-                    'streameval:drift_alarms:increase10m{model=~"$model"}', "{{model}} {{detector}}"
+                    'model_detector:streameval_drift_alarms:increase10m{model=~"$model"}',
+                    "{{model}} {{detector}}",
                 )
             ],
         )
@@ -358,9 +398,9 @@ def delayed() -> dict[str, Any]:
             "Label latency quantiles",
             [
                 target(
-                    f'streameval:label_latency_seconds:{q}{{model=~"$model"}}', f"{{{{model}}}} {q}"
+                    'model_quantile:streameval_label_latency_seconds:quantile5m{model=~"$model"}',
+                    "{{model}} p{{quantile}}",
                 )
-                for q in ("p50", "p90", "p99")
             ],
             unit="s",
         ),
@@ -379,7 +419,7 @@ def delayed() -> dict[str, Any]:
         panel(
             "timeseries",
             "Label coverage (15 min)",
-            [target('streameval:label_coverage:ratio15m{model=~"$model"}', "{{model}}")],
+            [target('model:streameval_label_coverage:ratio_rate15m{model=~"$model"}', "{{model}}")],
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -392,7 +432,7 @@ def delayed() -> dict[str, Any]:
         panel(
             "timeseries",
             "Instances waiting for a label",
-            [target("streameval:pending_instances:sum", "pending")],
+            [target("job:streameval_pending_instances:sum", "pending")],
         ),
         WIDTH,
     )
@@ -449,11 +489,11 @@ def comparison() -> dict[str, Any]:
             "Errors only one model makes",
             [
                 target(
-                    f'streameval_comparison{{{sel}, statistic=~"n01|n10"}}',
-                    "{{statistic}} ({{estimator}})",
+                    f"streameval_comparison_disagreements{{{sel}}}",
+                    "only {{only_wrong}} wrong ({{estimator}})",
                 )
             ],
-            description="n01: model_a wrong, model_b right; n10: model_b wrong, model_a right.",
+            description="only model_a wrong (n01: model_b right); only model_b wrong (n10).",
         )
     )
     lay.add(
@@ -493,13 +533,13 @@ def health() -> dict[str, Any]:
     instance = query_var("instance", 'label_values(up{job="streameval"}, instance)', label="worker")
     worker = 'job="streameval", instance=~"$instance"'
     lay.row("Throughput")
-    lay.add(panel("stat", "Workers up", [target("streameval:workers_up:sum", "workers")]), 4)
+    lay.add(panel("stat", "Workers up", [target("job:up:sum", "workers")]), 4)
     lay.add(
         panel(
             "timeseries",
             "Input messages per second",
             [
-                target("streameval:input_messages:rate1m", "all workers"),
+                target("job:streameval_input_messages:rate1m", "all workers"),
                 target(
                     f"rate(streameval_input_messages_total{{{worker}}}[$__rate_interval])",
                     "{{instance}}",
@@ -513,7 +553,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Outcomes per second",
-            [target("streameval:outcomes:rate1m", "{{model}}")],
+            [target("model:streameval_outcomes:rate1m", "{{model}}")],
             unit="ops",
         ),
         10,
@@ -523,7 +563,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Backlog in time",
-            [target("streameval:consumer_lag_seconds:estimate", "all input")],
+            [target("job:streameval_consumer_lag_per_input_messages:ratio_rate1m", "all input")],
             unit="s",
             description="Consumer lag over the input rate: how long the group would take to "
             "catch up. Offsets are committed at each checkpoint, so a busy group shows about "
@@ -535,7 +575,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Consumer lag by topic",
-            [target("streameval:consumer_lag:sum", "{{topic}}")],
+            [target("topic:streameval_consumer_lag:sum", "{{topic}}")],
         ),
         8,
     )
@@ -564,7 +604,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Dead letters per second",
-            [target("streameval:dead_letters:rate5m", "{{reason}}")],
+            [target("reason:streameval_dead_letters:rate5m", "{{reason}}")],
             unit="ops",
         )
     )
@@ -572,7 +612,7 @@ def health() -> dict[str, Any]:
         panel(
             "timeseries",
             "Dropped or odd records per second",
-            [target("streameval:dropped_records:rate5m", "{{reason}}")],
+            [target("reason:streameval_dropped_records:rate5m", "{{reason}}")],
             unit="ops",
         )
     )
@@ -607,6 +647,19 @@ def health() -> dict[str, Any]:
             options={"showHeader": True},
         ),
         8,
+    )
+    lay.add(
+        panel(
+            "table",
+            "What each worker runs",
+            [target(f"streameval_build_info{{{worker}}}", table=True)],
+            description="Version, Python, librdkafka, application, the fingerprint of the "
+            "evaluation configuration and the internal formats: the workers of one application "
+            "must agree on all but Python and librdkafka (alert StreamevalWorkersDisagree).",
+            options={"showHeader": True},
+        ),
+        WIDTH,
+        6,
     )
     return dashboard(
         "streameval-health",

@@ -23,21 +23,41 @@ def _say(message: str) -> None:
 
 @kafka.command("start")
 @click.option("--name", default="default", show_default=True, help="Instance name.")
-def kafka_start(name: str) -> None:
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start an empty broker on new ports, deleting the stopped instance's topics and "
+    "messages (without it, a stopped instance comes back on its ports with its data).",
+)
+def kafka_start(name: str, fresh: bool) -> None:
     """Fetch Kafka if needed (Maven Central, cached) and start it; print its bootstrap."""
     from streameval.devkafka import KafkaInstance, LauncherError
 
     directory = KafkaInstance.named(name)
     existing = KafkaInstance.load(directory)
     if existing is not None and existing.running():
+        if fresh:
+            raise click.ClickException(
+                f"kafka {name!r} is running (pid {existing.pid}): `streameval kafka stop "
+                f"--name {name}` first, then start it --fresh"
+            )
         _say(f"kafka {name!r} is already running (pid {existing.pid}); logs: {existing.log_file}")
         click.echo(existing.bootstrap)
         return
     try:
-        instance = KafkaInstance.start(directory, tie_to_parent=False, log=_say)
+        if existing is not None and not fresh:
+            try:
+                existing.restart(tie_to_parent=False, log=_say)
+            except LauncherError as err:
+                fresh_start = f"streameval kafka start --name {name} --fresh"
+                raise LauncherError(f"{err} (`{fresh_start}`)") from None
+            instance, how = existing, "restarted with its data on its ports"
+        else:
+            instance = KafkaInstance.start(directory, tie_to_parent=False, log=_say)
+            how = "started"
     except LauncherError as err:
         raise click.ClickException(str(err)) from None
-    _say(f"kafka {name!r} started (pid {instance.pid}); logs: {instance.log_file}")
+    _say(f"kafka {name!r} {how} (pid {instance.pid}); logs: {instance.log_file}")
     click.echo(instance.bootstrap)
 
 

@@ -4,7 +4,8 @@ The broker comes from the official Apache Kafka artifacts on Maven Central, reso
 Maven into a cache outside the repository (``$STREAMEVAL_CACHE``, else
 ``$XDG_CACHE_HOME/streameval``, else ``~/.cache/streameval``), so the second start is offline.
 Each instance gets its own directory (data, logs, state), a combined broker/controller on
-127.0.0.1 and free ports, and a heap sized for a small shared machine.
+127.0.0.1 and free ports, and a heap sized for a small shared machine. A stopped instance
+restarts (:meth:`KafkaInstance.restart`) on the same ports with its data.
 
 Kafka 4.4, the current line: KRaft only, Java 17. The worker's clients (confluent-kafka) and
 the Faust baseline of the benchmarks (aiokafka) both work with it (docs/kafka.md).
@@ -119,6 +120,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` of the loopback interface now (connections of
+    a stopped broker still in TIME_WAIT do not count: the broker sets SO_REUSEADDR too)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -164,7 +177,8 @@ class KafkaInstance:
         timeout: float = 90.0,
         log=print,
     ) -> KafkaInstance:
-        """Format a fresh KRaft log directory under ``directory`` and start the broker.
+        """Format a fresh KRaft log directory under ``directory`` and start the broker on new
+        ports (whatever ``directory`` held is deleted; :meth:`restart` keeps it).
 
         With ``tie_to_parent`` the JVM dies with the calling process (for tests); without,
         it keeps running until :meth:`stop` (for ``streameval kafka start``).
@@ -172,6 +186,7 @@ class KafkaInstance:
         libs = ensure_artifacts(log)
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory / "data", ignore_errors=True)
         for attempt in range(5):  # a free port can be taken between choosing and binding
             instance = cls(str(directory), free_port(), free_port())
             try:
@@ -183,10 +198,36 @@ class KafkaInstance:
                     raise LauncherError("no free port pair after 5 attempts") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def restart(self, tie_to_parent: bool = True, timeout: float = 90.0, log=print) -> None:
+        """Start a stopped instance again on its own ports, with its data: the topics, offsets
+        and messages it had when it stopped, at the bootstrap address its clients know.
+
+        Raises :class:`LauncherError` when it is running, or when another process now holds
+        one of its ports (naming it; ``start`` gives a fresh instance on new ports instead).
+        """
+        if self.running():
+            raise LauncherError(f"the broker in {self.directory} is running (pid {self.pid})")
+        for name, port in (("port", self.port), ("controller port", self.controller_port)):
+            if not _port_free(port):
+                raise LauncherError(
+                    f"the {name} {port} of the broker in {self.directory} is taken by another "
+                    "process: free it and start again, or start a fresh broker on new ports "
+                    "(its topics and messages are deleted)"
+                )
+        libs = ensure_artifacts(log)
+        try:
+            self._launch(libs, tie_to_parent, timeout)
+        except _PortTaken:
+            self.stop()
+            raise LauncherError(
+                f"the port {self.port} or {self.controller_port} of the broker in "
+                f"{self.directory} was taken while it started; start again, or start a fresh "
+                "broker on new ports"
+            ) from None
+
     def _launch(self, libs: Path, tie_to_parent: bool, timeout: float) -> None:
         root = Path(self.directory)
         data, logs = root / "data", root / "logs"
-        shutil.rmtree(data, ignore_errors=True)
         logs.mkdir(parents=True, exist_ok=True)
         template = (KAFKA_FILES / "log4j2.properties").read_text()
         (root / "log4j2.properties").write_text(template.replace("{log}", str(logs / "server.log")))
@@ -194,6 +235,32 @@ class KafkaInstance:
         java = shutil.which("java") or "java"
         classpath = f"{libs}/*"
         log4j = f"-Dlog4j2.configurationFile={root / 'log4j2.properties'}"
+        if not (data / "meta.properties").exists():  # a restart finds it formatted
+            self._format(java, classpath, log4j)
+        with open(logs / "stdout.log", "ab") as out:
+            process = subprocess.Popen(
+                [
+                    java,
+                    *JVM_OPTIONS,
+                    "-cp",
+                    classpath,
+                    log4j,
+                    "kafka.Kafka",
+                    str(root / "server.properties"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if tie_to_parent else os.setsid,
+            )
+        self.pid = process.pid
+        self._write_state()
+        self._wait_ready(process, timeout)
+
+    def _format(self, java: str, classpath: str, log4j: str) -> None:
+        """Format the KRaft log directory with a new cluster id (a fresh instance only: the
+        formatter refuses a directory formatted under another id)."""
+        root = Path(self.directory)
         formatted = subprocess.run(
             [
                 java,
@@ -214,25 +281,6 @@ class KafkaInstance:
         )
         if formatted.returncode != 0:
             raise LauncherError(f"formatting KRaft storage failed:\n{formatted.stderr[-2000:]}")
-        with open(logs / "stdout.log", "ab") as out:
-            process = subprocess.Popen(
-                [
-                    java,
-                    *JVM_OPTIONS,
-                    "-cp",
-                    classpath,
-                    log4j,
-                    "kafka.Kafka",
-                    str(root / "server.properties"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if tie_to_parent else os.setsid,
-            )
-        self.pid = process.pid
-        self._write_state()
-        self._wait_ready(process, timeout)
 
     def _properties(self, data: Path) -> str:
         return "\n".join(

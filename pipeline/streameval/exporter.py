@@ -1,151 +1,37 @@
 """Prometheus exporter: the latest published numbers as series (an adapter; no core logic).
 
 The worker hands every record it publishes to :meth:`Exporter.observe`, which only stores a
-reference to the latest snapshot per model, view and pair; the custom collector turns those
-snapshots into series at scrape time, so a scrape costs no evaluation and never blocks the
-stream. Events (alarms, outcomes, dropped records, dead letters) are counters; label latency is a
-histogram per model. Series of models that this worker no longer owns are removed with
-:meth:`Exporter.forget_models`.
+reference to the latest snapshot per model, view and pair; the custom collector
+(:class:`~streameval.series.SnapshotCollector`) turns those snapshots into series at scrape
+time, so a scrape costs no evaluation and never blocks the stream, and exports only the
+measures, estimators, classes and bins its :class:`~streameval.series.Selection` names (the
+worker's ``export_*`` settings: docs/operations.md, "Cardinality"). Events (alarms, outcomes,
+dropped records, dead letters) are counters; label latency is a histogram per model. Series of
+models that this worker no longer owns are removed with :meth:`Exporter.forget_models`.
 
 Names (docs/operations.md, "What Prometheus gets"): every series starts with ``streameval_``;
 labels are ``model``, ``view``, ``estimator`` (``cumulative``, ``window_1000``,
 ``fading_0.999``), ``measure``, ``class`` (per-class measures), ``detector``, ``pair``,
-``reason``.
+``reason``. A family holds one kind of number, so that aggregating over its labels means
+something: measures (ratios, kappas, baselines) in ``streameval_measure``, the counts of an
+estimate (``n``, ``n_effective``) in ``streameval_estimate_outcomes`` and
+``streameval_estimate_effective_outcomes``, a comparison's tallies of disagreements (n01, n10)
+apart from its statistics.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from streameval.records import Record
+from streameval.series import LATENCY_BUCKETS, Selection, SnapshotCollector, estimator_label
 
-__all__ = ["LATENCY_BUCKETS", "Exporter", "estimator_label"]
-
-#: Label latency buckets in seconds: one second to four weeks.
-LATENCY_BUCKETS = (
-    1,
-    5,
-    15,
-    60,
-    300,
-    900,
-    3600,
-    4 * 3600,
-    86400,
-    3 * 86400,
-    7 * 86400,
-    28 * 86400,
-    math.inf,
-)
-
-_PER_CLASS = re.compile(r"^(?P<measure>\w+)\[(?P<cls>.*)\]$")
-
-
-def estimator_label(name: str) -> str:
-    """``window:1000`` → ``window_1000`` (a colon is awkward in PromQL label matchers)."""
-    return name.replace(":", "_")
-
-
-def _value(value: Any) -> float:
-    return math.nan if value is None else float(value)
-
-
-class _SnapshotCollector(Collector):
-    def __init__(self, exporter: Exporter) -> None:
-        self._exporter = exporter
-
-    def describe(self) -> Iterable[Any]:
-        return []  # unchecked collector: its series come and go with the models
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        metrics, comparisons = self._exporter._snapshots()
-        measure = GaugeMetricFamily(
-            "streameval_measure",
-            "Latest value of a measure of a model (NaN: undefined).",
-            labels=["model", "view", "estimator", "measure"],
-        )
-        per_class = GaugeMetricFamily(
-            "streameval_class_measure",
-            "Latest per-class precision, recall or F1 of a model.",
-            labels=["model", "view", "estimator", "measure", "class"],
-        )
-        delayed = GaugeMetricFamily(
-            "streameval_delayed_measure",
-            "Delayed-label measures: initial, final and prioritised (psi) performance.",
-            labels=["model", "estimator", "measure", "stage"],
-        )
-        binned = GaugeMetricFamily(
-            "streameval_binned_accuracy",
-            "Accuracy of the predictions in force in each bin of the latency period (bins are "
-            "zero-padded, 001 first, so that they sort in order).",
-            labels=["model", "estimator", "bin"],
-        )
-        outcomes = GaugeMetricFamily(
-            "streameval_model_outcomes", "Outcomes evaluated for a model.", labels=["model"]
-        )
-        latency = GaugeMetricFamily(
-            "streameval_label_latency_mean_seconds",
-            "Mean time from instance to label of the evaluated outcomes.",
-            labels=["model"],
-        )
-        comparison = GaugeMetricFamily(
-            "streameval_comparison",
-            "Q statistic, signed McNemar, n01, n10 and significance of model_a vs model_b.",
-            labels=["pair", "model_a", "model_b", "estimator", "statistic"],
-        )
-        for (model, view), record in metrics.items():
-            for estimator, values in record.estimators.items():
-                est = estimator_label(estimator)
-                for name, value in values.items():
-                    match = _PER_CLASS.match(name)
-                    if match:
-                        per_class.add_metric(
-                            [model, view, est, match["measure"], match["cls"]], _value(value)
-                        )
-                    else:
-                        measure.add_metric([model, view, est, name], _value(value))
-            if view != "final":
-                continue
-            outcomes.add_metric([model], float(record.n))
-            latency.add_metric([model], _value(record.latency_ms.mean) / 1000.0)
-            for estimator, block in record.delayed.items():
-                est = estimator_label(estimator)
-                for name in ("accuracy", "kappa", "kappa_plus"):
-                    for stage in ("initial", "final"):
-                        delayed.add_metric(
-                            [model, est, name, stage], _value(block[f"{name}_{stage}"])
-                        )
-                    delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
-                for b, value in enumerate(block["binned_accuracy"], start=1):
-                    binned.add_metric([model, est, f"{b:03d}"], _value(value))
-        for pair, record in comparisons.items():
-            for estimator, values in record.estimators.items():
-                for name in ("q_statistic", "mcnemar", "n01", "n10", "significant"):
-                    comparison.add_metric(
-                        [pair, record.model_a, record.model_b, estimator_label(estimator), name],
-                        _value(getattr(values, name)),
-                    )
-        histogram = HistogramMetricFamily(
-            "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
-        )
-        for model, (counts, total) in self._exporter._latency_snapshot().items():
-            cumulative = np.cumsum(counts)
-            buckets = [
-                (floatToGoString(b), float(c))
-                for b, c in zip(LATENCY_BUCKETS, cumulative, strict=True)
-            ]
-            histogram.add_metric([model], buckets, total)
-        yield from (measure, per_class, delayed, binned, outcomes, latency, comparison, histogram)
+__all__ = ["LATENCY_BUCKETS", "Exporter", "Selection", "estimator_label"]
 
 
 class Exporter:
@@ -169,8 +55,12 @@ class Exporter:
         self,
         registry: CollectorRegistry,
         detectors_of: Callable[[str], Iterable[str]] | None = None,
+        selection: Selection | None = None,
     ) -> None:
         self.registry = registry
+        # which of the published numbers become series (streameval.series): the defaults
+        # unless the worker's settings say otherwise
+        self.selection = Selection() if selection is None else selection
         # the detector names of a model: its alarm counters start at 0 when the model is first
         # seen, so that increase() and the drift alert see its first alarm (a counter that is
         # born at 1 shows no increase to Prometheus)
@@ -267,7 +157,15 @@ class Exporter:
         )
         self.changelog_lag.labels("join").set(0)
         self.changelog_lag.labels("evaluate").set(0)
-        registry.register(_SnapshotCollector(self))
+        self.build = Info(
+            "streameval_build",
+            "What this worker runs: its version, Python, librdkafka, application, evaluation "
+            "configuration (fingerprint) and internal formats (1 whatever they are).",
+            registry=registry,
+        )
+        registry.register(
+            SnapshotCollector(self._snapshots, self._latency_snapshot, self.selection)
+        )
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
         self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
         self._store: dict[int, tuple[int, ...]] = {}  # per process: bytes, hits, reads, debt
@@ -316,6 +214,10 @@ class Exporter:
             before, total = self._latency.get(model_id, (0, 0.0))
             self._latency[model_id] = (before + counts, total + float(seconds.sum()))
         self._child(self.outcomes, model_id).inc(seconds.size)
+
+    def set_build_info(self, labels: dict[str, str]) -> None:
+        """The labels of ``streameval_build_info`` (once, at start)."""
+        self.build.info(labels)
 
     def count_input(self, messages: int) -> None:
         self.input_messages.inc(messages)

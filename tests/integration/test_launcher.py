@@ -6,7 +6,7 @@ import sys
 import time
 
 import pytest
-from streameval.devkafka import KafkaInstance
+from streameval.devkafka import KafkaInstance, free_port
 
 pytestmark = pytest.mark.launcher
 
@@ -84,6 +84,81 @@ def test_cli_start_status_stop(tmp_path):
     assert stopped.returncode == 0
     status = subprocess.run([*cli, "status", "--name", name], capture_output=True, text=True)
     assert status.returncode == 1 and "not running" in status.stderr
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [os.path.join(os.path.dirname(sys.executable), "streameval"), "kafka", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env)
+
+
+def _consume_all(bootstrap: str, topic: str) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{time.time()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe([topic])
+    values, deadline = [], time.monotonic() + 30
+    try:
+        while not values and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_cli_start_after_stop_comes_back_on_its_ports_with_its_data():
+    """`kafka stop` then `kafka start`: the same bootstrap address, the topics and messages
+    still there; `kafka start --fresh` after a stop: an empty broker."""
+    import shutil
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"test-restart-{os.getpid()}"
+    try:
+        started = _cli("start", "--name", name)
+        assert started.returncode == 0, started.stderr
+        bootstrap = started.stdout.strip()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("kept", 1, 1)])["kept"].result(timeout=30)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce("kept", b"written before the stop")
+        assert producer.flush(30) == 0
+        assert _cli("stop", "--name", name).returncode == 0
+
+        again = _cli("start", "--name", name)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == bootstrap and "restarted with its data" in again.stderr
+        assert _consume_all(bootstrap, "kept") == [b"written before the stop"]
+        assert _cli("stop", "--name", name).returncode == 0
+
+        fresh = _cli("start", "--name", name, "--fresh")
+        assert fresh.returncode == 0, fresh.stderr
+        topics = AdminClient({"bootstrap.servers": fresh.stdout.strip()}).list_topics(timeout=30)
+        assert "kept" not in topics.topics
+    finally:
+        _cli("stop", "--name", name)
+        shutil.rmtree(KafkaInstance.named(name), ignore_errors=True)
+
+
+def test_a_restart_whose_port_another_process_holds_names_the_port(tmp_path):
+    """No JVM is started: the ports are checked first."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        env = {**os.environ, "STREAMEVAL_CACHE": str(tmp_path)}
+        directory = tmp_path / "instances" / "held"
+        directory.mkdir(parents=True)
+        KafkaInstance(str(directory), port=taken, controller_port=free_port())._write_state()
+        restarted = _cli("start", "--name", "held", env=env)
+    assert restarted.returncode == 1
+    assert f"the port {taken} of the broker in {directory} is taken" in restarted.stderr
+    assert "streameval kafka start --name held --fresh" in restarted.stderr
 
 
 def test_pom_and_launcher_pin_the_same_version():

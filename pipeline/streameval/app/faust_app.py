@@ -41,6 +41,7 @@ from streameval.logs import logging_config
 from .processes import Children
 from .runner import Pipeline
 from .settings import WorkerSettings
+from .telemetry import build_info
 
 __all__ = ["create_app", "run_worker"]
 
@@ -120,8 +121,10 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         detectors_of=lambda model_id: [
             make_detector(spec).name for spec in config.detectors_of(model_id)
         ],
+        selection=settings.export_selection(),
     )
     pipeline = Pipeline(settings, config, client, exporter)
+    exporter.set_build_info(build_info(settings.app_id, pipeline.fingerprint))
     children = None
     if settings.processes > 1:
         # the service sets on_failure: it is the one that can stop the worker

@@ -32,6 +32,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from streameval.config import ConfigError, EvaluationConfig, load_config
+from streameval.series import (
+    ALL,
+    DEFAULT_BINS,
+    DEFAULT_CLASSES,
+    DEFAULT_INITIAL_MEASURES,
+    DEFAULT_MEASURES,
+    EXPORTABLE_MEASURES,
+    Selection,
+)
 
 __all__ = ["SettingsError", "WorkerSettings", "load_settings"]
 
@@ -138,6 +147,60 @@ class WorkerSettings(BaseSettings):
         description="topic configs of the changelog topics, over those "
         "of topics/topics.toml (used when the worker or `topics create` creates them)",
     )
+
+    # What /metrics exports of the published numbers (the topics keep all of them): worker
+    # settings, not evaluation ones, so that changing them changes no config fingerprint and
+    # keeps the checkpoints (docs/operations.md, "Cardinality")
+    export_measures: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_MEASURES),
+        description="measures of the final view exported to Prometheus; n and n_effective "
+        'select the counts, precision, recall and f1 the per-class measures; ["all"]: all',
+    )
+    export_initial_measures: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_INITIAL_MEASURES),
+        description="measures of the initial view exported to Prometheus",
+    )
+    export_estimators: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="estimators exported to Prometheus, as named in `estimators` (default: all)",
+    )
+    export_classes: int = Field(
+        DEFAULT_CLASSES,
+        ge=0,
+        le=100_000,
+        description="per-class measures are exported for this many classes of a model, the "
+        "first it saw",
+    )
+    export_bins: int = Field(
+        DEFAULT_BINS,
+        ge=0,
+        le=100_000,
+        description="bins of the latency period exported per delayed estimate, evenly spread",
+    )
+
+    @field_validator("export_measures", "export_initial_measures")
+    @classmethod
+    def _measures(cls, value: list[str]) -> list[str]:
+        if ALL in value and value != [ALL]:
+            raise ValueError(f'"{ALL}" stands alone: ["{ALL}"] exports every measure')
+        for name in value:
+            if name not in EXPORTABLE_MEASURES and name != ALL:
+                raise ValueError(
+                    f"{name!r} is not a measure; allowed: {', '.join(EXPORTABLE_MEASURES)}, "
+                    f'or ["{ALL}"]'
+                )
+        return value
+
+    def export_selection(self) -> Selection:
+        """What the exporter turns into series (streameval.series)."""
+        return Selection.of(
+            self.export_measures,
+            self.export_initial_measures,
+            self.export_estimators,
+            self.export_classes,
+            self.export_bins,
+        )
 
     @field_validator("changelog_configs")
     @classmethod
@@ -252,4 +315,11 @@ def load_settings(
         config = load_config(None, **data)
     except ConfigError as err:
         raise SettingsError(f"{err} (in {str(path)!r})" if path else str(err)) from None
+    unknown = [e for e in settings.export_estimators or () if e not in config.estimators]
+    if unknown:
+        raise SettingsError(
+            "invalid worker settings:\n  export_estimators (or $STREAMEVAL_EXPORT_ESTIMATORS) = "
+            f"{settings.export_estimators!r}: {unknown[0]!r} is not one of the configured "
+            f"estimators; allowed: {', '.join(config.estimators)}"
+        )
     return settings, config

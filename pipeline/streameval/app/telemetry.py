@@ -4,21 +4,42 @@ and the Prometheus series of the :class:`~streameval.exporter.Exporter` (when th
 from __future__ import annotations
 
 import logging
+import platform
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import confluent_kafka
 import orjson
 
+from streameval import __version__
 from streameval.core.join import Join, Outcome
 from streameval.engine import Engine
 from streameval.exporter import Exporter
 from streameval.records import Record
 from streameval.store import DiskState
 
-__all__ = ["Stats", "Telemetry"]
+from .changelog import CHECKPOINT_VERSION
+from .wire import WIRE_VERSION
+
+__all__ = ["Stats", "Telemetry", "build_info"]
 
 log = logging.getLogger("streameval.worker")
+
+
+def build_info(app_id: str, config_fingerprint: str) -> dict[str, str]:
+    """The labels of ``streameval_build_info``: what must agree between the workers of one
+    application (version, internal formats, evaluation configuration), and what helps to tell
+    why they behave differently (Python, librdkafka)."""
+    return {
+        "version": __version__,
+        "python": platform.python_version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "app_id": app_id,
+        "config_fingerprint": config_fingerprint,
+        "wire": str(WIRE_VERSION),
+        "checkpoint": str(CHECKPOINT_VERSION),
+    }
 
 
 @dataclass

@@ -1,0 +1,381 @@
+"""Which published numbers become Prometheus series, and the collector that makes them.
+
+Every metrics record carries every measure of every estimator, per-class measures for every
+class and a hundred bins of the latency period: some 500 numbers a model, which the Kafka topics
+keep. Prometheus stores each as a series, and a series costs memory, disk and query time at
+every scrape; ~500 a model is 50 000 for 100 models. A :class:`Selection` says which of them the
+exporter turns into series — measures, estimators, classes, bins — and its defaults keep a model
+to about 140 series (docs/operations.md, "Cardinality"). The worker builds it from its settings
+(``export_*``, docs/worker.md); the dashboards and alert rules use only what the defaults export.
+
+:class:`SnapshotCollector` reads the exporter's latest records at scrape time and yields the
+selected series; the selection is resolved once, so a scrape looks up what it exports rather
+than walking every number it does not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from streameval.core.measures import SCALAR_MEASURES
+from streameval.core.model import NORMALIZED_MEASURES
+
+__all__ = [
+    "ALL",
+    "CLASS_MEASURES",
+    "COUNTS",
+    "DEFAULT_BINS",
+    "DEFAULT_CLASSES",
+    "DEFAULT_INITIAL_MEASURES",
+    "DEFAULT_MEASURES",
+    "DELAYED_MEASURES",
+    "EXPORTABLE_MEASURES",
+    "LATENCY_BUCKETS",
+    "Selection",
+    "SnapshotCollector",
+    "estimator_label",
+    "spread",
+]
+
+#: Label latency buckets in seconds: one second to four weeks.
+LATENCY_BUCKETS = (
+    1,
+    5,
+    15,
+    60,
+    300,
+    900,
+    3600,
+    4 * 3600,
+    86400,
+    3 * 86400,
+    7 * 86400,
+    28 * 86400,
+    math.inf,
+)
+
+#: The counts of an estimate: a family each, apart from the measures
+COUNTS = ("n", "n_effective")
+#: Per-class measures, ``recall[<class>]`` in a record
+CLASS_MEASURES = ("precision", "recall", "f1")
+#: The measures of the delayed-label block (initial, Ψ and final performance)
+DELAYED_MEASURES = ("accuracy", "kappa", "kappa_plus")
+#: Every name a selection may list (the per-class ones select ``streameval_class_measure``)
+EXPORTABLE_MEASURES = (
+    *SCALAR_MEASURES,
+    "precision_positive",
+    "recall_positive",
+    "f1_positive",
+    *(f"normalized_{name}" for name in NORMALIZED_MEASURES),
+    *CLASS_MEASURES,
+)
+#: What a selection lists to export every measure
+ALL = "all"
+#: The final view's defaults: what the dashboards and alerts show, and the counts
+DEFAULT_MEASURES = (
+    "accuracy",
+    "balanced_accuracy",
+    "kappa",
+    "kappa_m",
+    "kappa_temporal",
+    "kappa_plus",
+    "mcc",
+    "g_mean",
+    "f1_macro",
+    "p_maj",
+    "p_per",
+    "p_ran",
+    "precision",
+    "recall",
+    "n",
+    "n_effective",
+)
+#: The initial view's default: its accuracy, beside the final view's
+DEFAULT_INITIAL_MEASURES = ("accuracy",)
+#: Per-class measures for this many classes of a model (every class of a binary model)
+DEFAULT_CLASSES = 2
+#: Bins of the latency period per delayed estimate, evenly spread, the first and last included
+DEFAULT_BINS = 10
+
+
+def estimator_label(name: str) -> str:
+    """``window:1000`` → ``window_1000`` (a colon is awkward in PromQL label matchers)."""
+    return name.replace(":", "_")
+
+
+def spread(bins: int, count: int) -> list[int]:
+    """Indices of ``count`` of ``bins`` bins, evenly spread, the first and the last included.
+
+    >>> spread(100, 10)
+    [0, 11, 22, 33, 44, 55, 66, 77, 88, 99]
+    >>> spread(5, 10), spread(100, 1), spread(100, 0)
+    ([0, 1, 2, 3, 4], [0], [])
+    """
+    if count >= bins:
+        return list(range(bins))
+    if count <= 1:
+        return [0] if count == 1 else []
+    return sorted({round(i * (bins - 1) / (count - 1)) for i in range(count)})
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which of the published numbers the exporter turns into series (the topics keep all).
+
+    ``measures`` and ``initial_measures`` list names of :data:`EXPORTABLE_MEASURES` for the
+    final and the initial view — ``n`` and ``n_effective`` select the count families,
+    ``precision``, ``recall`` and ``f1`` the per-class family, and ``accuracy``, ``kappa`` and
+    ``kappa_plus`` in ``measures`` also the delayed-label family; ``None`` exports every
+    measure. ``estimators`` lists configured estimator names (``window:1000``), ``None`` all of
+    them. ``classes`` is how many classes of a model get per-class series (the first it saw),
+    ``bins`` how many bins of each delayed estimate (evenly spread); ``None`` is all.
+
+    Examples
+    --------
+    >>> Selection.everything().wants_measure("final", "kappa_se")
+    True
+    >>> Selection().wants_measure("final", "kappa_se"), Selection().wants_measure("final", "mcc")
+    (False, True)
+    """
+
+    measures: frozenset[str] | None = frozenset(DEFAULT_MEASURES)
+    initial_measures: frozenset[str] | None = frozenset(DEFAULT_INITIAL_MEASURES)
+    estimators: frozenset[str] | None = None
+    classes: int | None = DEFAULT_CLASSES
+    bins: int | None = DEFAULT_BINS
+
+    @classmethod
+    def everything(cls) -> Selection:
+        """Every number of every record (what the exporter showed before it had a budget)."""
+        return cls(None, None, None, None, None)
+
+    @classmethod
+    def of(
+        cls,
+        measures: Sequence[str],
+        initial_measures: Sequence[str],
+        estimators: Sequence[str] | None,
+        classes: int,
+        bins: int,
+    ) -> Selection:
+        """From the worker's settings, where ``["all"]`` lists every measure."""
+
+        def names(listed: Sequence[str]) -> frozenset[str] | None:
+            return None if ALL in listed else frozenset(listed)
+
+        chosen = None if estimators is None else frozenset(estimators)
+        return cls(names(measures), names(initial_measures), chosen, classes, bins)
+
+    def of_view(self, view: str) -> frozenset[str] | None:
+        return self.measures if view == "final" else self.initial_measures
+
+    def wants_measure(self, view: str, name: str) -> bool:
+        names = self.of_view(view)
+        return names is None or name in names
+
+    def wants_estimator(self, name: str) -> bool:
+        return self.estimators is None or name in self.estimators
+
+
+def _value(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+_ABSENT = object()  # a measure an estimate does not have (normalized_*, *_positive, a class)
+
+
+def _first_classes(values: Iterable[dict[str, Any]], count: int | None) -> list[str]:
+    """The first ``count`` classes with per-class measures in a record's estimates, in the
+    order the model numbered them (each estimate lists its classes in that order)."""
+    found: dict[str, None] = {}
+    for measures in values:
+        for name in measures:
+            if name[-1] != "]":
+                continue
+            cls = name[name.index("[") + 1 : -1]
+            if cls not in found:
+                if count is not None and len(found) == count:
+                    break
+                found[cls] = None
+        if count is not None and len(found) == count:
+            break
+    return list(found)
+
+
+class _View:
+    """A view's selection, resolved: the names a scrape looks up in each estimate."""
+
+    def __init__(self, names: frozenset[str] | None) -> None:
+        self.all = names is None
+        self.scalars = tuple(
+            n
+            for n in EXPORTABLE_MEASURES
+            if n not in COUNTS and n not in CLASS_MEASURES and (names is None or n in names)
+        )
+        self.counts = tuple(n for n in COUNTS if names is None or n in names)
+        self.per_class = tuple(n for n in CLASS_MEASURES if names is None or n in names)
+
+
+class SnapshotCollector(Collector):
+    """The selected series of the latest records, made at scrape time.
+
+    ``snapshots`` returns the latest metrics records by (model, view) and comparison records
+    by pair; ``latencies`` the label-latency bucket counts and sum of seconds by model.
+    """
+
+    def __init__(
+        self,
+        snapshots: Callable[[], tuple[dict[tuple[str, str], Any], dict[str, Any]]],
+        latencies: Callable[[], dict[str, tuple[np.ndarray, float]]],
+        selection: Selection,
+    ) -> None:
+        self._snapshots = snapshots
+        self._latencies = latencies
+        self.selection = selection
+        self._views = {view: _View(selection.of_view(view)) for view in ("initial", "final")}
+        final = selection.measures
+        self._delayed = tuple(m for m in DELAYED_MEASURES if final is None or m in final)
+        self._bins = "accuracy" in self._delayed and selection.bins != 0
+        self._spread: dict[int, list[tuple[int, str]]] = {}
+
+    def describe(self) -> Iterable[Any]:
+        return []  # unchecked collector: its series come and go with the models
+
+    def _bin_labels(self, bins: int) -> list[tuple[int, str]]:
+        """The exported bins of a block of ``bins``: index and label (001 is the first)."""
+        labels = self._spread.get(bins)
+        if labels is None:
+            count = bins if self.selection.bins is None else self.selection.bins
+            labels = [(i, f"{i + 1:03d}") for i in spread(bins, count)]
+            self._spread[bins] = labels
+        return labels
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        metrics, comparisons = self._snapshots()
+        selection = self.selection
+        measure = GaugeMetricFamily(
+            "streameval_measure",
+            "Latest value of a measure of a model (NaN: undefined).",
+            labels=["model", "view", "estimator", "measure"],
+        )
+        counts = {
+            "n": GaugeMetricFamily(
+                "streameval_estimate_outcomes",
+                "Outcomes an estimate covers (n): every outcome for cumulative and fading, at "
+                "most W for window_W.",
+                labels=["model", "view", "estimator"],
+            ),
+            "n_effective": GaugeMetricFamily(
+                "streameval_estimate_effective_outcomes",
+                "Sum of the weights of the outcomes an estimate covers (n_effective: N_a under "
+                "fading, n otherwise).",
+                labels=["model", "view", "estimator"],
+            ),
+        }
+        per_class = GaugeMetricFamily(
+            "streameval_class_measure",
+            "Latest per-class precision, recall or F1 of a model.",
+            labels=["model", "view", "estimator", "measure", "class"],
+        )
+        delayed = GaugeMetricFamily(
+            "streameval_delayed_measure",
+            "Delayed-label measures: initial, final and prioritised (psi) performance.",
+            labels=["model", "estimator", "measure", "stage"],
+        )
+        binned = GaugeMetricFamily(
+            "streameval_binned_accuracy",
+            "Accuracy of the predictions in force in each bin of the latency period (bins are "
+            "zero-padded, 001 first, so that they sort in order).",
+            labels=["model", "estimator", "bin"],
+        )
+        outcomes = GaugeMetricFamily(
+            "streameval_model_outcomes", "Outcomes evaluated for a model.", labels=["model"]
+        )
+        latency = GaugeMetricFamily(
+            "streameval_label_latency_mean_seconds",
+            "Mean time from instance to label of the evaluated outcomes.",
+            labels=["model"],
+        )
+        comparison = GaugeMetricFamily(
+            "streameval_comparison",
+            "Q statistic, signed McNemar and significance (0 or 1) of model_a vs model_b.",
+            labels=["pair", "model_a", "model_b", "estimator", "statistic"],
+        )
+        disagreements = GaugeMetricFamily(
+            "streameval_comparison_disagreements",
+            "Paired instances only one model got wrong (only_wrong=model_a: n01, model_b: n10), "
+            "weighted as the estimator weighs them.",
+            labels=["pair", "model_a", "model_b", "estimator", "only_wrong"],
+        )
+        for (model, view), record in metrics.items():
+            chosen = self._views[view]
+            estimates = [
+                (estimator_label(name), values)
+                for name, values in record.estimators.items()
+                if selection.wants_estimator(name)
+            ]
+            classes: list[str] = []
+            if chosen.per_class and selection.classes != 0:
+                classes = _first_classes((v for _, v in estimates), selection.classes)
+            for est, values in estimates:
+                get = values.get
+                for name in chosen.scalars:
+                    value = get(name, _ABSENT)
+                    if value is not _ABSENT:
+                        measure.add_metric([model, view, est, name], _value(value))
+                for name in chosen.counts:
+                    counts[name].add_metric([model, view, est], _value(get(name)))
+                for cls in classes:
+                    for name in chosen.per_class:
+                        value = get(f"{name}[{cls}]", _ABSENT)
+                        if value is not _ABSENT:
+                            per_class.add_metric([model, view, est, name, cls], _value(value))
+            if view != "final":
+                continue
+            outcomes.add_metric([model], float(record.n))
+            latency.add_metric([model], _value(record.latency_ms.mean) / 1000.0)
+            for estimator, block in record.delayed.items():
+                if not selection.wants_estimator(estimator):
+                    continue
+                est = estimator_label(estimator)
+                for name in self._delayed:
+                    for stage in ("initial", "final"):
+                        delayed.add_metric(
+                            [model, est, name, stage], _value(block[f"{name}_{stage}"])
+                        )
+                    delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
+                if self._bins:
+                    accuracy = block["binned_accuracy"]
+                    for i, label in self._bin_labels(len(accuracy)):
+                        binned.add_metric([model, est, label], _value(accuracy[i]))
+        for pair, record in comparisons.items():
+            for estimator, values in record.estimators.items():
+                if not selection.wants_estimator(estimator):
+                    continue
+                labels = [pair, record.model_a, record.model_b, estimator_label(estimator)]
+                for name in ("q_statistic", "mcnemar", "significant"):
+                    comparison.add_metric([*labels, name], _value(getattr(values, name)))
+                disagreements.add_metric([*labels, "model_a"], _value(values.n01))
+                disagreements.add_metric([*labels, "model_b"], _value(values.n10))
+        histogram = HistogramMetricFamily(
+            "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
+        )
+        for model, (bucket_counts, total) in self._latencies().items():
+            cumulative = np.cumsum(bucket_counts)
+            buckets = [
+                (floatToGoString(b), float(c))
+                for b, c in zip(LATENCY_BUCKETS, cumulative, strict=True)
+            ]
+            histogram.add_metric([model], buckets, total)
+        yield measure
+        yield from counts.values()
+        yield from (per_class, delayed, binned, outcomes, latency, comparison, disagreements)
+        yield histogram
