@@ -199,14 +199,21 @@ def test_the_wire_layout_of_events_and_outcomes_is_fixed():
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 2_000, 200_000])
 def test_deep_nesting_is_refused_before_it_is_parsed(levels):
-    value = b'{"instance_id":"x","ts":1,"features":{"x":' + b"[" * levels + b"]" * levels + b"}}"
+    value = (
+        b'{"instance_id":"x","ts":1767225600000,"features":{"x":'
+        + b"[" * levels
+        + b"]" * levels
+        + b"}}"
+    )
     kind, letter = BatchDecoder(INPUT_KINDS).decode_message(
         StoredMessage("instances", 0, 0, None, value)
     )
     assert (kind, letter.code) == (None, "too_deep")
     with pytest.raises(EventError, match="nested deeper than"):
         decode_event(b'{"type":"instance",' + value[1:])
-    shallow = b'{"instance_id":"x","ts":1,"features":{"x":' + b"[" * 60 + b"]" * 60 + b"}}"
+    shallow = (
+        b'{"instance_id":"x","ts":1767225600000,"features":{"x":' + b"[" * 60 + b"]" * 60 + b"}}"
+    )
     assert (
         BatchDecoder(INPUT_KINDS).decode_message(StoredMessage("instances", 0, 0, None, shallow))[0]
         == "instance"

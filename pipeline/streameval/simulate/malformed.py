@@ -203,6 +203,16 @@ BAD_KINDS: dict[str, Maker] = {
         _dumps(
             {"instance_id": e["instance_id"], "model_id": "champion", "ts": t * 1000, "label": "no"}
         ),
+        "wrong_ts_unit",
+    ),
+    "ts_seconds": lambda r, e, t: (
+        "labels",
+        _dumps({"instance_id": e["instance_id"], "ts": t // 1000, "label": "yes"}),
+        "wrong_ts_unit",
+    ),
+    "ts_zero": lambda r, e, t: (
+        "instances",
+        _dumps({"instance_id": e["instance_id"], "ts": 0}),
         "bad_timestamp",
     ),
     "label_huge": lambda r, e, t: (
@@ -230,16 +240,6 @@ BAD_KINDS: dict[str, Maker] = {
             }
         ),
         "ts_in_future",
-    ),
-    "ts_zero": lambda r, e, t: (
-        "instances",
-        _dumps({"instance_id": e["instance_id"], "ts": 0}),
-        "ts_too_old",
-    ),
-    "ts_seconds": lambda r, e, t: (
-        "labels",
-        _dumps({"instance_id": e["instance_id"], "ts": t // 1000, "label": "yes"}),
-        "ts_too_old",
     ),
     "ts_month_old": lambda r, e, t: (
         "predictions",
