@@ -275,3 +275,33 @@ def test_with_ts_source_kafka_event_time_is_the_record_timestamp():
     assert code == "wrong_type"  # a ts that is there is still an integer
     with pytest.raises(ValueError, match="ts_source 'header'"):
         BatchDecoder({"t": "label"}, ts_source="header")
+
+
+LABEL = b'{"instance_id": "i", "ts": 1767225600000, "label": "a"}'
+
+
+def test_a_utf8_byte_order_mark_before_the_json_is_tolerated():
+    """Some producers (and Windows editors) start text with one; it used to be a dead letter,
+    "invalid character (byte 0)", and a first line of a file skipped."""
+    bom = b"\xef\xbb\xbf"
+    code, record = _decode(bom + LABEL)
+    assert code is None and (record.instance_id, record.ts) == ("i", T)
+    assert decode_event(bom + b'{"type": "label", ' + LABEL[1:]) == LabelEvent("i", T, "a")
+    code, letter = _decode(bom + b'{"instance_id": "i", "ts": 1767225600, "label": "a"}')
+    assert code == "wrong_ts_unit"  # what follows the mark is judged as any message
+    assert letter.value.startswith(bom)  # the dead letter keeps the original bytes
+    assert _decode(bom + bom + LABEL)[0] == "invalid_json"  # one mark, not any number
+
+
+@pytest.mark.parametrize("payload", [LABEL, b"\x02\x12inst-1\x02a"], ids=["json-schema", "avro"])
+def test_a_message_in_schema_registry_framing_is_refused_naming_it(payload):
+    """Confluent's serializers put a magic byte 0 and a 4-byte schema id before the payload;
+    that is said, with what to do, rather than a JSON syntax error at byte 0."""
+    value = b"\x00" + (1234).to_bytes(4, "big") + payload
+    code, letter = _decode(value)
+    assert code == "schema_registry"
+    assert "Schema Registry framing (magic byte 0, schema id 1234)" in letter.reason
+    assert "plain JSON" in letter.reason
+    with pytest.raises(EventError) as raised:
+        decode_event(value)
+    assert (raised.value.code, str(raised.value)) == (code, letter.reason)

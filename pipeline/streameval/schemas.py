@@ -64,6 +64,7 @@ MAX_DEPTH = 64
 #: Every reason code a dead letter may carry, with what it means (docs/replay.md lists them).
 DEAD_LETTER_REASONS = {
     "invalid_json": "not JSON (a syntax error, NaN or Infinity, a lone UTF-16 surrogate)",
+    "schema_registry": "Confluent Schema Registry framing (a magic byte 0, a schema id) first",
     "invalid_utf8": "a string holds bytes that are not UTF-8",
     "too_deep": f"arrays and objects nested deeper than {MAX_DEPTH}",
     "oversized": f"larger than {MAX_MESSAGE_BYTES} bytes",
@@ -226,6 +227,10 @@ def _event_decoder(unit: str) -> Any:
     return _event_decoders[unit]
 
 
+#: A UTF-8 byte order mark: some producers (and editors) put one before the text; tolerated.
+BOM = b"\xef\xbb\xbf"
+
+
 #: fields that give away a message of another kind, per kind of topic
 _FOREIGN = {
     "instance": {"model_id": "a prediction", "label": "a prediction or a label"},
@@ -253,6 +258,15 @@ def _explain(
     of message expected, if known; ``value``: the message; ``unit``: that of its ``ts``)."""
     if isinstance(err, EventError):
         return err
+    if value[:1] == b"\x00" and len(value) >= 5:  # JSON text never starts with a NUL
+        schema = int.from_bytes(value[1:5], "big")
+        return EventError(
+            f"the message starts with Confluent Schema Registry framing (magic byte 0, schema "
+            f"id {schema}) before its payload: streameval reads plain JSON values; produce the "
+            "JSON text as UTF-8 bytes, not with a Schema Registry serializer (JSONSerializer, "
+            "AvroSerializer, ProtobufSerializer)",
+            "schema_registry",
+        )
     message = str(err)
     if isinstance(err, UnicodeDecodeError):
         return EventError(
@@ -360,8 +374,15 @@ def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:
         )
     if too_deep(data):
         raise _explain(RecursionError())
+    decode = _event_decoder(ts_unit)
     try:
-        return _event_decoder(ts_unit)(data)
+        try:
+            return decode(data)
+        except Exception:
+            if not data.startswith(BOM):
+                raise
+        data = data[len(BOM) :]  # a byte order mark: what follows is the line
+        return decode(data)
     except Exception as err:  # whatever the input: EventError and nothing else out of here
         raise _explain(err, None, data, ts_unit) from None
 
@@ -587,8 +608,15 @@ class BatchDecoder:
                 "oversized",
             )
         else:
+            decode = self.decoders[kind]
             try:
-                record = self.decoders[kind](value)
+                try:
+                    record = decode(value)
+                except Exception:
+                    if not value.startswith(BOM):
+                        raise
+                    value = value[len(BOM) :]  # a byte order mark: what follows is the message
+                    record = decode(value)
                 if self.ts_source == "kafka":
                     record = msgspec.structs.replace(record, ts=kafka_ms(message.timestamp()))
             except Exception as err:  # any bytes at all: a dead letter, never a crash

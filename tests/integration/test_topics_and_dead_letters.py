@@ -39,6 +39,8 @@ def test_create_is_idempotent_and_reports_differences(kafka_bootstrap, prefix):
 MALFORMED = {
     "predictions": [
         (b"{not json", "invalid_json"),
+        (b'\x00\x00\x00\x00\x07{"instance_id": "i9", "model_id": "m", "ts": 1767225600005, '
+         b'"label": "a"}', "schema_registry"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600005}', "missing_field"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": "5", "label": "a"}', "wrong_type"),
         (b'{"instance_id": "", "model_id": "m", "ts": 1767225600005, "label": "a"}', "empty_value"),
@@ -54,7 +56,8 @@ MALFORMED = {
     "instances": [(b'{"instance_id": "i9", "ts": -1}', "bad_timestamp")],
 }  # fmt: skip
 VALID = {
-    "instances": [b'{"instance_id": "i1", "ts": 1767225601000, "features": {"x": 1.5}}'],
+    "instances": [b'\xef\xbb\xbf{"instance_id": "i1", "ts": 1767225601000, '  # a BOM: tolerated
+                  b'"features": {"x": 1.5}}'],
     "predictions": [
         b'{"instance_id": "i1", "model_id": "m", "ts": 1767225601001, "label": "spam", '
         b'"scores": {"spam": 0.9}}',
