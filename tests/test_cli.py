@@ -80,3 +80,36 @@ def test_a_topics_dir_without_topics_toml_is_named_at_start(monkeypatch, tmp_pat
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, result.output
         assert f"STREAMEVAL_TOPICS_DIR={tmp_path} has no topics.toml" in result.output
+
+
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_replay_names_a_missing_output_folder_before_it_runs(tmp_path, option):
+    """Both used to be a traceback — the plot's after the whole replay had run."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"type": "instance", "instance_id": "i", "ts": 1767225600000}\n')
+    target = tmp_path / "missing" / "x.png"
+    out = tmp_path / "records.jsonl"
+    args = ["replay", str(events), option, str(target)]
+    result = CliRunner().invoke(main, args + ([] if option == "--out" else ["--out", str(out)]))
+    assert result.exit_code == 2, result.output
+    assert f"the folder {tmp_path / 'missing'} does not exist" in result.output
+    assert option in result.output and isinstance(result.exception, SystemExit)
+    assert not out.exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is empty"),
+        ("\n\n", "has no events"),
+        ('{"type": "label"}\n[1]\n', "has no events: 2 lines, 2 of them malformed"),
+    ],
+)
+def test_replay_of_a_file_without_events_fails_saying_so(tmp_path, text, says):
+    """An empty export or the wrong file ran to an empty plot and exit status 0."""
+    events = tmp_path / "events.jsonl"
+    events.write_text(text)
+    result = CliRunner().invoke(main, ["replay", str(events), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1, result.output
+    assert f"{events} {says}" in result.output
+    assert "Traceback" not in result.output
