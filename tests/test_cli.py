@@ -113,3 +113,26 @@ def test_replay_of_a_file_without_events_fails_saying_so(tmp_path, text, says):
     assert result.exit_code == 1, result.output
     assert f"{events} {says}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_produce_names_a_missing_file_a_malformed_line_and_a_broker_that_does_not_answer(
+    tmp_path,
+):
+    """Each a message and a non-zero exit, never a traceback; a malformed line stops it before
+    it connects (nothing is sent), naming the line."""
+    missing = CliRunner().invoke(main, ["produce", str(tmp_path / "nope.jsonl")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    events = tmp_path / "events.jsonl"
+    label = '{"type": "label", "instance_id": "i", "ts": 1767225600000, "label": "a"}'
+    events.write_text(f"{label}\n\n{label[:-1]}, 'x': 1}}\n")
+    args = ["produce", str(events), "--bootstrap", "127.0.0.1:1"]
+    malformed = CliRunner().invoke(main, args)
+    assert malformed.exit_code == 1, malformed.output
+    assert f"{events} line 3: not valid JSON" in malformed.output
+    assert "nothing was sent" in malformed.output and "did not answer" not in malformed.output
+    events.write_text(label + "\n")
+    unreachable = CliRunner().invoke(main, args)
+    assert unreachable.exit_code == 1, unreachable.output
+    assert "Kafka at 127.0.0.1:1 did not answer" in unreachable.output
+    for result in (missing, malformed, unreachable):
+        assert isinstance(result.exception, SystemExit), result.exception

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from streameval import __version__
-from streameval.cli_kafka import kafka, topics
+from streameval.cli_kafka import kafka, produce, topics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,6 +29,7 @@ def main(ctx: click.Context) -> None:
 
 main.add_command(kafka)
 main.add_command(topics)
+main.add_command(produce)
 
 
 def _need(module: str, extra: str, what: str) -> None:

@@ -32,6 +32,7 @@ from streameval.records import (
 )
 
 __all__ = [
+    "BOM",
     "DEAD_LETTER_REASONS",
     "KINDS",
     "MAX_DEPTH",
