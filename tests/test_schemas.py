@@ -12,6 +12,7 @@ from streameval.schemas import (
     BatchDecoder,
     EventError,
     InstanceEvent,
+    KafkaTimeDecoder,
     LabelEvent,
     PredictionEvent,
     StoredMessage,
@@ -201,7 +202,8 @@ def test_the_schema_command_checks_writes_and_names_a_wrong_folder(tmp_path, cap
 def _decode(value: bytes, kind="label", timestamp=None, **time):
     """What the worker's decoder makes of a message on a topic of ``kind``: (code, record)."""
     message = StoredMessage("t", 0, 0, None, value, timestamp)
-    decoded, result = BatchDecoder({"t": kind}, **time).decode_message(message)
+    decoder = KafkaTimeDecoder if time.pop("ts_source", "field") == "kafka" else BatchDecoder
+    decoded, result = decoder({"t": kind}, **time).decode_message(message)
     return (None, result) if decoded else (result.code, result)
 
 
@@ -273,8 +275,8 @@ def test_with_ts_source_kafka_event_time_is_the_record_timestamp():
     )
     code, letter = _decode(b'{"instance_id": "i", "ts": "x", "label": 1}', timestamp=T, **kafka)
     assert code == "wrong_type"  # a ts that is there is still an integer
-    with pytest.raises(ValueError, match="ts_source 'header'"):
-        BatchDecoder({"t": "label"}, ts_source="header")
+    with pytest.raises(ValueError, match="ts_unit 'sec' is not known"):
+        BatchDecoder({"t": "label"}, ts_unit="sec")
 
 
 LABEL = b'{"instance_id": "i", "ts": 1767225600000, "label": "a"}'

@@ -39,7 +39,6 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_TS",
     "MIN_TS",
-    "TS_SOURCES",
     "TS_UNITS",
     "BatchDecoder",
     "DeadLetter",
@@ -47,6 +46,7 @@ __all__ = [
     "EventError",
     "InstanceEvent",
     "InstanceRecord",
+    "KafkaTimeDecoder",
     "LabelEvent",
     "LabelRecord",
     "PredictionEvent",
@@ -120,8 +120,6 @@ TS_UNITS = {
     "us": ("microseconds", 10**3),
     "ns": ("nanoseconds", 1),
 }
-#: ``[time] ts_source``: event time is the ``ts`` field, or the message's Kafka timestamp
-TS_SOURCES = ("field", "kafka")
 
 
 _KAFKA_TS = ' (record timestamps are epoch ms; [time] ts_source = "kafka" reads event time there)'
@@ -329,6 +327,18 @@ def _nesting(value: bytes) -> int:
     return int(np.cumsum(step).max(initial=0))
 
 
+def _after_mark(decode: Any, value: bytes, err: BaseException, kind: str | None, unit: str) -> Any:
+    """After ``decode`` refused ``value`` with ``err``: the record of what follows a UTF-8 byte
+    order mark, if there is one and it decodes; else the :class:`EventError` saying why not."""
+    if value.startswith(BOM):
+        value = value[len(BOM) :]
+        try:
+            return decode(value)
+        except Exception as again:
+            err = again
+    raise _explain(err, kind, value, unit) from None
+
+
 def too_deep(value: bytes) -> bool:
     """Whether ``value`` nests arrays and objects deeper than :data:`MAX_DEPTH`; cheap for
     the usual message, which has far fewer brackets than that.
@@ -377,15 +387,9 @@ def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:
         raise _explain(RecursionError())
     decode = _event_decoder(ts_unit)
     try:
-        try:
-            return decode(data)
-        except Exception:
-            if not data.startswith(BOM):
-                raise
-        data = data[len(BOM) :]  # a byte order mark: what follows is the line
         return decode(data)
     except Exception as err:  # whatever the input: EventError and nothing else out of here
-        raise _explain(err, None, data, ts_unit) from None
+        return _after_mark(decode, data, err, None, ts_unit)
 
 
 def _numpy_scalar(value: Any) -> Any:
@@ -534,10 +538,9 @@ class BatchDecoder:
         "prediction", "labels": "label"}`` (with any prefix).
     max_bytes
         Messages larger than this are dead letters (code ``oversized``).
-    ts_unit, ts_source
-        Where event time comes from: the ``ts`` field in this unit (one of :data:`TS_UNITS`),
-        made milliseconds, or (``ts_source="kafka"``) the message's Kafka timestamp — ``ts``
-        is then not read, and may be absent.
+    ts_unit
+        The unit of ``ts`` (one of :data:`TS_UNITS`); records have it in milliseconds.
+        Event time from the Kafka timestamp instead: :class:`KafkaTimeDecoder`.
 
     A message may carry a ``type`` field; it must then name the kind of its topic. Any byte
     string is either decoded or a dead letter: the decoder never raises on its input. Counts
@@ -560,37 +563,34 @@ class BatchDecoder:
     1767225600000
     """
 
+    #: where event time comes from: the ``ts`` field (``[time] ts_source``)
+    ts_source = "field"
+
     def __init__(
-        self,
-        topics: dict[str, str],
-        max_bytes: int = MAX_MESSAGE_BYTES,
-        ts_unit: str = "ms",
-        ts_source: str = "field",
+        self, topics: dict[str, str], max_bytes: int = MAX_MESSAGE_BYTES, ts_unit: str = "ms"
     ) -> None:
         unknown = {kind for kind in topics.values() if kind not in _RECORDS}
         if unknown:
             raise ValueError(f"topic kinds {sorted(unknown)} are not known; use {KINDS}")
-        if ts_unit not in TS_UNITS or ts_source not in TS_SOURCES:
-            raise ValueError(f"ts_unit {ts_unit!r}, ts_source {ts_source!r}: use one of "
-                             f"{list(TS_UNITS)} and one of {list(TS_SOURCES)}")  # fmt: skip
+        if ts_unit not in TS_UNITS:
+            raise ValueError(f"ts_unit {ts_unit!r} is not known; use one of {list(TS_UNITS)}")
         self.topics = dict(topics)
         self.max_bytes = max_bytes
-        self.ts_unit, self.ts_source = ts_unit, ts_source
+        self.ts_unit = ts_unit
         self.counters: Counter[str] = Counter()
-        records = _RECORDS
-        if ts_source == "kafka":
-            records = {kind: _retimed(record, int | None, None) for kind, record in records.items()}
-        elif ts_unit != "ms":
-            records = {kind: _retimed(record, int) for kind, record in records.items()}
-        #: one decode function per kind; each raises on bad input, which
-        #: :meth:`decode_message` explains. :class:`~streameval.app.router.Router` inlines the
-        #: common case of :meth:`decode_message` with them when event time is ``ts``.
-        self.decoders = {
-            kind: msgspec.json.Decoder(record).decode for kind, record in records.items()
-        }
-        if ts_source == "field" and ts_unit != "ms":
-            self.decoders = {k: _in_unit(decode, ts_unit) for k, decode in self.decoders.items()}
+        #: one decode function per kind (:class:`~streameval.app.router.Router` inlines the
+        #: common case of :meth:`decode_message` with them); each raises on bad input, which
+        #: :meth:`decode_message` explains
+        self.decoders = self._decoders()
         self.decoders["instance"] = _deep_checked(self.decoders["instance"])
+
+    def _decoders(self) -> dict[str, Any]:
+        if self.ts_unit == "ms":
+            return {kind: msgspec.json.Decoder(cls).decode for kind, cls in _RECORDS.items()}
+        return {
+            kind: _in_unit(msgspec.json.Decoder(_retimed(cls, int)).decode, self.ts_unit)
+            for kind, cls in _RECORDS.items()
+        }
 
     def decode_message(
         self, message: Message
@@ -609,26 +609,19 @@ class BatchDecoder:
                 "oversized",
             )
         else:
-            decode = self.decoders[kind]
             try:
-                try:
-                    record = decode(value)
-                except Exception:
-                    if not value.startswith(BOM):
-                        raise
-                    value = value[len(BOM) :]  # a byte order mark: what follows is the message
-                    record = decode(value)
-                if self.ts_source == "kafka":
-                    record = msgspec.structs.replace(record, ts=kafka_ms(message.timestamp()))
+                record = self.decoders[kind](value)
             except Exception as err:  # any bytes at all: a dead letter, never a crash
-                error = _explain(err, kind, value, self.ts_unit)
-            else:
-                if record.type is None or record.type == kind:
-                    return kind, record
-                error = EventError(
-                    f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
-                    "unknown_type",
-                )
+                try:
+                    record = _after_mark(self.decoders[kind], value, err, kind, self.ts_unit)
+                except EventError as error:
+                    return None, self.dead_letter(message, error)
+            if record.type is None or record.type == kind:
+                return kind, record
+            error = EventError(
+                f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
+                "unknown_type",
+            )
         return None, self.dead_letter(message, error)
 
     def dead_letter(self, message: Message, error: EventError) -> DeadLetter:
@@ -643,3 +636,35 @@ class BatchDecoder:
             str(error),
             error.code,
         )
+
+
+class KafkaTimeDecoder(BatchDecoder):
+    """A :class:`BatchDecoder` for ``[time] ts_source = "kafka"``: an event's time is its
+    message's Kafka timestamp (the producer's or the broker's), and a ``ts`` field is not read
+    — it may be absent. A message without a timestamp, or with one that is no date in
+    milliseconds, is a dead letter (``no_timestamp``, ``bad_timestamp``, ``wrong_ts_unit``).
+
+    >>> KafkaTimeDecoder({"labels": "label"}).decode_message(StoredMessage(
+    ...     "labels", 0, 0, b"i1", b'{"instance_id": "i1", "label": 1}', 1767225600000))[1].ts
+    1767225600000
+    """
+
+    ts_source = "kafka"
+
+    def _decoders(self) -> dict[str, Any]:
+        return {
+            kind: msgspec.json.Decoder(_retimed(cls, int | None, None)).decode
+            for kind, cls in _RECORDS.items()
+        }
+
+    def decode_message(
+        self, message: Message
+    ) -> tuple[str, InstanceRecord | PredictionRecord | LabelRecord] | tuple[None, DeadLetter]:
+        kind, record = super().decode_message(message)
+        if kind is None:
+            return kind, record
+        try:
+            ts = kafka_ms(message.timestamp())
+        except EventError as error:
+            return None, self.dead_letter(message, error)
+        return kind, msgspec.structs.replace(record, ts=ts)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from streameval.cli import main
-from streameval.schemas import BatchDecoder, decode_event
+from streameval.schemas import KafkaTimeDecoder, decode_event
 from streameval.simulate.scripted import ScriptedStream
 from streameval.topics import INPUT_KINDS, create_topics, load_topics
 
@@ -65,8 +65,7 @@ def test_a_file_goes_to_the_input_topics_keyed_by_instance_stamped_as_told(
     assert f"{len(lines):>9,}  records" in result.output
 
     messages = _consume(kafka_bootstrap, [prefix + topic for topic in INPUT_KINDS], len(lines))
-    decoder = BatchDecoder({prefix + topic: kind for topic, kind in INPUT_KINDS.items()},
-                           ts_source="kafka")  # fmt: skip
+    decoder = KafkaTimeDecoder({prefix + topic: kind for topic, kind in INPUT_KINDS.items()})
     expected = [orjson.loads(line) for line in lines]
     got: dict[tuple[str, int], list] = {}
     for message in messages:

@@ -16,7 +16,7 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.event_time import NO_TS, TimeRules
-from streameval.schemas import BatchDecoder, DeadLetter, EventError, Message
+from streameval.schemas import BatchDecoder, DeadLetter, EventError, KafkaTimeDecoder, Message
 
 from .wire import INSTANCE, LABEL, PREDICTION, EventRow, Source
 
@@ -49,8 +49,10 @@ class Router:
         rules: TimeRules | None = None,
     ) -> None:
         self.rules = EvaluationConfig().time_rules() if rules is None else rules
-        self.decoder = BatchDecoder(topics, ts_unit=self.rules.ts_unit,
-                                    ts_source=self.rules.ts_source)  # fmt: skip
+        kafka_time = self.rules.ts_source == "kafka"
+        self.decoder = (KafkaTimeDecoder if kafka_time else BatchDecoder)(
+            topics, ts_unit=self.rules.ts_unit
+        )
         self.partitions = partitions
         self.idle_ms = idle_ms
         self._progress: dict[TopicPartition, int] = {}
