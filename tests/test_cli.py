@@ -80,3 +80,59 @@ def test_a_topics_dir_without_topics_toml_is_named_at_start(monkeypatch, tmp_pat
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, result.output
         assert f"STREAMEVAL_TOPICS_DIR={tmp_path} has no topics.toml" in result.output
+
+
+@pytest.mark.parametrize("option", ["--out", "--plot"])
+def test_replay_names_a_missing_output_folder_before_it_runs(tmp_path, option):
+    """Both used to be a traceback — the plot's after the whole replay had run."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"type": "instance", "instance_id": "i", "ts": 1767225600000}\n')
+    target = tmp_path / "missing" / "x.png"
+    out = tmp_path / "records.jsonl"
+    args = ["replay", str(events), option, str(target)]
+    result = CliRunner().invoke(main, args + ([] if option == "--out" else ["--out", str(out)]))
+    assert result.exit_code == 2, result.output
+    assert f"the folder {tmp_path / 'missing'} does not exist" in result.output
+    assert option in result.output and isinstance(result.exception, SystemExit)
+    assert not out.exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "is empty"),
+        ("\n\n", "has no events"),
+        ('{"type": "label"}\n[1]\n', "has no events: 2 lines, 2 of them malformed"),
+    ],
+)
+def test_replay_of_a_file_without_events_fails_saying_so(tmp_path, text, says):
+    """An empty export or the wrong file ran to an empty plot and exit status 0."""
+    events = tmp_path / "events.jsonl"
+    events.write_text(text)
+    result = CliRunner().invoke(main, ["replay", str(events), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1, result.output
+    assert f"{events} {says}" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_produce_names_a_missing_file_a_malformed_line_and_a_broker_that_does_not_answer(
+    tmp_path,
+):
+    """Each a message and a non-zero exit, never a traceback; a malformed line stops it before
+    it connects (nothing is sent), naming the line."""
+    missing = CliRunner().invoke(main, ["produce", str(tmp_path / "nope.jsonl")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    events = tmp_path / "events.jsonl"
+    label = '{"type": "label", "instance_id": "i", "ts": 1767225600000, "label": "a"}'
+    events.write_text(f"{label}\n\n{label[:-1]}, 'x': 1}}\n")
+    args = ["produce", str(events), "--bootstrap", "127.0.0.1:1"]
+    malformed = CliRunner().invoke(main, args)
+    assert malformed.exit_code == 1, malformed.output
+    assert f"{events} line 3: not valid JSON" in malformed.output
+    assert "nothing was sent" in malformed.output and "did not answer" not in malformed.output
+    events.write_text(label + "\n")
+    unreachable = CliRunner().invoke(main, args)
+    assert unreachable.exit_code == 1, unreachable.output
+    assert "Kafka at 127.0.0.1:1 did not answer" in unreachable.output
+    for result in (missing, malformed, unreachable):
+        assert isinstance(result.exception, SystemExit), result.exception

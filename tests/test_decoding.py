@@ -102,7 +102,9 @@ def corrupted(draw):
     return bytes(data)
 
 
-anything = st.one_of(st.binary(max_size=200), shaped, typed, deep, corrupted())
+# a byte order mark, or Schema Registry framing (a magic byte 0 and a schema id), before it
+framed = st.tuples(st.sampled_from([b"\xef\xbb\xbf", b"\x00\x00\x00\x00\x07"]), typed).map(b"".join)
+anything = st.one_of(st.binary(max_size=200), shaped, typed, deep, corrupted(), framed)
 values = st.one_of(st.none(), anything)
 
 
@@ -199,15 +201,35 @@ def test_the_wire_layout_of_events_and_outcomes_is_fixed():
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 2_000, 200_000])
 def test_deep_nesting_is_refused_before_it_is_parsed(levels):
-    value = b'{"instance_id":"x","ts":1,"features":{"x":' + b"[" * levels + b"]" * levels + b"}}"
+    value = (
+        b'{"instance_id":"x","ts":1767225600000,"features":{"x":'
+        + b"[" * levels
+        + b"]" * levels
+        + b"}}"
+    )
     kind, letter = BatchDecoder(INPUT_KINDS).decode_message(
         StoredMessage("instances", 0, 0, None, value)
     )
     assert (kind, letter.code) == (None, "too_deep")
     with pytest.raises(EventError, match="nested deeper than"):
         decode_event(b'{"type":"instance",' + value[1:])
-    shallow = b'{"instance_id":"x","ts":1,"features":{"x":' + b"[" * 60 + b"]" * 60 + b"}}"
+    shallow = (
+        b'{"instance_id":"x","ts":1767225600000,"features":{"x":' + b"[" * 60 + b"]" * 60 + b"}}"
+    )
     assert (
         BatchDecoder(INPUT_KINDS).decode_message(StoredMessage("instances", 0, 0, None, shallow))[0]
         == "instance"
     )
+
+
+def test_the_router_routes_what_follows_a_byte_order_mark():
+    router = Router(INPUT_KINDS, 1)
+    router.assign([("labels", 0)])
+    label = b'{"instance_id": "i1", "ts": 1767225600000, "label": "a"}'
+    rows, letters = router.route([
+        StoredMessage("labels", 0, 0, None, b"\xef\xbb\xbf" + label),
+        StoredMessage("labels", 0, 1, None, b"\x00\x00\x00\x00\x07" + label),
+    ], now_ms=1767225600000)  # fmt: skip
+    assert rows == [[(LABEL, "i1", "", 1767225600000, "a", 0, 0)]]
+    assert [letter.code for letter in letters] == ["schema_registry"]
+    assert router.decoder.counters == {"schema_registry": 1}

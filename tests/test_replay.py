@@ -4,6 +4,8 @@ import io
 import json
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import jsonschema
@@ -20,6 +22,7 @@ from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "docs/examples/sample-events.jsonl"
+T0 = 1_767_225_600_000  # 2026-01-01
 CONFIG = ROOT / "docs/examples/replay.toml"
 SCHEMAS = {
     kind: json.loads((topics_dir() / f"schemas/{name}.schema.json").read_text())
@@ -154,6 +157,8 @@ def test_strict_stops_at_the_first_malformed_line(tmp_path):
         ("detectors = [{type = 'page_hinkley', lambda = 3}]", "no setting 'lambda'"),
         ("publish_evry = 10", "publish_evry = 10: unknown key"),
         ("not toml at all", "not valid TOML"),
+        ("[time]\nts_unit = 'sec'", "time.ts_unit = 'sec': Input should be 'ms', 's', 'us' or"),
+        ("[time]\nts_source = 'header'", "time.ts_source = 'header'"),
     ],
 )
 def test_config_errors_name_the_key_before_any_work(tmp_path, toml, message):
@@ -186,8 +191,8 @@ def _stream(n, model="m", label=lambda i: "a"):
     lines = []
     for i in range(n):
         lines.append({"type": "prediction", "instance_id": f"{model}-{i}", "model_id": model,
-                      "ts": 100 * i, "label": "a"})  # fmt: skip
-        lines.append({"type": "label", "instance_id": f"{model}-{i}", "ts": 100 * i + 50,
+                      "ts": T0 + 100 * i, "label": "a"})  # fmt: skip
+        lines.append({"type": "label", "instance_id": f"{model}-{i}", "ts": T0 + 100 * i + 50,
                       "label": label(i)})  # fmt: skip
     return lines
 
@@ -219,7 +224,8 @@ def test_a_model_over_its_class_limit_does_not_stop_the_others(tmp_path):
 def test_lines_that_would_crash_or_move_the_clock_are_skipped_with_a_reason(sample_output):
     """The landed replay died on the first two (a traceback); an event stamped far in the
     future would have moved the join's clock past every pending label's grace, one stamped in
-    seconds would have joined as a label from 1970. Each is a skipped line with its reason,
+    seconds would have joined as a label from 1970 (now: the wrong unit, said so). Each is a
+    skipped line with its reason,
     and the records are those of the file without them."""
     bad = [
         b'{"type":"instance","instance_id":"bad\xff\xfe","ts":1767225600002}',
@@ -227,7 +233,8 @@ def test_lines_that_would_crash_or_move_the_clock_are_skipped_with_a_reason(samp
         + b"]" * 2000 + b"}}",
         b'{"type":"label","instance_id":"inst-00400","ts":5680281600000,"label":"fraud"}',
         b'{"type":"label","instance_id":"inst-00400","ts":1767225640,"label":"ok"}',
-        b'{"type":"prediction","instance_id":"x","model_id":"m","ts":1,"label":1,"extra":1}',
+        b'{"type":"prediction","instance_id":"x","model_id":"m","ts":1767225600001,"label":1,'
+        b'"extra":1}',
     ]  # fmt: skip
     lines = SAMPLE.read_bytes().splitlines()
     for i, line in enumerate(bad):
@@ -235,15 +242,14 @@ def test_lines_that_would_crash_or_move_the_clock_are_skipped_with_a_reason(samp
     out = io.BytesIO()
     result = replay(io.BytesIO(b"\n".join(lines) + b"\n"), load_config(CONFIG), out)
     assert out.getvalue() == sample_output[0]
-    codes = ("invalid_utf8", "too_deep", "ts_in_future", "ts_too_old", "unknown_field")
+    codes = ("invalid_utf8", "too_deep", "ts_in_future", "wrong_ts_unit", "unknown_field")
     assert {code: result.skipped[code] for code in codes} == dict.fromkeys(codes, 1)
 
 
 def test_the_present_of_a_replay_can_be_set(tmp_path):
     """A file stamped in the future of the machine's clock (a simulation) replays with
     ``now_ms`` set, or with a larger ``join.max_future_ms``."""
-    lines = [{**line, "ts": line["ts"] + 10**13} for line in _stream(4)]  # year 2286+: too far
-    lines = [{**line, "ts": line["ts"] - 4 * 10**12} for line in lines]  # 2156
+    lines = [{**line, "ts": line["ts"] + 4 * 10**12} for line in _stream(4)]  # 2152
     records, result = _run_lines(tmp_path, lines)
     assert records == [] and result.skipped["ts_in_future"] == 8
     path = tmp_path / "events.jsonl"
@@ -252,3 +258,48 @@ def test_the_present_of_a_replay_can_be_set(tmp_path):
     assert result.skipped == {} and len(out.getvalue().splitlines()) == 2
     records, result = _run_lines(tmp_path, lines, join={"max_future_ms": 200 * 365 * 86_400_000})
     assert len(records) == 2
+
+
+def test_a_file_in_seconds_replays_with_ts_unit_and_is_reported_without(tmp_path):
+    """Without ``ts_unit`` every line of a file in seconds is skipped, and the summary says
+    what they look like and what to do; with it, the records are those of the file in ms."""
+    in_ms = _stream(4)
+    expected, _ = _run_lines(tmp_path, in_ms)
+    in_seconds = [{**line, "ts": line["ts"] // 1000} for line in _stream(4)]
+    records, result = _run_lines(tmp_path, in_seconds)
+    assert records == [] and result.skipped == {"wrong_ts_unit": 8}
+    assert result.skipped_examples[0] == (1, "ts 1767225600 looks like seconds, not milliseconds "
+        "(2026-01-01 00:00:00 UTC in seconds): multiply it by 1000 at the producer, or set [time] "
+        'ts_unit = "s"')  # fmt: skip
+    whole_seconds = [{**line, "ts": line["ts"] // 1000 * 1000} for line in in_ms]
+    records, result = _run_lines(tmp_path, in_seconds, time={"ts_unit": "s"})
+    assert records == _run_lines(tmp_path, whole_seconds)[0] and result.skipped == {}
+    assert [r["n"] for r in records] == [r["n"] for r in expected]
+
+
+@pytest.mark.parametrize("units", [{}, {"ts_unit": "s"}, {"ts_unit": "us"}])
+def test_the_router_and_replay_refuse_the_same_events_for_the_same_reasons(tmp_path, units):
+    """One rule: the same lines through the worker's router (one partition per type, as replay
+    takes them, and no Kafka timestamps) and through replay are refused alike."""
+    from streameval.app.router import Router
+    from streameval.schemas import StoredMessage
+    from streameval.topics import INPUT_KINDS
+
+    second = 1000
+    stamps = [T0, T0 // second, T0 * second, T0 * second**2, 0, -T0, 5 * 10**13, T0 + 10**12,
+              T0 + 7 * 10**8, T0 // second + 1, T0 * second + 2, T0]  # fmt: skip
+    lines = [{"type": "label", "instance_id": f"i{n}", "ts": ts, "label": "a"}
+             for n, ts in enumerate(stamps)]  # fmt: skip
+    _, result = _run_lines(tmp_path, lines, time=units)
+    config = load_config(time=units)
+    router = Router(INPUT_KINDS, 1, rules=config.time_rules())
+    router.assign([("labels", 0)])
+    messages = [StoredMessage("labels", 0, n, None, json.dumps(line).encode())
+                for n, line in enumerate(lines)]  # fmt: skip
+    rows, letters = router.route(messages, now_ms=int(time.time() * 1000))
+    routed = {row[1] for row in rows[0]}
+    replayed = [line for line in lines if line["instance_id"] in routed]
+    assert result.events == len(routed) > 0 and len(replayed) == len(routed)
+    assert dict(result.skipped) == dict(Counter(letter.code for letter in letters))
+    reasons = {letter.offset + 1: letter.reason for letter in letters}
+    assert all(reasons[number] == reason for number, reason in result.skipped_examples)

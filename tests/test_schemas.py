@@ -5,10 +5,23 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from streameval.schemas import DEAD_LETTER_REASONS, MAX_TS, BatchDecoder, decode_event
+from streameval.schemas import (
+    DEAD_LETTER_REASONS,
+    MAX_TS,
+    MIN_TS,
+    BatchDecoder,
+    EventError,
+    InstanceEvent,
+    KafkaTimeDecoder,
+    LabelEvent,
+    PredictionEvent,
+    StoredMessage,
+    decode_event,
+)
 from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+T = 1_767_225_600_000  # 2026-01-01 in epoch milliseconds
 SCHEMAS = {
     kind: json.loads((topics_dir() / f"schemas/{kind}.schema.json").read_text())
     for kind in ("instance", "prediction", "label")
@@ -16,56 +29,59 @@ SCHEMAS = {
 
 EXAMPLES = {  # (kind, message, valid?)
     "instance": [
-        ({"instance_id": "i1", "ts": 0}, True),
-        ({"instance_id": "i1", "ts": 5, "features": {"a": [1, 2], "b": "x"}}, True),
+        ({"instance_id": "i1", "ts": MIN_TS}, True),
+        ({"instance_id": "i1", "ts": MIN_TS - 1}, False),  # before 1973-03-03: not ms
+        ({"instance_id": "i1", "ts": 1_767_225_600}, False),  # seconds
+        ({"instance_id": "i1", "ts": 0}, False),
+        ({"instance_id": "i1", "ts": T, "features": {"a": [1, 2], "b": "x"}}, True),
         ({"instance_id": "i1", "ts": MAX_TS}, True),
         ({"instance_id": "i1", "ts": MAX_TS + 1}, False),
         ({"instance_id": "i1", "ts": -1}, False),
-        ({"instance_id": "", "ts": 1}, False),
-        ({"instance_id": 7, "ts": 1}, False),
+        ({"instance_id": "", "ts": T}, False),
+        ({"instance_id": 7, "ts": T}, False),
         ({"instance_id": "i1"}, False),
         ({"instance_id": "i1", "ts": 1.5}, False),
         ({"instance_id": "i1", "ts": "1"}, False),
-        ({"instance_id": "i1", "ts": 1, "features": [1]}, False),
-        ({"instance_id": "i1", "ts": 1, "source": "web"}, False),  # no other fields
-        ({"instance_id": "i1", "ts": 1, "model_id": "m", "label": "a"}, False),  # a prediction
+        ({"instance_id": "i1", "ts": T, "features": [1]}, False),
+        ({"instance_id": "i1", "ts": T, "source": "web"}, False),  # no other fields
+        ({"instance_id": "i1", "ts": T, "model_id": "m", "label": "a"}, False),  # a prediction
     ],
     "prediction": [
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a"}, True),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a"}, True),
         (
             {
                 "instance_id": "i",
                 "model_id": "m",
-                "ts": 1,
+                "ts": T,
                 "label": 3,
                 "scores": {"a": 0.5},
                 "model_version": "v2",
             },
             True,
         ),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": ""}, False),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": True}, False),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": 1.5}, False),
-        ({"instance_id": "i", "model_id": "", "ts": 1, "label": "a"}, False),
-        ({"instance_id": "i", "ts": 1, "label": "a"}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": ""}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": True}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": 1.5}, False),
+        ({"instance_id": "i", "model_id": "", "ts": T, "label": "a"}, False),
+        ({"instance_id": "i", "ts": T, "label": "a"}, False),
         (
-            {"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "scores": {"a": "x"}},
+            {"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "scores": {"a": "x"}},
             False,
         ),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "scores": {"a": 0.5}}, True),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": 2**63 - 1}, True),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": 2**63}, False),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a", "confidence": 1}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "scores": {"a": 0.5}}, True),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": 2**63 - 1}, True),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": 2**63}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "confidence": 1}, False),
     ],
     "label": [
-        ({"instance_id": "i", "ts": 1, "label": "a"}, True),
-        ({"instance_id": "i", "ts": 1, "label": -4}, True),
-        ({"instance_id": "i", "ts": 1, "label": None}, False),
-        ({"instance_id": "i", "ts": 1}, False),
-        ({"instance_id": "i" * 513, "ts": 1, "label": "a"}, False),
-        ({"instance_id": "i", "ts": 1, "label": -(2**63)}, True),
-        ({"instance_id": "i", "ts": 1, "label": -(2**63) - 1}, False),
-        ({"instance_id": "i", "model_id": "m", "ts": 1, "label": "a"}, False),  # a prediction
+        ({"instance_id": "i", "ts": T, "label": "a"}, True),
+        ({"instance_id": "i", "ts": T, "label": -4}, True),
+        ({"instance_id": "i", "ts": T, "label": None}, False),
+        ({"instance_id": "i", "ts": T}, False),
+        ({"instance_id": "i" * 513, "ts": T, "label": "a"}, False),
+        ({"instance_id": "i", "ts": T, "label": -(2**63)}, True),
+        ({"instance_id": "i", "ts": T, "label": -(2**63) - 1}, False),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a"}, False),  # a prediction
     ],
 }
 
@@ -181,3 +197,113 @@ def test_the_schema_command_checks_writes_and_names_a_wrong_folder(tmp_path, cap
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == generated_schemas()
     assert main([str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def _decode(value: bytes, kind="label", timestamp=None, **time):
+    """What the worker's decoder makes of a message on a topic of ``kind``: (code, record)."""
+    message = StoredMessage("t", 0, 0, None, value, timestamp)
+    decoder = KafkaTimeDecoder if time.pop("ts_source", "field") == "kafka" else BatchDecoder
+    decoded, result = decoder({"t": kind}, **time).decode_message(message)
+    return (None, result) if decoded else (result.code, result)
+
+
+@pytest.mark.parametrize(
+    ("ts", "unit", "code", "says"),
+    [
+        (T // 1000, "ms", "wrong_ts_unit", 'like seconds, not milliseconds (2026-01-01 00:00:00 '
+         'UTC in seconds): multiply it by 1000 at the producer, or set [time] ts_unit = "s"'),
+        (T * 1000, "ms", "wrong_ts_unit", 'like microseconds, not milliseconds (2026-01-01 '
+         '00:00:00 UTC in microseconds): divide it by 1000 at the producer, or set [time] '
+         'ts_unit = "us"'),
+        (T * 10**6, "ms", "wrong_ts_unit", 'divide it by 1000000 at the producer, or set [time] '
+         'ts_unit = "ns"'),
+        (T, "s", "wrong_ts_unit", 'like milliseconds, not seconds (2026-01-01 00:00:00 UTC in '
+         'milliseconds): divide it by 1000 at the producer, or set [time] ts_unit = "ms"'),
+        (T // 1000, "ns", "wrong_ts_unit", 'multiply it by 1000000000 at the producer'),
+        (0, "ms", "bad_timestamp", "ts 0 is no date from 1973-03-03 to 2200-01-01, in "
+         'milliseconds or any other unit: send the epoch time of the event in milliseconds'),
+        (-T, "ms", "bad_timestamp", "no date"),
+        (50 * 10**12, "ms", "bad_timestamp", "no date"),  # after 2200 in ms, before 1973 in µs
+        (2**63 - 1, "ns", "bad_timestamp", "in nanoseconds or any other unit"),
+        (2**70, "us", "bad_timestamp", "no date"),
+    ],
+)  # fmt: skip
+def test_a_ts_in_the_wrong_unit_is_refused_saying_which_unit_and_what_to_do(ts, unit, code, says):
+    """A time in seconds used to pass as a date in January 1970 and expire silently later.
+    The worker's decoder and replay's give the same reason: one rule."""
+    value = b'{"instance_id": "i", "ts": %d, "label": "a"}' % ts
+    letter_code, letter = _decode(value, ts_unit=unit)
+    assert letter_code == code and says in letter.reason
+    with pytest.raises(EventError) as raised:
+        decode_event(b'{"type": "label", ' + value[1:], unit)
+    assert (raised.value.code, str(raised.value)) == (code, letter.reason)
+
+
+@pytest.mark.parametrize(("unit", "ts"), [("s", T // 1000), ("ms", T), ("us", T * 1000 + 999),
+                                          ("ns", T * 10**6 + 999_999)])  # fmt: skip
+def test_ts_unit_says_what_ts_is_in_and_every_time_becomes_milliseconds(unit, ts):
+    for kind, value in (
+        ("instance", b'{"instance_id": "i", "ts": %d}' % ts),
+        ("prediction", b'{"instance_id": "i", "model_id": "m", "ts": %d, "label": 1}' % ts),
+        ("label", b'{"instance_id": "i", "ts": %d, "label": "a", "type": "label"}' % ts),
+    ):
+        code, record = _decode(value, kind, ts_unit=unit)
+        assert code is None and record.ts == T, (kind, unit)
+        event = decode_event(b'{"type": "%s", ' % kind.encode() + value[1:].replace(
+            b', "type": "label"', b""), unit)  # fmt: skip
+        assert type(event) in (InstanceEvent, PredictionEvent, LabelEvent) and event.ts == T
+    assert _decode(b'{"instance_id": "i", "ts": "%d", "label": 1}' % ts, ts_unit=unit)[0] == (
+        "wrong_type"
+    )
+
+
+def test_with_ts_source_kafka_event_time_is_the_record_timestamp():
+    """``ts`` may then be absent and is not read; a message without a timestamp, or with one
+    in seconds, is a dead letter that says so."""
+    kafka = {"ts_source": "kafka"}
+    for value in (
+        b'{"instance_id": "i", "label": 1}',
+        b'{"instance_id": "i", "ts": 5, "label": 1}',
+    ):
+        code, record = _decode(value, timestamp=T + 7, **kafka)
+        assert code is None and record.ts == T + 7
+    code, letter = _decode(b'{"instance_id": "i", "label": 1}', **kafka)
+    assert code == "no_timestamp" and 'ts_source = "kafka"' in letter.reason
+    code, letter = _decode(b'{"instance_id": "i", "label": 1}', timestamp=T // 1000, **kafka)
+    assert code == "wrong_ts_unit" and letter.reason.startswith(
+        f"the Kafka timestamp {T // 1000} looks like seconds, not milliseconds"
+    )
+    code, letter = _decode(b'{"instance_id": "i", "ts": "x", "label": 1}', timestamp=T, **kafka)
+    assert code == "wrong_type"  # a ts that is there is still an integer
+    with pytest.raises(ValueError, match="ts_unit 'sec' is not known"):
+        BatchDecoder({"t": "label"}, ts_unit="sec")
+
+
+LABEL = b'{"instance_id": "i", "ts": 1767225600000, "label": "a"}'
+
+
+def test_a_utf8_byte_order_mark_before_the_json_is_tolerated():
+    """Some producers (and Windows editors) start text with one; it used to be a dead letter,
+    "invalid character (byte 0)", and a first line of a file skipped."""
+    bom = b"\xef\xbb\xbf"
+    code, record = _decode(bom + LABEL)
+    assert code is None and (record.instance_id, record.ts) == ("i", T)
+    assert decode_event(bom + b'{"type": "label", ' + LABEL[1:]) == LabelEvent("i", T, "a")
+    code, letter = _decode(bom + b'{"instance_id": "i", "ts": 1767225600, "label": "a"}')
+    assert code == "wrong_ts_unit"  # what follows the mark is judged as any message
+    assert letter.value.startswith(bom)  # the dead letter keeps the original bytes
+    assert _decode(bom + bom + LABEL)[0] == "invalid_json"  # one mark, not any number
+
+
+@pytest.mark.parametrize("payload", [LABEL, b"\x02\x12inst-1\x02a"], ids=["json-schema", "avro"])
+def test_a_message_in_schema_registry_framing_is_refused_naming_it(payload):
+    """Confluent's serializers put a magic byte 0 and a 4-byte schema id before the payload;
+    that is said, with what to do, rather than a JSON syntax error at byte 0."""
+    value = b"\x00" + (1234).to_bytes(4, "big") + payload
+    code, letter = _decode(value)
+    assert code == "schema_registry"
+    assert "Schema Registry framing (magic byte 0, schema id 1234)" in letter.reason
+    assert "plain JSON" in letter.reason
+    with pytest.raises(EventError) as raised:
+        decode_event(value)
+    assert (raised.value.code, str(raised.value)) == (code, letter.reason)

@@ -354,18 +354,19 @@ def test_the_router_before_and_after_its_partitions():
     router = Router(INPUT_KINDS, 2, idle_ms=100)
     assert router.route([]) == ([[], []], [])
     router.assign([("labels", 0)])
-    label = orjson.dumps({"instance_id": "i1", "ts": 7, "label": "a"})
+    t0 = 1_767_225_600_000
+    label = orjson.dumps({"instance_id": "i1", "ts": t0, "label": "a"})
     per_partition, letters = router.route([StoredMessage("labels", 0, 3, None, label),
                                            StoredMessage("labels", 1, 0, None, label),
                                            StoredMessage("labels", 0, 4, None, b"{")])  # fmt: skip
-    assert [row for rows in per_partition for row in rows] == [(LABEL, "i1", "", 7, "a", 0, 3)]
+    assert [row for rows in per_partition for row in rows] == [(LABEL, "i1", "", t0, "a", 0, 3)]
     assert [letter.offset for letter in letters] == [4]
     assert router.consumed == {("labels", 0): 5}
     router.at_end("labels", 0, 1_000.0)
-    assert router.sources(1_050.0) == [Source("labels", 0, 7, False)]
-    assert router.sources(1_100.0) == [Source("labels", 0, 7, True)]
+    assert router.sources(1_050.0) == [Source("labels", 0, t0, False)]
+    assert router.sources(1_100.0) == [Source("labels", 0, t0, True)]
     router.route([StoredMessage("labels", 0, 5, None, label)])  # read again: not at its end
-    assert router.sources(5_000.0) == [Source("labels", 0, 7, False)]
+    assert router.sources(5_000.0) == [Source("labels", 0, t0, False)]
     router.revoke([("labels", 0)])
     assert router.route([StoredMessage("labels", 0, 6, None, label)]) == ([[], []], [])
 
@@ -375,7 +376,7 @@ _EVENTS = st.lists(
         st.sampled_from(["instance", "prediction", "prediction", "label"]),
         st.sampled_from(["i1", "i2", "i3"]),
         st.sampled_from(["m", "n"]),
-        st.integers(0, 30),  # ts
+        st.integers(0, 30).map(lambda ms: 1_767_225_600_000 + ms),  # ts
         st.sampled_from(["a", "b", 1]),
         st.integers(0, 2),  # the partition of its topic a producer happened to choose
     ),
@@ -482,13 +483,36 @@ def test_the_router_holds_event_times_to_when_they_were_sent_and_to_their_partit
     assert route(6, t0 + 20 * day, None) == 1  # no Kafka timestamp: held to now (t0 + 30 d)
     assert route(7, t0 + 31 * day, None) == ["ts_in_future"]
     letter = router.route([StoredMessage("labels", 0, 8, None, orjson.dumps(
-        {"instance_id": "x", "ts": 0, "label": "a"}), t0)])[1][0]  # fmt: skip
+        {"instance_id": "x", "ts": t0 - 20 * day, "label": "a"}), t0)])[1][0]  # fmt: skip
     assert "labels[0]" in letter.reason and "label_ttl_ms" in letter.reason
 
     restarted = Router(INPUT_KINDS, 1, rules=config.time_rules())
     restarted.assign([("labels", 0)], {("labels", 0): router.progress(("labels", 0))})
     router = restarted
     assert route(9, t0 + 10 * day, t0 + 30 * day) == ["ts_too_old"]  # as before the restart
+
+
+def test_the_router_reads_event_time_as_the_settings_say():
+    """``[time] ts_source = "kafka"``: the record timestamp is the event's time (a ``ts`` field
+    may be absent, and is not read), and the time rules hold it as they hold ``ts``; a message
+    without one is a dead letter. ``ts_unit``: ``ts`` in seconds becomes milliseconds."""
+    day, t0 = 86_400_000, 1_767_225_600_000
+    router = Router(INPUT_KINDS, 1, rules=make_config(time={"ts_source": "kafka"}).time_rules())
+    router.assign([("labels", 0)])
+    values = [b'{"instance_id": "i%d", "label": "a"}' % n for n in range(5)]
+    values[1] = b'{"instance_id": "i1", "ts": 3, "label": "a"}'
+    stamps = [t0 + 5, t0 + 9, None, t0 - 8 * day, t0 // 1000]
+    messages = [StoredMessage("labels", 0, n, None, values[n], stamps[n]) for n in range(5)]
+    rows, letters = router.route(messages, now_ms=t0 + day)
+    assert rows[0] == [(LABEL, "i0", "", t0 + 5, "a", 0, 0), (LABEL, "i1", "", t0 + 9, "a", 0, 1)]
+    assert [letter.code for letter in letters] == ["no_timestamp", "ts_too_old", "wrong_ts_unit"]
+    assert router.progress(("labels", 0)) == t0 + 9
+
+    router = Router(INPUT_KINDS, 1, rules=make_config(time={"ts_unit": "s"}).time_rules())
+    router.assign([("labels", 0)])
+    value = b'{"instance_id": "i0", "ts": %d, "label": "a"}' % (t0 // 1000)
+    rows, letters = router.route([StoredMessage("labels", 0, 0, None, value, t0)], now_ms=t0)
+    assert rows[0] == [(LABEL, "i0", "", t0, "a", 0, 0)] and letters == []
 
 
 def _outcomes(n, due=1_000):

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from streameval import __version__
-from streameval.cli_kafka import kafka, topics
+from streameval.cli_kafka import kafka, produce, topics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,6 +29,7 @@ def main(ctx: click.Context) -> None:
 
 main.add_command(kafka)
 main.add_command(topics)
+main.add_command(produce)
 
 
 def _need(module: str, extra: str, what: str) -> None:
@@ -39,6 +40,23 @@ def _need(module: str, extra: str, what: str) -> None:
         raise click.ClickException(
             f"{what} needs {module}, an optional dependency: pip install 'streameval[{extra}]'"
         )
+
+
+def _writable(path: Path | None, option: str) -> None:
+    """Stop before any work when ``path`` cannot be written: its folder is missing, or no
+    folder, or not ours to write in."""
+    import os
+
+    folder = path.parent if path is not None else None
+    if folder is None or (folder.is_dir() and os.access(folder, os.W_OK)):
+        return
+    problem = "cannot be written to" if folder.is_dir() else "is not a folder"
+    if not folder.exists():
+        problem = "does not exist"
+    raise click.BadParameter(
+        f"{path}: the folder {folder} {problem}; create it or choose another path",
+        param_hint=option,
+    )
 
 
 @main.command()
@@ -98,6 +116,8 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
     """
     if plot:
         _need("matplotlib", "plot", "--plot")
+    _writable(out, "--out")
+    _writable(plot, "--plot")
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -118,7 +138,15 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
         raise click.UsageError(f"--estimator {shown!r} is not configured; use one of {names}")
     history = MeasureHistory(shown) if plot else None
     size = events.stat().st_size
-    sink = out.open("wb") if out else sys.stdout.buffer
+    if size == 0:
+        raise click.ClickException(
+            f"{events} is empty: nothing to evaluate (an events file has one JSON event per "
+            "line; see docs/replay.md)"
+        )
+    try:
+        sink = out.open("wb") if out else sys.stdout.buffer
+    except OSError as err:
+        raise click.BadParameter(f"{out}: {err.strerror}", param_hint="--out") from None
     progress = Progress(
         "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
         TimeRemainingColumn(), console=console, transient=True,
@@ -143,8 +171,18 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
             sink.flush()
     if not quiet:
         print_summary(result, console, shown)
+    if result.events == 0:
+        skipped = sum(result.skipped.values())
+        raise click.ClickException(
+            f"{events} has no events: {result.lines} lines, {skipped} of them malformed"
+            + (" (the first are listed above)" if skipped and not quiet else "")
+            + "; an events file has one JSON event per line (see docs/replay.md)"
+        )
     if plot:
-        plot_history(history, plot)
+        try:
+            plot_history(history, plot)
+        except OSError as err:
+            raise click.ClickException(f"--plot {plot}: {err.strerror or err}") from None
         if not quiet:
             console.print(f"plot written to {plot}")
 

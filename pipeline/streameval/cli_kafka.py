@@ -1,15 +1,16 @@
-"""The ``streameval kafka`` and ``streameval topics`` commands: a local broker, and the topics
-the service uses on any broker."""
+"""The ``streameval kafka``, ``streameval topics`` and ``streameval produce`` commands: a local
+broker, the topics the service uses on any broker, and an events file onto its input topics."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import sys
+from pathlib import Path
 
 import click
 
-__all__ = ["kafka", "topics"]
+__all__ = ["kafka", "produce", "topics"]
 
 
 @click.group()
@@ -237,3 +238,42 @@ def topics_describe(bootstrap, settings, prefix) -> None:
             configs if row["exists"] else "-",
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@click.command()
+@click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    envvar="STREAMEVAL_CONFIG",
+    help="The evaluation settings ($STREAMEVAL_CONFIG): [time] says how ts is read, and "
+    "whether record timestamps must carry it.",
+)  # fmt: skip
+@_kafka_options
+@_prefix
+def produce(events, config_path, bootstrap, settings, prefix) -> None:
+    """Put an events file (the lines `streameval replay` reads) on the input topics.
+
+    Each line goes to the topic of its type, keyed by its instance id, in file order; a
+    malformed line stops it before anything is sent. Then run a worker on those topics.
+    """
+    from streameval.clients import ClientConfigError, client_config
+    from streameval.config import ConfigError, load_config
+    from streameval.produce import ProduceError, produce_file
+
+    try:
+        time = load_config(config_path).time
+    except ConfigError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        client = client_config(bootstrap, settings)
+    except ClientConfigError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        with _kafka_errors(client["bootstrap.servers"]):
+            sent = produce_file(events, client, prefix, ts_unit=time.ts_unit,
+                                stamp_event_time=time.ts_source == "kafka")  # fmt: skip
+    except ProduceError as err:
+        raise click.ClickException(str(err)) from None
+    for topic in ("instances", "predictions", "labels"):
+        click.echo(f"{sent[prefix + topic]:>9,}  {prefix}{topic}")
+    click.echo(f"{sum(sent.values()):>9,}  records")

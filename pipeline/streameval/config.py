@@ -20,6 +20,10 @@ Example file (every key optional)::
     max_pending = 100000000       # per join partition: a guard, on disk about 5-10 GB
     max_future_ms = 3600000       # ts at most 1 hour after the message was sent
 
+    [time]
+    ts_unit = "ms"                # unit of the ts field: "ms", "s", "us" or "ns"
+    ts_source = "field"           # event time: the ts field, or "kafka" (the record timestamp)
+
     [delayed]
     bins = 100
     alpha = 2.0
@@ -78,6 +82,13 @@ class JoinConfig(_Strict):
     )
 
 
+class TimeConfig(_Strict):
+    ts_unit: Literal["ms", "s", "us", "ns"] = Field("ms", description="unit of the ts field")
+    ts_source: Literal["field", "kafka"] = Field(
+        "field", description="event time: the ts field, or the Kafka record timestamp"
+    )
+
+
 class DelayedConfig(_Strict):
     bins: int = Field(100, ge=1)
     alpha: float = Field(2.0, ge=1.0, allow_inf_nan=False)
@@ -107,6 +118,7 @@ class EvaluationConfig(_Strict):
         default_factory=lambda: [dict(d) for d in DEFAULT_DETECTORS]
     )
     join: JoinConfig = Field(default_factory=JoinConfig)
+    time: TimeConfig = Field(default_factory=TimeConfig)
     delayed: DelayedConfig = Field(default_factory=DelayedConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     comparisons: list[ComparisonConfig] = Field(default_factory=list)
@@ -148,8 +160,10 @@ class EvaluationConfig(_Strict):
         return self.models.get(model_id, ModelConfig())
 
     def time_rules(self) -> TimeRules:
-        """Which events may enter the join by their event time (the worker and replay)."""
-        return TimeRules(self.join.max_future_ms, self.join.label_ttl_ms)
+        """How event time is read, and which events may enter the join by it (the worker
+        and replay)."""
+        j, t = self.join, self.time
+        return TimeRules(j.max_future_ms, j.label_ttl_ms, t.ts_unit, t.ts_source)
 
     def detectors_of(self, model_id: str) -> list[dict[str, Any]]:
         own = self.model(model_id).detectors

@@ -1,8 +1,10 @@
 """Event time: which well-formed events may move the service's clocks.
 
-Decoding (:mod:`streameval.schemas`) is about one message alone. Whether an event may enter
-the join at all depends on its event time against its partition's progress, which the
-worker's router and ``streameval replay`` judge alike with :class:`TimeRules`.
+Decoding (:mod:`streameval.schemas`) is about one message alone, its time included: ``ts`` in
+``ts_unit`` or the Kafka timestamp, made epoch milliseconds (:func:`streameval.schemas.event_ms`).
+Whether an event may enter the join at all depends on its event time against its partition's
+progress, which the worker's router and ``streameval replay`` judge alike with
+:class:`TimeRules`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class TimeRules:
     no watermark and no clock. An event that passes both moves its partition's progress to
     its ``ts`` if that is later.
 
+    ``ts_unit`` and ``ts_source`` say how event time is read (``[time]`` of the settings):
+    the decoders take them (:class:`~streameval.schemas.BatchDecoder`,
+    :func:`~streameval.schemas.decode_event`), and every time here is in milliseconds.
+
     Examples
     --------
     >>> rules = TimeRules(max_future_ms=3_600_000, max_age_ms=86_400_000)
@@ -59,6 +65,8 @@ class TimeRules:
 
     max_future_ms: int
     max_age_ms: int
+    ts_unit: str = "ms"
+    ts_source: str = "field"
 
     @staticmethod
     def sent(sent_ms: int | None, now_ms: int) -> int:

@@ -25,6 +25,7 @@ from streameval.core.measures import SCALAR_MEASURES
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_TS",
+    "MIN_TS",
     "ComparisonRecord",
     "DeadLetterHeaders",
     "DriftAlarmRecord",
@@ -45,13 +46,22 @@ __all__ = [
     "generated_schemas",
 ]
 
-#: Event times are epoch milliseconds; anything past the year 2200 is a unit error (µs, ns).
+#: Event times are epoch milliseconds of a date from 1973-03-03 (10^11 ms) to 2200-01-01: in
+#: any other unit (s, µs, ns) today's dates fall outside, so a unit error cannot pass for a date.
+MIN_TS = 100_000_000_000
 MAX_TS = 7_258_118_400_000
 #: Largest input message accepted (bytes); larger ones are dead letters.
 MAX_MESSAGE_BYTES = 1_048_576
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
-Timestamp = Annotated[int, msgspec.Meta(ge=0, le=MAX_TS, description="epoch milliseconds")]
+Timestamp = Annotated[
+    int,
+    msgspec.Meta(
+        ge=MIN_TS,
+        le=MAX_TS,
+        description="epoch milliseconds, 1973-03-03 to 2200-01-01 (another unit: [time] ts_unit)",
+    ),
+]
 #: integer labels are 64-bit: they travel through msgpack and numpy
 ClassLabel = (
     Annotated[str, msgspec.Meta(min_length=1, max_length=512)]

@@ -76,7 +76,7 @@ def _events(
         if not line.strip():
             continue
         try:
-            event = decode_event(line)
+            event = decode_event(line, rules.ts_unit)
             kind = type(event)
             where = f"the file's {kind.__struct_config__.tag} lines"
             error = check(event.ts, progress[kind], None, now_ms, where)

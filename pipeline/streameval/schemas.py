@@ -7,15 +7,17 @@ a person can act on and a short code to count by (:data:`DEAD_LETTER_REASONS`). 
 here raises on its input. Output records (:mod:`streameval.records`) are encoded with msgspec,
 NaN becoming ``null``.
 
-Decoding is about one message alone; whether a well-formed event may enter the join at all is
-:mod:`streameval.event_time`'s question.
+Decoding is about one message alone — its time included: ``ts`` in the unit the settings say
+(:func:`event_ms`), or the message's Kafka timestamp; whether a well-formed event may enter the
+join at all is :mod:`streameval.event_time`'s question.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol, Union
 
 import msgspec
 import numpy as np
@@ -23,23 +25,28 @@ import numpy as np
 from streameval.records import (
     MAX_MESSAGE_BYTES,
     MAX_TS,
+    MIN_TS,
     InstanceRecord,
     LabelRecord,
     PredictionRecord,
 )
 
 __all__ = [
+    "BOM",
     "DEAD_LETTER_REASONS",
     "KINDS",
     "MAX_DEPTH",
     "MAX_MESSAGE_BYTES",
     "MAX_TS",
+    "MIN_TS",
+    "TS_UNITS",
     "BatchDecoder",
     "DeadLetter",
     "Event",
     "EventError",
     "InstanceEvent",
     "InstanceRecord",
+    "KafkaTimeDecoder",
     "LabelEvent",
     "LabelRecord",
     "PredictionEvent",
@@ -47,6 +54,8 @@ __all__ = [
     "StoredMessage",
     "decode_event",
     "encode_record",
+    "event_ms",
+    "kafka_ms",
 ]
 
 #: Deepest nesting of JSON arrays and objects accepted (``features`` is free-form JSON); a
@@ -56,6 +65,7 @@ MAX_DEPTH = 64
 #: Every reason code a dead letter may carry, with what it means (docs/replay.md lists them).
 DEAD_LETTER_REASONS = {
     "invalid_json": "not JSON (a syntax error, NaN or Infinity, a lone UTF-16 surrogate)",
+    "schema_registry": "Confluent Schema Registry framing (a magic byte 0, a schema id) first",
     "invalid_utf8": "a string holds bytes that are not UTF-8",
     "too_deep": f"arrays and objects nested deeper than {MAX_DEPTH}",
     "oversized": f"larger than {MAX_MESSAGE_BYTES} bytes",
@@ -67,7 +77,9 @@ DEAD_LETTER_REASONS = {
     "unknown_type": "`type` names no kind, or another kind than its topic carries",
     "wrong_type": "a field of the wrong JSON type (a string for a number, a float for ts ...)",
     "empty_value": "an empty id or label",
-    "bad_timestamp": "ts outside 0 .. year 2200 (seconds, µs or ns instead of ms?)",
+    "bad_timestamp": "ts no date from 1973 to 2200 in any unit (or such a Kafka timestamp)",
+    "wrong_ts_unit": "ts a date in another unit than ts_unit (seconds sent as milliseconds)",
+    "no_timestamp": "with ts_source = 'kafka': a message without a Kafka timestamp",
     "bad_label": "an integer label outside the signed 64-bit range",
     "ts_in_future": "ts later than the message was sent (or than now), beyond max_future_ms",
     "ts_too_old": "ts older than its partition's latest event by more than label_ttl_ms",
@@ -92,8 +104,6 @@ class LabelEvent(LabelRecord, tag="label", tag_field="type", frozen=True):
 Event = InstanceEvent | PredictionEvent | LabelEvent
 KINDS = ("instance", "prediction", "label")
 
-_event_decoder = msgspec.json.Decoder(Event)
-
 
 class EventError(ValueError):
     """A malformed event, with a reason a person can act on and a short code to count by."""
@@ -101,6 +111,123 @@ class EventError(ValueError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: ``[time] ts_unit``: the units ``ts`` may come in, with their names and sizes in nanoseconds
+TS_UNITS = {
+    "s": ("seconds", 10**9),
+    "ms": ("milliseconds", 10**6),
+    "us": ("microseconds", 10**3),
+    "ns": ("nanoseconds", 1),
+}
+
+
+_KAFKA_TS = ' (record timestamps are epoch ms; [time] ts_source = "kafka" reads event time there)'
+
+
+def _date(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def event_ms(ts: int, unit: str = "ms", kafka: bool = False) -> int:
+    """``ts``, a time in ``unit``, as epoch milliseconds — if it is a date from 1973-03-03 to
+    2200-01-01 (:data:`MIN_TS` .. :data:`MAX_TS` in ms). Else :class:`EventError`, saying in
+    which unit it would be a date and what to do; ``kafka``: ``ts`` is a Kafka timestamp
+    (milliseconds by the protocol: only its producer can fix it).
+
+    The one rule of the worker's decoder and replay's, so that they refuse the same events.
+    The units' ranges are 1000 times apart and each spans a factor of 73, so a value can be a
+    date in one unit only: today is about 1.8e9 in seconds, 1.8e12 in ms, 1.8e15 in µs.
+
+    >>> event_ms(1_767_225_600, "s")
+    1767225600000
+    >>> event_ms(1_767_225_600)
+    Traceback (most recent call last):
+    ...
+    streameval.schemas.EventError: ts 1767225600 looks like seconds, not milliseconds (2026-01-01 00:00:00 UTC in seconds): multiply it by 1000 at the producer, or set [time] ts_unit = "s"
+    """  # noqa: E501
+    name, size = TS_UNITS[unit]
+    ms = ts * size // 1_000_000
+    if MIN_TS <= ms <= MAX_TS:
+        return ms
+    what = "the Kafka timestamp" if kafka else "ts"
+    for other, (other_name, other_size) in TS_UNITS.items():
+        as_ms = ts * other_size // 1_000_000
+        if other != unit and MIN_TS <= as_ms <= MAX_TS:
+            factor = other_size // size or size // other_size
+            fix = f"{'multiply' if other_size > size else 'divide'} it by {factor} at the producer"
+            fix += _KAFKA_TS if kafka else f', or set [time] ts_unit = "{other}"'
+            raise EventError(
+                f"{what} {ts} looks like {other_name}, not {name} ({_date(as_ms)} in "
+                f"{other_name}): {fix}",
+                "wrong_ts_unit",
+            )
+    raise EventError(
+        f"{what} {ts} is no date from 1973-03-03 to 2200-01-01, in {name} or any other unit: "
+        f"send the epoch time of the event in {name}"
+        + (_KAFKA_TS if kafka else f' ([time] ts_unit = "{unit}")'),
+        "bad_timestamp",
+    )
+
+
+def kafka_ms(timestamp: tuple[int, int]) -> int:
+    """Event time from a message's Kafka timestamp (``Message.timestamp()``), for
+    ``[time] ts_source = "kafka"``; :class:`EventError` if it has none or no plausible one."""
+    stamped, ms = timestamp
+    if stamped == NO_TIMESTAMP:
+        raise EventError(
+            'the message has no Kafka timestamp, and [time] ts_source = "kafka" reads event '
+            "time from it: send it with one (the producer's send time, or timestamp=), or put "
+            'ts in the message and set ts_source = "field"',
+            "no_timestamp",
+        )
+    return event_ms(ms, "ms", kafka=True)
+
+
+def _retimed(cls: Any, ts_type: Any, default: Any = msgspec.NODEFAULT) -> Any:
+    """``cls`` with another type of ``ts``: a time in another unit, or one not read at all."""
+    fields = []
+    for field in msgspec.structs.fields(cls):
+        kind, value = (ts_type, default) if field.name == "ts" else (field.type, field.default)
+        fields.append(
+            (field.name, kind) if value is msgspec.NODEFAULT else (field.name, kind, value)
+        )
+    config = cls.__struct_config__
+    return msgspec.defstruct(
+        cls.__name__, fields, kw_only=True, frozen=True, forbid_unknown_fields=True,
+        tag=config.tag, tag_field=config.tag_field,
+    )  # fmt: skip
+
+
+def _in_unit(decode: Any, unit: str, canonical: dict[Any, Any] | None = None) -> Any:
+    """``decode``, its record's ``ts`` read in ``unit`` and made epoch milliseconds (the
+    record made an instance of ``canonical[type(record)]``, if given)."""
+
+    def decode_in_unit(value: bytes) -> Any:
+        record = decode(value)
+        ts = event_ms(record.ts, unit)
+        if canonical is None:
+            return msgspec.structs.replace(record, ts=ts)
+        return canonical[type(record)](**{**msgspec.structs.asdict(record), "ts": ts})
+
+    return decode_in_unit
+
+
+_EVENTS = (InstanceEvent, PredictionEvent, LabelEvent)
+#: replay's line decoder per unit of ``ts`` (made when first asked for)
+_event_decoders = {"ms": msgspec.json.Decoder(Event).decode}
+
+
+def _event_decoder(unit: str) -> Any:
+    if unit not in _event_decoders:
+        canonical = {_retimed(cls, int): cls for cls in _EVENTS}
+        decode = msgspec.json.Decoder(Union[tuple(canonical)]).decode  # noqa: UP007
+        _event_decoders[unit] = _in_unit(decode, unit, canonical)
+    return _event_decoders[unit]
+
+
+#: A UTF-8 byte order mark: some producers (and editors) put one before the text; tolerated.
+BOM = b"\xef\xbb\xbf"
 
 
 #: fields that give away a message of another kind, per kind of topic
@@ -116,9 +243,29 @@ _FIELDS = {
 }
 
 
-def _explain(err: BaseException, kind: str | None = None) -> EventError:
+class _Ts(msgspec.Struct):
+    ts: Any = None
+
+
+_read_ts = msgspec.json.Decoder(_Ts).decode
+
+
+def _explain(
+    err: BaseException, kind: str | None = None, value: bytes = b"", unit: str = "ms"
+) -> EventError:
     """Any exception of the decoder as a message and a stable reason code (``kind``: the kind
-    of message expected, if known)."""
+    of message expected, if known; ``value``: the message; ``unit``: that of its ``ts``)."""
+    if isinstance(err, EventError):
+        return err
+    if value[:1] == b"\x00" and len(value) >= 5:  # JSON text never starts with a NUL
+        schema = int.from_bytes(value[1:5], "big")
+        return EventError(
+            f"the message starts with Confluent Schema Registry framing (magic byte 0, schema "
+            f"id {schema}) before its payload: streameval reads plain JSON values; produce the "
+            "JSON text as UTF-8 bytes, not with a Schema Registry serializer (JSONSerializer, "
+            "AvroSerializer, ProtobufSerializer)",
+            "schema_registry",
+        )
     message = str(err)
     if isinstance(err, UnicodeDecodeError):
         return EventError(
@@ -149,9 +296,13 @@ def _explain(err: BaseException, kind: str | None = None) -> EventError:
     if message.startswith("Expected `object`"):
         return EventError(message + "; a message is one JSON object", "not_an_object")
     if "$.ts" in message and ("<=" in message or ">=" in message):
-        return EventError(
-            message + " (ts is epoch milliseconds: is it in seconds, µs or ns?)", "bad_timestamp"
-        )
+        try:  # say which unit it looks like
+            event_ms(_read_ts(value).ts, unit)
+        except EventError as error:
+            return error
+        except Exception:
+            pass
+        return EventError(message + f" (ts is epoch {TS_UNITS[unit][0]})", "bad_timestamp")
     if "$.label" in message and ("<=" in message or ">=" in message) and "length" not in message:
         return EventError(message + " (integer labels are 64-bit)", "bad_label")
     if "length >=" in message:
@@ -176,6 +327,18 @@ def _nesting(value: bytes) -> int:
     return int(np.cumsum(step).max(initial=0))
 
 
+def _after_mark(decode: Any, value: bytes, err: BaseException, kind: str | None, unit: str) -> Any:
+    """After ``decode`` refused ``value`` with ``err``: the record of what follows a UTF-8 byte
+    order mark, if there is one and it decodes; else the :class:`EventError` saying why not."""
+    if value.startswith(BOM):
+        value = value[len(BOM) :]
+        try:
+            return decode(value)
+        except Exception as again:
+            err = again
+    raise _explain(err, kind, value, unit) from None
+
+
 def too_deep(value: bytes) -> bool:
     """Whether ``value`` nests arrays and objects deeper than :data:`MAX_DEPTH`; cheap for
     the usual message, which has far fewer brackets than that.
@@ -190,14 +353,17 @@ def too_deep(value: bytes) -> bool:
     return _nesting(value) > MAX_DEPTH
 
 
-def decode_event(data: bytes | str) -> Event:
-    """Decode and validate one line of a replay file (a JSON object with a ``type``).
+def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:
+    """Decode and validate one line of a replay file (a JSON object with a ``type``; its
+    ``ts`` in ``ts_unit``, the event's ``ts`` in milliseconds).
 
     Examples
     --------
-    >>> decode_event('{"type": "label", "instance_id": "i1", "ts": 1000, "label": "fraud"}')
-    LabelEvent(instance_id='i1', ts=1000, label='fraud')
-    >>> decode_event('{"type": "label", "instance_id": "", "ts": 1000, "label": 1}')
+    >>> decode_event('{"type": "label", "instance_id": "i1", "ts": 1767225600000, "label": "no"}')
+    LabelEvent(instance_id='i1', ts=1767225600000, label='no')
+    >>> decode_event('{"type": "label", "instance_id": "i1", "ts": 1767225600, "label": 1}', "s")
+    LabelEvent(instance_id='i1', ts=1767225600000, label=1)
+    >>> decode_event('{"type": "label", "instance_id": "", "ts": 1767225600000, "label": 1}')
     Traceback (most recent call last):
     ...
     streameval.schemas.EventError: Expected `str` of length >= 1 - at `$.instance_id` (ids and labels must not be empty)
@@ -219,10 +385,11 @@ def decode_event(data: bytes | str) -> Event:
         )
     if too_deep(data):
         raise _explain(RecursionError())
+    decode = _event_decoder(ts_unit)
     try:
-        return _event_decoder.decode(data)
+        return decode(data)
     except Exception as err:  # whatever the input: EventError and nothing else out of here
-        raise _explain(err) from None
+        return _after_mark(decode, data, err, None, ts_unit)
 
 
 def _numpy_scalar(value: Any) -> Any:
@@ -371,6 +538,9 @@ class BatchDecoder:
         "prediction", "labels": "label"}`` (with any prefix).
     max_bytes
         Messages larger than this are dead letters (code ``oversized``).
+    ts_unit
+        The unit of ``ts`` (one of :data:`TS_UNITS`); records have it in milliseconds.
+        Event time from the Kafka timestamp instead: :class:`KafkaTimeDecoder`.
 
     A message may carry a ``type`` field; it must then name the kind of its topic. Any byte
     string is either decoded or a dead letter: the decoder never raises on its input. Counts
@@ -379,31 +549,48 @@ class BatchDecoder:
     Examples
     --------
     >>> decoder = BatchDecoder({"labels": "label"})
-    >>> kind, record = decoder.decode_message(
-    ...     StoredMessage("labels", 0, 0, b"i1", b'{"instance_id": "i1", "ts": 5, "label": 1}'))
+    >>> kind, record = decoder.decode_message(StoredMessage(
+    ...     "labels", 0, 0, b"i1", b'{"instance_id": "i1", "ts": 1767225600000, "label": 1}'))
     >>> kind, record.instance_id, record.ts, record.label
-    ('label', 'i1', 5, 1)
+    ('label', 'i1', 1767225600000, 1)
     >>> letters = [decoder.decode_message(message)[1] for message in (
     ...     StoredMessage("labels", 0, 1, b"i1", b'{"instance_id": "i1", "ts": "5"}'),
     ...     StoredMessage("labels", 0, 2, None, b'{"instance_id": "i\\xff", "ts": 5}'))]
     >>> [letter.code for letter in letters], dict(decoder.counters)
     (['wrong_type', 'invalid_utf8'], {'wrong_type': 1, 'invalid_utf8': 1})
+    >>> BatchDecoder({"labels": "label"}, ts_unit="s").decode_message(StoredMessage(
+    ...     "labels", 0, 3, b"i1", b'{"instance_id": "i1", "ts": 1767225600, "label": 1}'))[1].ts
+    1767225600000
     """
 
-    def __init__(self, topics: dict[str, str], max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    #: where event time comes from: the ``ts`` field (``[time] ts_source``)
+    ts_source = "field"
+
+    def __init__(
+        self, topics: dict[str, str], max_bytes: int = MAX_MESSAGE_BYTES, ts_unit: str = "ms"
+    ) -> None:
         unknown = {kind for kind in topics.values() if kind not in _RECORDS}
         if unknown:
             raise ValueError(f"topic kinds {sorted(unknown)} are not known; use {KINDS}")
+        if ts_unit not in TS_UNITS:
+            raise ValueError(f"ts_unit {ts_unit!r} is not known; use one of {list(TS_UNITS)}")
         self.topics = dict(topics)
         self.max_bytes = max_bytes
+        self.ts_unit = ts_unit
         self.counters: Counter[str] = Counter()
         #: one decode function per kind (:class:`~streameval.app.router.Router` inlines the
         #: common case of :meth:`decode_message` with them); each raises on bad input, which
         #: :meth:`decode_message` explains
-        self.decoders = {
-            kind: msgspec.json.Decoder(record).decode for kind, record in _RECORDS.items()
-        }
+        self.decoders = self._decoders()
         self.decoders["instance"] = _deep_checked(self.decoders["instance"])
+
+    def _decoders(self) -> dict[str, Any]:
+        if self.ts_unit == "ms":
+            return {kind: msgspec.json.Decoder(cls).decode for kind, cls in _RECORDS.items()}
+        return {
+            kind: _in_unit(msgspec.json.Decoder(_retimed(cls, int)).decode, self.ts_unit)
+            for kind, cls in _RECORDS.items()
+        }
 
     def decode_message(
         self, message: Message
@@ -425,14 +612,16 @@ class BatchDecoder:
             try:
                 record = self.decoders[kind](value)
             except Exception as err:  # any bytes at all: a dead letter, never a crash
-                error = _explain(err, kind)
-            else:
-                if record.type is None or record.type == kind:
-                    return kind, record
-                error = EventError(
-                    f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
-                    "unknown_type",
-                )
+                try:
+                    record = _after_mark(self.decoders[kind], value, err, kind, self.ts_unit)
+                except EventError as error:
+                    return None, self.dead_letter(message, error)
+            if record.type is None or record.type == kind:
+                return kind, record
+            error = EventError(
+                f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
+                "unknown_type",
+            )
         return None, self.dead_letter(message, error)
 
     def dead_letter(self, message: Message, error: EventError) -> DeadLetter:
@@ -447,3 +636,35 @@ class BatchDecoder:
             str(error),
             error.code,
         )
+
+
+class KafkaTimeDecoder(BatchDecoder):
+    """A :class:`BatchDecoder` for ``[time] ts_source = "kafka"``: an event's time is its
+    message's Kafka timestamp (the producer's or the broker's), and a ``ts`` field is not read
+    — it may be absent. A message without a timestamp, or with one that is no date in
+    milliseconds, is a dead letter (``no_timestamp``, ``bad_timestamp``, ``wrong_ts_unit``).
+
+    >>> KafkaTimeDecoder({"labels": "label"}).decode_message(StoredMessage(
+    ...     "labels", 0, 0, b"i1", b'{"instance_id": "i1", "label": 1}', 1767225600000))[1].ts
+    1767225600000
+    """
+
+    ts_source = "kafka"
+
+    def _decoders(self) -> dict[str, Any]:
+        return {
+            kind: msgspec.json.Decoder(_retimed(cls, int | None, None)).decode
+            for kind, cls in _RECORDS.items()
+        }
+
+    def decode_message(
+        self, message: Message
+    ) -> tuple[str, InstanceRecord | PredictionRecord | LabelRecord] | tuple[None, DeadLetter]:
+        kind, record = super().decode_message(message)
+        if kind is None:
+            return kind, record
+        try:
+            ts = kafka_ms(message.timestamp())
+        except EventError as error:
+            return None, self.dead_letter(message, error)
+        return kind, msgspec.structs.replace(record, ts=ts)

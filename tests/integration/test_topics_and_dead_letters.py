@@ -39,28 +39,32 @@ def test_create_is_idempotent_and_reports_differences(kafka_bootstrap, prefix):
 MALFORMED = {
     "predictions": [
         (b"{not json", "invalid_json"),
-        (b'{"instance_id": "i9", "model_id": "m", "ts": 5}', "missing_field"),
+        (b'\x00\x00\x00\x00\x07{"instance_id": "i9", "model_id": "m", "ts": 1767225600005, '
+         b'"label": "a"}', "schema_registry"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600005}', "missing_field"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": "5", "label": "a"}', "wrong_type"),
-        (b'{"instance_id": "", "model_id": "m", "ts": 5, "label": "a"}', "empty_value"),
+        (b'{"instance_id": "", "model_id": "m", "ts": 1767225600005, "label": "a"}', "empty_value"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": 1e300, "label": "a"}', "wrong_type"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600000000, "label": "a"}',
-         "bad_timestamp"),
-        (b'{"type": "label", "instance_id": "i9", "model_id": "m", "ts": 5, "label": "a"}',
-         "unknown_type"),
-        (b'{"instance_id": "i9", "model_id": "m", "ts": 5, "label": "' + b"x" * 2_000_000
-         + b'"}', "oversized"),
+         "wrong_ts_unit"),
+        (b'{"type": "label", "instance_id": "i9", "model_id": "m", "ts": 1767225600005, '
+         b'"label": "a"}', "unknown_type"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600005, "label": "'
+         + b"x" * 2_000_000 + b'"}', "oversized"),
     ],
     "labels": [(b"[1, 2]", "not_an_object"), (b'{"instance_id": "i9", "ts": NaN}', "invalid_json")],
     "instances": [(b'{"instance_id": "i9", "ts": -1}', "bad_timestamp")],
 }  # fmt: skip
 VALID = {
-    "instances": [b'{"instance_id": "i1", "ts": 1000, "features": {"x": 1.5}}'],
+    "instances": [b'\xef\xbb\xbf{"instance_id": "i1", "ts": 1767225601000, '  # a BOM: tolerated
+                  b'"features": {"x": 1.5}}'],
     "predictions": [
-        b'{"instance_id": "i1", "model_id": "m", "ts": 1001, "label": "spam", '
+        b'{"instance_id": "i1", "model_id": "m", "ts": 1767225601001, "label": "spam", '
         b'"scores": {"spam": 0.9}}',
-        b'{"instance_id": "i1", "model_id": "m", "ts": 1002, "label": 3, "type": "prediction"}',
+        b'{"instance_id": "i1", "model_id": "m", "ts": 1767225601002, "label": 3, '
+        b'"type": "prediction"}',
     ],
-    "labels": [b'{"instance_id": "i1", "ts": 2000, "label": "spam"}'],
+    "labels": [b'{"instance_id": "i1", "ts": 1767225602000, "label": "spam"}'],
 }  # fmt: skip
 
 
@@ -112,8 +116,8 @@ def test_valid_and_malformed_records_are_routed(kafka_bootstrap, prefix):
     assert [r.instance_id for r in decoded["instance"]] == ["i1"]
     assert [r.label for r in decoded["prediction"]] == ["spam", 3]
     assert decoded["prediction"][0].scores == {"spam": 0.9}
-    assert [r.ts for r in decoded["label"]] == [2000]
-    assert [r.ts for r in decoded["prediction"]] == [1001, 1002]
+    assert [r.ts for r in decoded["label"]] == [1767225602000]
+    assert [r.ts for r in decoded["prediction"]] == [1767225601001, 1767225601002]
     expected_codes = sorted(code for cases in MALFORMED.values() for _, code in cases)
     assert sorted(d.code for d in letters) == expected_codes
     assert sum(decoder.counters.values()) == len(expected_codes)

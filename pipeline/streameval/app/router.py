@@ -16,7 +16,7 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.event_time import NO_TS, TimeRules
-from streameval.schemas import BatchDecoder, DeadLetter, EventError, Message
+from streameval.schemas import BatchDecoder, DeadLetter, EventError, KafkaTimeDecoder, Message
 
 from .wire import INSTANCE, LABEL, PREDICTION, EventRow, Source
 
@@ -48,10 +48,13 @@ class Router:
         idle_ms: int = 1000,
         rules: TimeRules | None = None,
     ) -> None:
-        self.decoder = BatchDecoder(topics)
+        self.rules = EvaluationConfig().time_rules() if rules is None else rules
+        kafka_time = self.rules.ts_source == "kafka"
+        self.decoder = (KafkaTimeDecoder if kafka_time else BatchDecoder)(
+            topics, ts_unit=self.rules.ts_unit
+        )
         self.partitions = partitions
         self.idle_ms = idle_ms
-        self.rules = EvaluationConfig().time_rules() if rules is None else rules
         self._progress: dict[TopicPartition, int] = {}
         self._eof_since: dict[TopicPartition, float | None] = {}
         self._index: dict[TopicPartition, int] = {}
@@ -92,7 +95,10 @@ class Router:
         self._order = sorted(self._progress)
         self._index = {tp: i for i, tp in enumerate(self._order)}
         # per owned input partition, in that order: its kind and the decoder of its records
+        # (none when event time is the Kafka timestamp: the decoder's own method reads it)
         kinds, decoders = self.decoder.topics, self.decoder.decoders
+        if self.decoder.ts_source != "field":
+            decoders = {}
         self._kinds = [kinds.get(topic) for topic, _ in self._order]
         self._decoders = [decoders.get(kind) for kind in self._kinds]
 
@@ -144,9 +150,11 @@ class Router:
                     else:
                         if record.type is not None and record.type != src_kinds[src]:
                             record = None
-                if record is None:
-                    letters.append(explain(message)[1])
-                    continue
+                if record is None:  # the decoder says why, or reads what the common case cannot
+                    kind, record = explain(message)
+                    if kind is None:
+                        letters.append(record)
+                        continue
                 ts = record.ts
                 high = accepted[src]
                 if ts > high:  # moves its partition's progress: not past when it was sent

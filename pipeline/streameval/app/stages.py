@@ -91,8 +91,9 @@ _WHOLE = 2**62
 
 def config_fingerprint(config: EvaluationConfig) -> str:
     """A short hash of everything that shapes the numbers: a snapshot taken under another
-    configuration is refused rather than continued with different rules."""
-    data = orjson.dumps(config.model_dump(), option=orjson.OPT_SORT_KEYS)
+    configuration is refused rather than continued with different rules. Not ``[time]``: it
+    says how input is read, and every time a snapshot holds is milliseconds either way."""
+    data = orjson.dumps(config.model_dump(exclude={"time"}), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(data).hexdigest()[:16]
 
 

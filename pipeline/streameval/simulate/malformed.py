@@ -10,7 +10,8 @@ verdict record by record.
 The valid stream's records are sent with their delivery time as Kafka timestamp (what a live
 producer's clock gives, and what a backfill keeps when it sends each record with the time of
 its event) and keyed at random — the service may not rely on producers keying by
-``instance_id`` — and every bad record is sent at the time of the valid record it follows.
+``instance_id`` —, one in 50 starts with a UTF-8 byte order mark (tolerated), and every bad
+record is sent at the time of the valid record it follows.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from streameval.simulate.scripted import TOPIC_OF, ScriptedStream
 __all__ = ["BAD_KINDS", "ODD_KINDS", "Record", "mix"]
 
 DAY = 86_400_000
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ BAD_KINDS: dict[str, Maker] = {
         "invalid_json",
     ),
     "empty": lambda r, e, t: ("labels", b"", "invalid_json"),
+    "schema_registry": lambda r, e, t: (
+        TOPIC_OF[e["type"]],
+        b"\x00" + r.randrange(2**31).to_bytes(4, "big") + _dumps(e),
+        "schema_registry",
+    ),
     "lone_surrogate": lambda r, e, t: (
         "labels",
         b'{"instance_id":"x\\ud800","ts":%d,"label":1}' % t,
@@ -203,6 +210,16 @@ BAD_KINDS: dict[str, Maker] = {
         _dumps(
             {"instance_id": e["instance_id"], "model_id": "champion", "ts": t * 1000, "label": "no"}
         ),
+        "wrong_ts_unit",
+    ),
+    "ts_seconds": lambda r, e, t: (
+        "labels",
+        _dumps({"instance_id": e["instance_id"], "ts": t // 1000, "label": "yes"}),
+        "wrong_ts_unit",
+    ),
+    "ts_zero": lambda r, e, t: (
+        "instances",
+        _dumps({"instance_id": e["instance_id"], "ts": 0}),
         "bad_timestamp",
     ),
     "label_huge": lambda r, e, t: (
@@ -230,16 +247,6 @@ BAD_KINDS: dict[str, Maker] = {
             }
         ),
         "ts_in_future",
-    ),
-    "ts_zero": lambda r, e, t: (
-        "instances",
-        _dumps({"instance_id": e["instance_id"], "ts": 0}),
-        "ts_too_old",
-    ),
-    "ts_seconds": lambda r, e, t: (
-        "labels",
-        _dumps({"instance_id": e["instance_id"], "ts": t // 1000, "label": "yes"}),
-        "ts_too_old",
     ),
     "ts_month_old": lambda r, e, t: (
         "predictions",
@@ -315,9 +322,10 @@ def mix(
     rng = random.Random(seed)
     timeline = stream.events()
     valid = [
-        Record(TOPIC_OF[event["type"]], _key(rng, event), orjson.dumps(event), int(when))
-        for when, _, event in timeline
-    ]
+        Record(TOPIC_OF[event["type"]], _key(rng, event),
+               (BOM if n % 50 == 7 else b"") + orjson.dumps(event), int(when))
+        for n, (when, _, event) in enumerate(timeline)
+    ]  # fmt: skip
     inserts: dict[int, list[Record]] = {}
     seen = dict.fromkeys(TOPIC_OF.values(), 0)
     start = 0
