@@ -96,13 +96,14 @@ def test_an_unknown_worker_setting_points_at_a_section_that_exists(tmp_path):
 
 
 def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):
-    lines = []
+    lines, t0 = [], 1_767_225_600_000  # 2026-01-01, in milliseconds
     for i in range(20):
+        ts = t0 + 1000 * i
         lines += [
-            f'{{"type": "instance", "instance_id": "i{i}", "ts": {1000 * i}}}',
+            f'{{"type": "instance", "instance_id": "i{i}", "ts": {ts}}}',
             f'{{"type": "prediction", "instance_id": "i{i}", "model_id": "champion", '
-            f'"ts": {1000 * i}, "label": "yes"}}',
-            f'{{"type": "label", "instance_id": "i{i}", "ts": {1000 * i + 10}, "label": "no"}}',
+            f'"ts": {ts}, "label": "yes"}}',
+            f'{{"type": "label", "instance_id": "i{i}", "ts": {ts + 10}, "label": "no"}}',
         ]
     toml = '[[comparisons]]\na = "champion"\nb = "challanger"\n'  # misspelt
     code, output = _replay(tmp_path, toml, "\n".join(lines) + "\n")
