@@ -80,3 +80,9 @@ def test_a_topics_dir_without_topics_toml_is_named_at_start(monkeypatch, tmp_pat
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, result.output
         assert f"STREAMEVAL_TOPICS_DIR={tmp_path} has no topics.toml" in result.output
+
+
+def test_state_reset_asks_what_to_reset():
+    result = CliRunner().invoke(main, ["state", "reset", "--app-id", "fraud"])
+    assert result.exit_code == 2
+    assert "name what to reset: --join, --model NAME, --all-models" in result.output

@@ -76,12 +76,11 @@ def test_additions_start_fresh_and_keep_the_rest():
     )
     verdict = judge(_stored(old), new)
     assert verdict.refusals == []
-    assert "estimator window:300 of model champion" in verdict.fresh
-    assert "estimator window:300 of pair champion|challenger" in verdict.fresh
-    assert "pair baseline|champion" in verdict.fresh
-    assert "model newcomer (settings of a model with no history)" in verdict.fresh
+    assert "estimator window:300 of model champion" in verdict.added
+    assert "estimator window:300 of pair champion|challenger" in verdict.added
+    assert verdict.new == ["pair baseline|champion", "model newcomer"]
     assert any(f.startswith("detector page_hinkley(") and "threshold=50" in f
-               for f in verdict.fresh)  # fmt: skip
+               for f in verdict.added)  # fmt: skip
     assert "detector ratio_page_hinkley(" in " ".join(verdict.dropped)
     # the default detectors written out with their defaults are the same detectors
     same = [{"type": "page_hinkley", "threshold": 100, "delta": 0.1},
@@ -152,4 +151,5 @@ def test_a_reset_join_takes_the_configured_rules():
     stored = _stored(_config())
     stored.joins = {0: None, 1: None, 2: None}
     verdict = judge(stored, _config(join={"label_grace_ms": 1}))
-    assert verdict.refusals == [] and verdict.fresh == ["join partitions 0, 1, 2 (reset)"]
+    assert verdict.refusals == [] and verdict.new == ["join partitions 0, 1, 2 (reset)"]
+    assert not verdict.changes

@@ -168,13 +168,15 @@ class Verdict:
     """What a restart under a configuration does with some checkpoints."""
 
     refusals: list[Refusal] = field(default_factory=list)
-    fresh: list[str] = field(default_factory=list)  # parts (or parts of parts) started fresh
+    added: list[str] = field(default_factory=list)  # estimators, detectors added to histories
     dropped: list[str] = field(default_factory=list)  # detectors no longer configured
+    new: list[str] = field(default_factory=list)  # configured parts without a history
 
     @property
     def changes(self) -> bool:
-        """Whether the configuration differs from the checkpoints in what they hold."""
-        return bool(self.refusals or self.fresh or self.dropped)
+        """Whether the configuration changes a part with a history (what the checkpoints
+        show of parts without one cannot tell one configuration from another)."""
+        return bool(self.refusals or self.added or self.dropped)
 
     def reset_options(self) -> list[str]:
         """The `streameval state reset` options of every refusal, each once."""
@@ -217,7 +219,7 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
     >>> from streameval.config import load_config
     >>> old = load_config(estimators=["cumulative", "window:1000"])
     >>> stored = Stored(models={"m": model_shape(old, "m")})
-    >>> judge(stored, load_config(estimators=["cumulative", "window:1000", "window:50"])).fresh
+    >>> judge(stored, load_config(estimators=["cumulative", "window:1000", "window:50"])).added
     ['estimator window:50 of model m']
     >>> verdict = judge(stored, load_config(estimators=["cumulative", "window:2000"]))
     >>> verdict.refusals[0].setting, verdict.reset_options()
@@ -263,10 +265,10 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
     for pair in config.comparisons:
         key = f"{pair.a}|{pair.b}"
         if key not in stored.pairs:
-            verdict.fresh.append(f"pair {key}")
+            verdict.new.append(f"pair {key}")
     for model_id in sorted(config.models):
         if model_id not in stored.models:
-            verdict.fresh.append(f"model {model_id} (settings of a model with no history)")
+            verdict.new.append(f"model {model_id}")
     return verdict
 
 
@@ -283,7 +285,7 @@ def _judge_join(stored: Stored, config: EvaluationConfig, verdict: Verdict) -> N
                 tuple(f"join partition {q}" for q in differ), ("--join",)))  # fmt: skip
     reset = sorted(q for q, shape in stored.joins.items() if shape is None)
     if reset:
-        verdict.fresh.append(f"join partitions {_listing(tuple(map(str, reset)))} (reset)")
+        verdict.new.append(f"join partitions {_listing(tuple(map(str, reset)))} (reset)")
 
 
 def _setting(config: EvaluationConfig, model_id: str, key: str) -> Any:
@@ -301,7 +303,7 @@ def _estimators(part: str, saved: list[str], configured: list[str],
         if name not in configured:
             gone.setdefault(name, []).append(part)
             olds.setdefault(name, list(saved))
-    verdict.fresh += [f"estimator {name} of {part}" for name in configured if name not in saved]
+    verdict.added += [f"estimator {name} of {part}" for name in configured if name not in saved]
 
 
 def _detectors(part: str, saved: list[dict[str, Any]], configured: Iterable[dict[str, Any]],
@@ -311,7 +313,7 @@ def _detectors(part: str, saved: list[dict[str, Any]], configured: Iterable[dict
         if spec in left:
             left.remove(spec)
         else:
-            verdict.fresh.append(f"detector {_detector(spec)} of {part}")
+            verdict.added.append(f"detector {_detector(spec)} of {part}")
     verdict.dropped += [f"detector {_detector(spec)} of {part}" for spec in left]
 
 

@@ -202,19 +202,23 @@ class ModelEvaluator:
             "latency_ms": {"mean": total / count if count else float("nan"), "max": longest},
         }
 
+    def settings(self) -> dict[str, Any]:
+        """The constructor's settings (but ``model_id``), as :meth:`state` records them."""
+        return {
+            "estimators": list(self.estimators),
+            "positive_label": self.positive_label,
+            "max_classes": self.max_classes,
+            "bins": self.bins,
+            "alpha": self.alpha,
+            "bin_rule": self.bin_rule,
+            "detectors": [dict(d) for d in self.detectors],
+            "normalize_max_count": self.normalize_max_count,
+        }
+
     def state(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id,
-            "config": {
-                "estimators": list(self.estimators),
-                "positive_label": self.positive_label,
-                "max_classes": self.max_classes,
-                "bins": self.bins,
-                "alpha": self.alpha,
-                "bin_rule": self.bin_rule,
-                "detectors": [dict(d) for d in self.detectors],
-                "normalize_max_count": self.normalize_max_count,
-            },
+            "config": self.settings(),
             "labels": self._labels.state(),
             "views": {view: ev.state() for view, ev in self._views.items()},
             "delayed": self._delayed.state(),
