@@ -710,3 +710,21 @@ def test_a_window_size_refused_then_reset_starts_just_that_estimator_over(stream
     again.restart(grace, reset_join=True)
     assert all(j.join.label_grace == 1500 and j.join.pending == 0 for j in again.joins)
     assert again.run()["metrics"]  # and on it goes
+
+
+def test_a_state_that_shrinks_under_a_new_configuration_leaves_no_stale_chunk(monkeypatch):
+    """A model continued without a detector has a smaller state: the checkpoint that writes
+    it deletes the chunks it no longer has, so the next restore reads it whole."""
+    import streameval.app.stages as stages
+
+    monkeypatch.setattr(stages, "STATE_CHUNK", 64)  # many chunks: one fewer is sure
+    config = make_config()
+    stage = EvalStage(0, config, join_partitions=1)
+    stage.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 10_000, _outcomes(30)))
+    stage.tick()
+    log = dict(_checkpoint(stage))
+    fewer = make_config(detectors=[{"type": "page_hinkley"}])
+    again = EvalStage.restore(live(log), fewer, 1)
+    log.update(_checkpoint(again))
+    restored = EvalStage.restore(live(log), fewer, 1)
+    assert restored.engine.models["champion"].state() == again.engine.models["champion"].state()

@@ -355,6 +355,7 @@ class EvalStage:
         self._stored: set[int] = set()
         self._gone: list[int] = []
         self._shown: set[str] = set()  # models and pairs that have reached a checkpoint
+        self._whole: set[str] = set()  # ... that the latest :meth:`changes` wrote whole
         #: models moved to another partition (streameval.app.stateops), whose outcomes in
         #: the batches before this offset of the outcomes topic went there with them
         self._moved: tuple[frozenset[str], int] | None = None
@@ -456,10 +457,12 @@ class EvalStage:
         came or went while waiting for the frontiers, and the stage's scalars."""
         engine = self.engine
         parts: dict[bytes, bytes] = {}
+        whole = self._whole = set(engine.touched)  # the models and pairs written whole
         for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
             for name, evaluator in evaluators.items():
                 if name in engine.touched or name not in self._shown:
                     self._shown.add(name)
+                    whole.add(name)
                     # JSON, as every state() is made to round-trip exactly through
                     parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
         parts[STAGE] = encode_value({
@@ -478,7 +481,7 @@ class EvalStage:
                 changes[key] = value
         for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
             # (and the waiting outcomes' chunks of a checkpoint from before they had keys)
-            if key[:1] == BUFFER or _owner(key) in engine.touched:
+            if key[:1] == BUFFER or _owner(key) in whole:
                 changes[key] = None
         pack, runs = _SEQ.pack, self._runs
         for number in self._gone:
@@ -497,7 +500,7 @@ class EvalStage:
     def cut(self) -> Any:
         """Close a checkpoint while the stage goes on: its changes are the cut's
         ``changes``; :meth:`written` once they are durable."""
-        cut = EvalCut(self.changes(), self._pending, set(self.engine.touched))
+        cut = EvalCut(self.changes(), self._pending, self._whole)
         self.engine.touched.clear()
         self._pending = {}
         self._runs_written()
