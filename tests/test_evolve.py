@@ -135,7 +135,9 @@ def test_settings_that_shape_a_part_are_refused_with_its_reset():
 def test_a_pair_no_longer_listed_is_refused_not_dropped():
     verdict = judge(_stored(_config()), _config(comparisons=[]))
     [refusal] = verdict.refusals
-    assert (refusal.setting, refusal.old) == ("comparisons", "champion:challenger")
+    assert (refusal.setting, refusal.old, refusal.new) == ("comparisons",
+                                                           ["champion:challenger"], [])  # fmt: skip
+    assert "pair champion:challenger would lose its history" in refusal.describe()
     assert verdict.reset_options() == ["--pair", "champion:challenger"]
 
 

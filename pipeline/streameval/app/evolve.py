@@ -241,11 +241,13 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
                 group = (setting.format(model=model_id), repr(shape[key]), repr(now[key]))
                 changed.setdefault(group, []).append(model_id)
         _detectors(part, shape["detectors"], config.detectors_of(model_id), verdict)
+    listed = [f"{p.a}:{p.b}" for p in config.comparisons]
+    had = sorted(f"{a}:{b}" for a, b, _ in stored.pairs.values())
     for key, (a, b, shape) in sorted(stored.pairs.items()):
         part = f"pair {key}"
-        if not any(p.a == a and p.b == b for p in config.comparisons):
+        if f"{a}:{b}" not in listed:
             verdict.refusals.append(Refusal(
-                "comparisons", f"{a}:{b}", "(not listed)", "its history would go", (part,),
+                "comparisons", had, listed, f"pair {a}:{b} would lose its history", (part,),
                 ("--pair", f"{a}:{b}")))  # fmt: skip
             continue
         _estimators(part, shape["estimators"], estimators, gone, olds, verdict)
