@@ -392,10 +392,10 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
 
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient
-    from streameval.app.changelog import checkpoint_records
+    from streameval.app.changelog import Changelog, checkpoint_records, live
     from streameval.app.stages import EvalStage, JoinStage
     from streameval.app.stateops import Resets, StateError, preflight, reset, survey
-    from streameval.app.wire import WIRE_VERSION, OutcomeBatch
+    from streameval.app.wire import PREDICTION, WIRE_VERSION, EventBatch, OutcomeBatch, Source
     from streameval.core.join import Outcome
     from streameval.topics import Topics, create_topics, load_topics
 
@@ -422,8 +422,13 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
         stage.apply(stage.offset + 1, OutcomeBatch(WIRE_VERSION, 1, 0, 10**6, []))
         stage.tick()
         write(topics.eval_changelog, r, stage.changes())
-    for q in range(2):
-        write(topics.join_changelog, q, JoinStage(q, config, []).changes())
+    inputs = [("predictions", 0)]
+    for q in range(2):  # each with 10 instances waiting for their labels
+        join = JoinStage(q, config, inputs)
+        rows = [(PREDICTION, f"j{q}-{i}", "champion", 1_000 + i, "yes", 0, i) for i in range(10)]
+        join.apply(0, EventBatch(WIRE_VERSION, [Source("predictions", 0, 5_000, False)], rows))
+        assert join.join.pending == 10
+        write(topics.join_changelog, q, join.changes())
     producer.flush(30)
 
     found = survey(client, topics, app)
@@ -467,3 +472,20 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     with pytest.raises(StateError, match=r"has no model 'nobody' .*\(it has: baseline, "
                        r"challenger\); nothing has been changed"):  # fmt: skip
         reset(client, topics, app, Resets(models=["nobody"]), said.append)
+
+    # the join: its instances and rules go, it keeps its place and takes the configured rules
+    reset(client, topics, app, Resets(join=True), said.append)
+    assert said[-2:] == [
+        f"reset join partition {q}: all its pending instances and its memory "
+        "of resolved ones dropped; it takes the configured rules at its next "
+        "start"
+        for q in (0, 1)
+    ]  # (an earlier release's seal: no count)
+    after = survey(client, topics, app)
+    assert [after.joins[q]["summary"]["join"] for q in (0, 1)] == [None, None]
+    assert [after.joins[q]["summary"]["pending"] for q in (0, 1)] == [0, 0]
+    wider = make_config(join={"label_grace_ms": 3000})
+    changes, _, _ = Changelog(topics.join_changelog, None, client).read(0)
+    restored = JoinStage.restore(live(changes), wider, inputs)
+    assert (restored.offset, restored.join.pending, restored.join.label_grace) == (0, 0, 3000)
+    assert preflight(client, topics, app, wider, commands, said.append).refusals == []

@@ -370,9 +370,10 @@ def _reset_join(
             changes.update({k: None for k in intent if k[:1] in (RECORD, MEMORY)})
             writer.change(q, changes)
             summaries[q] = edits.summarize_join(edits.apply(items, changes))
-            pending = (seal.get("summary") or {}).get("pending", "its")
+            pending = seal["summary"]["pending"]
+            held = "all its" if pending is None else f"{pending:,}"
             say(
-                f"reset join partition {q}: {pending} pending instances and its memory of "
+                f"reset join partition {q}: {held} pending instances and its memory of "
                 "resolved ones dropped; it takes the configured rules at its next start"
             )
         writer.commit(summaries)
