@@ -80,3 +80,91 @@ def _as_dict(record: Any) -> dict[str, Any]:
 
 def _canon(record: Any) -> bytes:
     return orjson.dumps(_as_dict(record), option=orjson.OPT_SORT_KEYS)
+
+
+def outcomes_of(lines: list[bytes], config: EvaluationConfig) -> list[Any]:
+    """Every outcome of ``streameval replay`` on the lines, in the order it evaluates them."""
+    import time
+
+    from streameval.engine import Engine
+    from streameval.replay import ReplayResult, _events
+
+    engine = Engine(config)
+    now = int(time.time() * 1000)
+    events = list(_events(iter(lines), ReplayResult(), False, config.time_rules(), now))
+    return engine.resolve(events) + engine.join.flush()
+
+
+def evolved_finals(
+    lines: list[bytes],
+    phases: list[tuple[EvaluationConfig, dict[str, dict[str, int]] | None]],
+    resets: dict[int, list[str]] | None = None,
+) -> dict[str, Any]:
+    """The final metrics and comparisons of a worker whose configuration changed at restarts,
+    as docs/worker.md defines them: each model and pair continued under each phase's
+    configuration from where the restart found it (what it adds from that point on, a pair
+    new in a phase from the first outcomes both of its models count after the restart).
+
+    ``phases``: (configuration, where the phase ended: ``{"models": {name: n}, "pairs":
+    {key: n}}`` as the checkpoints' seals say, None for the last phase); ``resets``: phase ->
+    estimators `state reset --estimator` dropped before it."""
+    from streameval.app.edits import without_estimator
+    from streameval.core.model import ModelEvaluator, PairEvaluator
+    from streameval.engine import Engine
+
+    outcomes = outcomes_of(lines, phases[0][0])
+    per_model: dict[str, list[Any]] = {}
+    index = {}
+    for outcome in outcomes:
+        own = per_model.setdefault(outcome.model_id, [])
+        index[id(outcome)] = len(own)
+        own.append(outcome)
+    models: dict[str, ModelEvaluator] = {}
+    pairs: dict[str, tuple[PairEvaluator, list]] = {}
+    model_at: dict[str, int] = {}
+    pair_at: dict[str, int] = {}
+    for k, (config, ended) in enumerate(phases):
+        engine = Engine(config)  # (its settings of each model)
+        for name in (resets or {}).get(k, []):
+            for evaluator in [*models.values(), *(p for p, _ in pairs.values())]:
+                state = evaluator.state()
+                if without_estimator(state, name):
+                    evaluator.__dict__.update(type(evaluator).from_state(state).__dict__)
+        start_of_phase = dict(model_at)
+        for model_id, own in per_model.items():
+            end = len(own) if ended is None else ended["models"].get(model_id, 0)
+            start = model_at.get(model_id, 0)
+            evaluator = models.get(model_id)
+            if evaluator is not None and k:
+                evaluator = ModelEvaluator.from_state(evaluator.state(),
+                                                      **engine._continued(model_id))  # fmt: skip
+            elif evaluator is None and end > start:
+                evaluator = engine._model(model_id)
+            if evaluator is not None:
+                evaluator.update(own[start:end])
+                models[model_id] = evaluator
+            model_at[model_id] = end
+        for pair in config.comparisons:
+            key = f"{pair.a}|{pair.b}"
+            if key not in pairs:  # new: the pairs of outcomes both counted after the restart
+                a0, b0 = start_of_phase.get(pair.a, 0), start_of_phase.get(pair.b, 0)
+                found = [(x, y) for x, y in PairEvaluator(pair.a, pair.b).pairs(outcomes)
+                         if index[id(x)] >= a0 and index[id(y)] >= b0]  # fmt: skip
+                pairs[key] = (engine.pairs[key], found)
+            evaluator, found = pairs[key]
+            if k and evaluator.n:
+                evaluator = PairEvaluator.from_state(evaluator.state(), config.estimator_specs)
+            start = pair_at.get(key, 0)
+            end = len(found) if ended is None else ended["pairs"].get(key, 0)
+            evaluator.update_pairs(found[start:end])
+            pairs[key] = (evaluator, found)
+            pair_at[key] = end
+    last = Engine(phases[-1][0])
+    last.models = {m: ev for m, ev in models.items() if ev.n}
+    last._model_last_ts = {m: per_model[m][model_at[m] - 1].t_label for m in last.models}
+    last.pairs = {key: ev for key, (ev, _) in pairs.items() if ev.n}
+    last._pair_last_ts = {key: found[pair_at[key] - 1][1].t_label
+                          for key, (ev, found) in pairs.items() if ev.n}  # fmt: skip
+    result = finals(last.latest_records())
+    del result["alarms"]
+    return result

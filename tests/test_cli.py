@@ -136,3 +136,9 @@ def test_produce_names_a_missing_file_a_malformed_line_and_a_broker_that_does_no
     assert "Kafka at 127.0.0.1:1 did not answer" in unreachable.output
     for result in (missing, malformed, unreachable):
         assert isinstance(result.exception, SystemExit), result.exception
+
+
+def test_state_reset_asks_what_to_reset():
+    result = CliRunner().invoke(main, ["state", "reset", "--app-id", "fraud"])
+    assert result.exit_code == 2
+    assert "name what to reset: --join, --model NAME, --all-models" in result.output

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.changelog import Restorer, checkpoint_records, live
 from streameval.app.router import Router
-from streameval.app.stages import EvalStage, JoinStage
+from streameval.app.stages import STAGE, EvalStage, JoinStage
 from streameval.app.topology import Topology
 from streameval.app.wire import (
     INSTANCE,
@@ -37,7 +37,7 @@ from streameval.simulate.malformed import Record, mix
 from streameval.simulate.scripted import TOPIC_OF
 from streameval.topics import INPUT_KINDS
 
-from tests.streaming import finals, make_config, replay_finals
+from tests.streaming import evolved_finals, finals, make_config, replay_finals
 
 
 def _compacted(log, cleaned, rng):
@@ -172,7 +172,7 @@ class Harness:
             records, _ = stage.apply(offset, decode_outcomes(log[offset]))
             self.records += records
 
-    def snapshot(self, kind, index):
+    def snapshot(self, kind, index, crash=True):
         """An incremental checkpoint into the stage's changelog — now and then cut short by a
         crash, after which the stage restarts from the changelog."""
         stage = (self.joins if kind == "join" else self.evals)[index]
@@ -182,7 +182,7 @@ class Harness:
         changes = {**self.carry.pop((kind, index), {}), **cut.changes}
         self.cut_behind += kind == "join" and stage.behind
         records, new_chunks = checkpoint_records(number + 1, changes, chunks, {"v": 1})
-        if self.rng.random() < 0.2:  # a crash in the middle of the checkpoint
+        if crash and self.rng.random() < 0.2:  # a crash in the middle of the checkpoint
             log.extend(records[: self.rng.randrange(len(records))])
             self.restore(kind, index)
             return
@@ -216,9 +216,73 @@ class Harness:
             self.evals[index] = stage
             self.eval_pos[index] = stage.offset + 1
 
-    def run(self, crashes=0.0):
+    def stop(self):
+        """As a SIGTERM stops a worker: each join takes the event batches it has, then every
+        stage takes a checkpoint (evaluation stages may have outcome batches left to read)."""
+        for q in range(len(self.joins)):
+            while self.join_pos[q] < len(self.events[q]) or self.joins[q].behind:
+                self.join(q)
+        for kind, stages in (("join", self.joins), ("eval", self.evals)):
+            for index in range(len(stages)):
+                self.snapshot(kind, index, crash=False)
+
+    def restart(self, config, reset_estimators=(), reset_join=False):
+        """Every stage restored under another configuration, after what `streameval state
+        reset` (``reset_estimators``, ``reset_join``) and a worker's start do to the
+        checkpoints first (streameval.app.stateops): models that the configured pairs place
+        elsewhere move. Returns the moves."""
+        from streameval.app import edits
+        from streameval.app.stateops import Survey, _plan_moves
+        from streameval.core.state import decode_value
+
+        def fold(kind, index):
+            restorer = Restorer()
+            for key, value in self.changelogs.get((kind, index), []):
+                restorer.add(key, value)
+            return dict(live(restorer.finish()))
+
+        def write(kind, index, change):
+            number, chunks = self.sealed.get((kind, index), (0, 0))
+            change = {**self.carry.pop((kind, index), {}), **change}
+            records, chunks = checkpoint_records(number + 1, change, chunks, {"v": 2})
+            self.changelogs[(kind, index)].extend(records)
+            self.sealed[(kind, index)] = (number + 1, chunks)
+            return change
+
+        found = Survey("app", None, eval_partitions=len(self.evals))
+        items = {r: fold("eval", r) for r in range(len(self.evals))}
+        for r in items:
+            for name in reset_estimators:
+                change, _ = edits.reset_estimator(items[r], name)
+                items[r] = edits.apply(items[r], write("eval", r, change))
+        if reset_join:
+            for q in range(len(self.joins)):
+                write("join", q, edits.reset_join(fold("join", q)))
+        found.evals = {r: {"n": 0, "summary": edits.summarize_eval(items[r])} for r in items}
+        moves = _plan_moves(found, config)
+        for (source, target), (models, pairs) in moves.items():
+            offset = decode_value(items[source][STAGE])["offset"]
+            batches = self.outcomes[source][offset + 1 :]
+            unread = edits.unread(batches, items[source], models)
+            until = len(self.outcomes[source])
+            changes = edits.move(items[source], items[target], models, pairs, unread, until)
+            for r, change in zip((source, target), changes, strict=True):
+                items[r] = edits.apply(items[r], write("eval", r, change))
+        self.config = config
+        self.topology = Topology(config, len(self.evals))
+        for kind, stages in (("join", self.joins), ("eval", self.evals)):
+            for index in range(len(stages)):
+                self.restore(kind, index)
+        return moves
+
+    def run(self, crashes=0.0, until=None):
+        """Drive the stages until every input is read (``until``: this share of it, and
+        return without the end of the stream); the final records."""
         rng = self.rng
+        total = sum(len(log) for log in self.inputs.values())
         while any(self.read[tp] < len(log) for tp, log in self.inputs.items()):
+            if until is not None and sum(self.read.values()) >= until * total:
+                return None
             self.wall += 1
             choice = rng.random()
             if choice < 0.4:
@@ -594,3 +658,97 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     upgraded.apply(1, OutcomeBatch(WIRE_VERSION, 1, 0, 10_000, []))
     assert upgraded.tick()[1] == _outcomes(100)
     assert runs(upgraded.changes()) == {OUTCOME + (1).to_bytes(8, "big"): None}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_configuration_that_adds_goes_on_and_moves_models_exactly(stream, seed):
+    """Half the stream, a clean stop, then a configuration with another estimator and
+    detector, a publishing cadence of its own, and a comparison that joins two groups of
+    models — so champion and challenger move to another evaluation partition, with the
+    outcomes of theirs the old one had received but not read: every old part goes on exactly,
+    every new one starts at the restart (tests.streaming.evolved_finals), under crashes
+    before and after."""
+    from streameval.core.drift import DEFAULT_DETECTORS
+
+    old = make_config()
+    new = make_config(
+        publish_every=300,
+        estimators=["window:100000", "cumulative", "window:1000", "fading:0.999"],
+        detectors=[*DEFAULT_DETECTORS, {"type": "page_hinkley", "threshold": 30}],
+        comparisons=[{"a": "champion", "b": "challenger"}, {"a": "baseline", "b": "champion"}],
+    )
+    harness = Harness(stream, old, seed=seed)
+    assert harness.run(crashes=0.03, until=0.5) is None
+    harness.stop()
+    counts = {"models": {}, "pairs": {}}
+    for stage in harness.evals:
+        counts["models"].update({m: ev.n for m, ev in stage.engine.models.items()})
+        counts["pairs"].update({k: p.n for k, p in stage.engine.pairs.items() if p.n})
+    moves = harness.restart(new)
+    assert moves == {(1, 0): ({"champion", "challenger"}, {"champion|challenger"})}
+    got = harness.run(crashes=0.03)
+    held = Counter(m for stage in harness.evals for m, ev in stage.engine.models.items() if ev.n)
+    assert set(held.values()) == {1}, held  # no model counted in two partitions
+    expected = evolved_finals(list(stream.lines()), [(old, counts), (new, None)])
+    assert got["metrics"] == expected["metrics"]
+    assert got["comparisons"] == expected["comparisons"]
+    assert expected != {k: replay_finals(stream, new)[k] for k in expected}  # it matters
+
+
+def test_a_window_size_refused_then_reset_starts_just_that_estimator_over(stream):
+    """A window size changed: the restore refuses it, naming the estimator to reset; reset,
+    the window starts over at the restart and everything else goes on exactly. A join reset
+    with another grace: the join starts over under the new one, the models keep theirs."""
+    from streameval.app.evolve import Refused
+
+    old = make_config()
+    new = make_config(estimators=["cumulative", "window:500", "fading:0.999"])
+    harness = Harness(stream, old, seed=3)
+    harness.run(crashes=0.03, until=0.5)
+    harness.stop()
+    counts = {"models": {}, "pairs": {}}
+    for stage in harness.evals:
+        counts["models"].update({m: ev.n for m, ev in stage.engine.models.items()})
+        counts["pairs"].update({k: p.n for k, p in stage.engine.pairs.items() if p.n})
+    with pytest.raises(
+        Refused,
+        match=r"estimators was \[cumulative, window:1000, fading"
+        r":0.999\] and is now .* --estimator window:1000",
+    ):
+        harness.restart(new)
+    harness.restart(new, reset_estimators=["window:1000"])
+    got = harness.run(crashes=0.03)
+    expected = evolved_finals(list(stream.lines()), [(old, counts), (new, None)],
+                              resets={1: ["window:1000"]})  # fmt: skip
+    assert got["metrics"] == expected["metrics"]
+    assert got["comparisons"] == expected["comparisons"]
+    final = orjson.loads(got["metrics"]["champion", "final"])["estimators"]
+    assert final["window:500"]["n"] == 500 and "window:1000" not in final
+
+    grace = make_config(join={"label_grace_ms": 1500})
+    again = Harness(stream, old, seed=4)
+    again.run(until=0.5)
+    again.stop()
+    with pytest.raises(Refused, match=r"join.label_grace_ms was 1000 and is now 1500.*--join"):
+        again.restart(grace)
+    again.restart(grace, reset_join=True)
+    assert all(j.join.label_grace == 1500 and j.join.pending == 0 for j in again.joins)
+    assert again.run()["metrics"]  # and on it goes
+
+
+def test_a_state_that_shrinks_under_a_new_configuration_leaves_no_stale_chunk(monkeypatch):
+    """A model continued without a detector has a smaller state: the checkpoint that writes
+    it deletes the chunks it no longer has, so the next restore reads it whole."""
+    import streameval.app.stages as stages
+
+    monkeypatch.setattr(stages, "STATE_CHUNK", 64)  # many chunks: one fewer is sure
+    config = make_config()
+    stage = EvalStage(0, config, join_partitions=1)
+    stage.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 10_000, _outcomes(30)))
+    stage.tick()
+    log = dict(_checkpoint(stage))
+    fewer = make_config(detectors=[{"type": "page_hinkley"}])
+    again = EvalStage.restore(live(log), fewer, 1)
+    log.update(_checkpoint(again))
+    restored = EvalStage.restore(live(log), fewer, 1)
+    assert restored.engine.models["champion"].state() == again.engine.models["champion"].state()

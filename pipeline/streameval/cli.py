@@ -9,6 +9,7 @@ import click
 
 from streameval import __version__
 from streameval.cli_kafka import kafka, produce, topics
+from streameval.cli_state import check_before_start, state
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,7 +17,7 @@ from streameval.cli_kafka import kafka, produce, topics
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Online evaluation of streaming classifiers on Kafka."""
-    if ctx.invoked_subcommand in ("worker", "topics", "demo"):
+    if ctx.invoked_subcommand in ("worker", "topics", "demo", "state"):
         from streameval.topics import topics_dir
 
         folder = topics_dir()
@@ -30,6 +31,7 @@ def main(ctx: click.Context) -> None:
 main.add_command(kafka)
 main.add_command(topics)
 main.add_command(produce)
+main.add_command(state)
 
 
 def _need(module: str, extra: str, what: str) -> None:
@@ -270,6 +272,13 @@ def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port,
     except SettingsError as err:
         raise click.UsageError(str(err)) from None
     _port_free(worker_settings.metrics_host, worker_settings.metrics_port)
+    import logging.config
+
+    from streameval.logs import logging_config
+
+    # the worker's log format from here on (the check below waits for Kafka, and says so)
+    logging.config.dictConfig(logging_config(worker_settings.log_level, worker_settings.log_format))
+    check_before_start(worker_settings, config, config_path)  # what its checkpoints hold
     from streameval.app.faust_app import create_app, run_worker
 
     try:

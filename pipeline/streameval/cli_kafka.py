@@ -4,7 +4,6 @@ broker, the topics the service uses on any broker, and an events file onto its i
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 from pathlib import Path
 
@@ -114,12 +113,7 @@ def _admin(bootstrap, settings):
         config = client_config(bootstrap, settings)
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
-    # librdkafka's own lines (a refused connection, ~20 a second) stay out of the terminal:
-    # a broker that does not answer ends in one message that says what to do
-    quiet = logging.getLogger("streameval.kafka.cli")
-    quiet.addHandler(logging.NullHandler())
-    quiet.propagate = False
-    return AdminClient({**config, "logger": quiet}), config["bootstrap.servers"]
+    return AdminClient(config), config["bootstrap.servers"]
 
 
 @contextlib.contextmanager

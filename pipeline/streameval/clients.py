@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 
@@ -14,7 +15,7 @@ class ClientConfigError(ValueError):
 
 def client_config(bootstrap: str | None = None, settings: Iterable[str] = ()) -> dict[str, str]:
     """librdkafka settings: ``bootstrap.servers`` plus ``key=value`` pass-through settings
-    (SASL/SSL, client ids ...).
+    (SASL/SSL, client ids ...), and the quiet ``logger`` of the commands (:data:`QUIET`).
 
     The bootstrap is, in order: the argument, ``$STREAMEVAL_BOOTSTRAP``, the local instance
     started with ``streameval kafka start``.
@@ -41,4 +42,13 @@ def client_config(bootstrap: str | None = None, settings: Iterable[str] = ()) ->
             "a local one with `streameval kafka start`"
         )
     config["bootstrap.servers"] = bootstrap
+    config["logger"] = QUIET  # type: ignore[assignment]
     return config
+
+
+#: The clients' ``logger`` for the commands: librdkafka's own lines (a refused connection,
+#: ~20 a second) stay off the terminal — a broker that does not answer ends in one message
+#: that says what to do. The worker logs them instead (streameval.logs.KAFKA_LOG).
+QUIET = logging.getLogger("streameval.kafka.quiet")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False

@@ -228,6 +228,12 @@ class Engine:
             )
         return model
 
+    def _continued(self, model_id: str) -> dict[str, Any]:
+        """The settings a model's state continues under (the others are the state's)."""
+        cfg = self.config
+        return {"estimators": cfg.estimator_specs, "detectors": cfg.detectors_of(model_id),
+                "normalize_max_count": cfg.normalize_max_count}  # fmt: skip
+
     def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:
         """(outcome that caused it, record) pairs."""
         model = self._model(model_id)
@@ -345,11 +351,20 @@ class Engine:
     def from_state(
         cls, config: EvaluationConfig, state: dict[str, Any], join: Join | None = None
     ) -> Engine:
+        """The engine of :meth:`state`, continued under ``config``: estimators and detectors
+        it adds start fresh, the rest goes on (:meth:`ModelEvaluator.from_state`); a pair it
+        no longer lists is left out. What ``config`` may change is decided before
+        (streameval.app.evolve): this raises ValueError only where a history would go."""
         engine = cls(config, join)
-        engine.models = {m: ModelEvaluator.from_state(s) for m, s in state["models"].items()}
+        engine.models = {
+            m: ModelEvaluator.from_state(s, **engine._continued(m))
+            for m, s in state["models"].items()
+            if s["n"]  # (a model whose every outcome was refused is made again when needed)
+        }
+        specs = config.estimator_specs
         for key, s in state["pairs"].items():
-            if key in engine.pairs:
-                engine.pairs[key] = PairEvaluator.from_state(s)
+            if key in engine.pairs and s["n"]:
+                engine.pairs[key] = PairEvaluator.from_state(s, specs)
         engine._pair_last_ts = dict(state["pair_last_ts"])
         engine._model_last_ts = dict(state["model_last_ts"])
         engine._published = dict(state["published"])

@@ -165,7 +165,8 @@ class DiskState:
         RAM for clean records read from the database (and as much again for RocksDB's block
         cache).
     fingerprint
-        Of the evaluation configuration: a database written under another is rebuilt.
+        Of the rules the database's records were made under: one written under others is
+        rebuilt (and one whose fingerprint is in ``accept``, an older form of these, is not).
     """
 
     def __init__(
@@ -174,6 +175,7 @@ class DiskState:
         cache_mb: int = 256,
         fingerprint: str = "",
         cache_entries: int | None = None,
+        accept: tuple[str, ...] = (),
     ) -> None:
         from rocksdict import (
             BlockBasedOptions,
@@ -185,6 +187,7 @@ class DiskState:
 
         self.path = Path(path)
         self.fingerprint = fingerprint
+        self.accept = accept
         self.cache_entries = (max(1_000, cache_mb * 1024 * 1024 // 2 // _BYTES_PER_CACHED)
                               if cache_entries is None else cache_entries)  # fmt: skip
         options = Options(raw_mode=True)
@@ -235,8 +238,8 @@ class DiskState:
             return True, "empty"
         if local.get("format") != FORMAT:
             return False, f"format {local.get('format')}, this worker writes {FORMAT}"
-        if local.get("fingerprint") != self.fingerprint:
-            return False, "written under another evaluation configuration"
+        if local.get("fingerprint") not in (self.fingerprint, *self.accept):
+            return False, "written under other join rules"
         return True, "ok"
 
     @property

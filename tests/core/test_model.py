@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -129,3 +130,112 @@ def test_a_faded_out_class_in_the_delayed_block_is_no_crash():
     model.update(_outcomes(["a"] * 100_000, ["a"] * 100_000))
     delayed = model.measures()["delayed"]["fading:0.999"]
     assert math.isnan(delayed["kappa_final"])
+
+
+# -- continuing a state under another configuration (streameval.app.evolve decides which) --
+def _drifting(n: int, seed: int, drift_at: int, model: str = "m") -> list[Outcome]:
+    """Binary outcomes with re-predictions (varied delayed-label bins) and a drift; the first
+    outcome, and every 500th, has truth "a" and a wrong first prediction "b", so that a model
+    started at any of them numbers the classes as one started at the beginning."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        truth = "a" if i % 500 == 0 or rng.random() < 0.6 else "b"
+        other = "b" if truth == "a" else "a"
+        final = other if rng.random() < (0.15 if i < drift_at else 0.6) else truth
+        first = other if i % 500 == 0 or rng.random() < 0.3 else final
+        out.append(Outcome(model, f"i{i}", truth, (10 * i, 10 * i + 4), (first, final),
+                           10 * i, 10 * i + 9, 10 * i + 9))  # fmt: skip
+    return out
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_an_estimator_added_to_a_history_starts_empty_and_the_others_go_on():
+    """Continued under more estimators: the old ones are exactly those of a model never
+    interrupted; the new ones exactly those of a model started at the restart (its
+    persistent baseline scores nothing before its second outcome, as a new model's)."""
+    outcomes, n0 = _drifting(4000, seed=3, drift_at=2600), 1500
+    before, after = ["cumulative", "fading:0.99"], ["window:300", "cumulative", "fading:0.99",
+                                                    "fading:0.95"]  # fmt: skip
+    added = ["window:300", "fading:0.95"]
+    whole = ModelEvaluator("m", estimators=before, positive_label="a")
+    alarms = whole.update(outcomes[:n0]) + whole.update(outcomes[n0:])
+    first = ModelEvaluator("m", estimators=before, positive_label="a")
+    first.update(outcomes[:n0])
+    continued = ModelEvaluator.from_state(json.loads(json.dumps(first.state())), after)
+    got = continued.update(outcomes[n0:2300]) + continued.update(outcomes[2300:])
+    fresh = ModelEvaluator("m", estimators=added, positive_label="a")
+    fresh.update(outcomes[n0:])
+    ours, theirs, new = continued.measures(), whole.measures(), fresh.measures()
+    for view in ("initial", "final"):
+        assert list(ours["views"][view]) == after  # in the configured order
+        for name in before:
+            assert _same(ours["views"][view][name], theirs["views"][view][name])
+        for name in added:
+            assert _same(ours["views"][view][name], new["views"][view][name])
+    for name in before:
+        assert _same(ours["delayed"][name], theirs["delayed"][name])
+    for name in added:
+        assert _same(ours["delayed"][name], new["delayed"][name])
+    assert ours["views"]["final"]["window:300"]["n"] == 300
+    assert got == [a for a in alarms if a.index > n0] and got  # the detectors went on
+    again = ModelEvaluator.from_state(json.loads(json.dumps(continued.state())))
+    assert _same(again.measures(), ours)  # and the continued state round-trips
+
+
+def test_an_estimator_a_history_has_is_never_dropped_silently():
+    model = ModelEvaluator("m", estimators=["cumulative", "window:10"])
+    model.update(_drifting(20, seed=1, drift_at=10))
+    with pytest.raises(ValueError, match=r"\['window:10'\].*history would go"):
+        ModelEvaluator.from_state(model.state(), ["cumulative", "window:20"])
+    pair = PairEvaluator("a", "b", estimators=["cumulative", "window:10"])
+    with pytest.raises(ValueError, match=r"\['window:10'\]"):
+        PairEvaluator.from_state(pair.state(), ["cumulative"])
+
+
+def test_detectors_under_new_settings_go_on_start_or_go():
+    """A detector whose settings are unchanged (however written) goes on; one with new
+    settings starts at the next outcome, its alarms' indices counting the model's outcomes;
+    one no longer configured is dropped."""
+    from streameval.core.drift import DEFAULT_DETECTORS, make_detector
+
+    outcomes, n0 = _drifting(6000, seed=5, drift_at=3000), 1000
+    page_hinkley, ratio = (dict(d) for d in DEFAULT_DETECTORS)
+    same = {"type": "page_hinkley", "threshold": 100, "fading_factor": 0.999}  # defaults
+    sharper = {"type": "page_hinkley", "threshold": 20.0}
+    whole = ModelEvaluator("m", estimators=["cumulative"], detectors=[page_hinkley])
+    expected = [a for a in whole.update(outcomes) if a.index > n0]
+    first = ModelEvaluator("m", estimators=["cumulative"], detectors=[page_hinkley, ratio])
+    first.update(outcomes[:n0])
+    continued = ModelEvaluator.from_state(json.loads(json.dumps(first.state())),
+                                          detectors=[sharper, same])  # fmt: skip
+    state = json.loads(json.dumps(continued.state()))
+    assert [d["type"] for d in state["detectors"]] == ["page_hinkley", "page_hinkley"]
+    continued = ModelEvaluator.from_state(state)  # a restart in between changes nothing
+    got = continued.update(outcomes[n0:])
+    errors = np.array([o.final != o.y_true for o in outcomes[n0:]], dtype=np.float64)
+    fresh = [replace(a, index=a.index + n0) for a in make_detector(sharper).update(errors)]
+    assert fresh and expected
+    assert sorted(got, key=lambda a: (a.index, a.threshold)) == sorted(
+        expected + fresh, key=lambda a: (a.index, a.threshold)
+    )
+
+
+def test_a_pair_continued_under_more_estimators():
+    a, b = _drifting(3000, seed=6, drift_at=2000, model="a"), _drifting(3000, 7, 1000, "b")
+    outcomes = [o for pair in zip(a, b, strict=True) for o in pair]
+    whole = PairEvaluator("a", "b", estimators=["cumulative"])
+    whole.update(outcomes)
+    first = PairEvaluator("a", "b", estimators=["cumulative"])
+    first.update(outcomes[:2000])
+    continued = PairEvaluator.from_state(first.state(), ["window:100", "cumulative"])
+    continued.update(outcomes[2000:])
+    fresh = PairEvaluator("a", "b", estimators=["window:100"])
+    fresh.update(outcomes[2000:])
+    measures = continued.measures()
+    assert list(measures) == ["window:100", "cumulative"]
+    assert _same(measures["cumulative"], whole.measures()["cumulative"])
+    assert _same(measures["window:100"], fresh.measures()["window:100"])

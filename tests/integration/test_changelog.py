@@ -65,3 +65,25 @@ def test_a_checkpoint_in_pieces_reads_back_whole_or_not_at_all(changelog):
 
 def _state(changes: dict) -> dict:
     return {k: v for k, v in changes.items() if v is not None}
+
+
+def test_the_latest_seal_is_read_from_the_end(changelog):
+    """What a worker's start and `state show` read: the latest seal alone — from the last
+    records, more of them when a checkpoint is larger — and, for a checkpoint of an earlier
+    release (whose seal says nothing of what it holds), that checkpoint's intent."""
+    from streameval.app.changelog import checkpoint_records
+
+    writer = changelog()
+    for n in range(3):  # the last one larger than the first look from the end
+        writer.describe(0, {"checkpoint": n})
+        _written(writer, {f"k{i}".encode(): b"x" * n for i in range(1000 + 2000 * n)}, 0)
+    seal, intent = changelog().latest(0)
+    assert (seal["v"], seal["n"], seal["summary"], intent) == (2, 3, {"checkpoint": 2}, {})
+    earlier = {b"m": b"meta", b"gone": None}
+    records, _ = checkpoint_records(4, earlier, 1, {"v": 1, "config": "0123456789abcdef"})
+    for key, value in records:
+        writer.producer.produce(writer.topic, value, key, 0)
+    writer.producer.flush(30)
+    seal, intent = changelog().latest(0)
+    assert (seal["v"], seal["n"], intent) == (1, 4, earlier)
+    assert changelog().read(0)[1]  # and a worker reads it (its parts are judged one by one)

@@ -19,6 +19,11 @@ moment can neither half-apply nor lose:
 6. everything is acknowledged; only then does the stage :meth:`commit` (a disk store writes
    its batch, with the changelog offset it covers) and are the input offsets committed.
 
+The seal also says what the checkpoint holds (:meth:`Changelog.describe`: a join partition's
+rules and counts, an evaluation partition's models and pairs with the settings that shape each
+one, streameval.app.evolve): a worker's start and ``streameval state show`` read only the
+latest seal of each partition (:meth:`Changelog.latest`), never the whole state.
+
 Records of one partition keep their order (one idempotent producer), so whoever reads the
 partition — a worker taking it over, or restarting on an empty disk — folds every ``s`` record
 into a state, and then the latest sealed intent over it (:class:`Restorer`): whatever a crash
@@ -43,6 +48,7 @@ import msgspec
 __all__ = [
     "CHECKPOINT_VERSION",
     "CHUNK_BYTES",
+    "READABLE_VERSIONS",
     "Changelog",
     "ChangelogError",
     "Restorer",
@@ -50,8 +56,11 @@ __all__ = [
     "live",
 ]
 
-#: The changelog format; a worker refuses a changelog of another version.
-CHECKPOINT_VERSION = 1
+#: The changelog format; a worker refuses a changelog of another version. Version 2 seals say
+#: what the checkpoint holds and under which settings; version 1 seals did not (read still:
+#: the state itself records every part's settings).
+CHECKPOINT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 #: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
 #: the changelog topics' message limit.
 CHUNK_BYTES = 512 * 1024
@@ -201,6 +210,8 @@ class _Partition:
     end: int = 0  # the offset after the latest record acknowledged
     unacked: int = 0  # records of the checkpoint being written not yet acknowledged
     recreated: bool = False  # the topic was deleted and created again under us
+    summary: dict[str, Any] | None = None  # what the next checkpoint's seal says it holds
+    seal: dict[str, Any] | None = None  # the latest seal read
 
 
 class Changelog:
@@ -216,7 +227,9 @@ class Changelog:
     client
         librdkafka settings for the consumers that read a partition back.
     fingerprint
-        Of the evaluation configuration: a changelog written under another is refused.
+        Not used: a changelog of version 1 recorded the fingerprint of the whole evaluation
+        configuration it was written under, and was refused under another; its parts are now
+        judged one by one, as those of later versions (streameval.app.evolve).
     make_room
         Called while the producer's queue is full (default: wait for deliveries a moment).
     """
@@ -226,13 +239,12 @@ class Changelog:
         topic: str,
         producer: Any,
         client: dict[str, str],
-        fingerprint: str,
+        fingerprint: str | None = None,
         make_room: Callable[[], None] | None = None,
-    ):
+    ) -> None:
         self.topic = topic
         self.producer = producer
         self.client = client
-        self.fingerprint = fingerprint
         self.make_room = make_room or (lambda: producer.poll(0.05))
         self._partitions: dict[int, _Partition] = {}
 
@@ -249,9 +261,10 @@ class Changelog:
         if part.carry:
             changes = {**part.carry, **changes}
         number = part.sealed + 1
-        records, chunks = checkpoint_records(
-            number, changes, part.chunks, {"v": CHECKPOINT_VERSION, "config": self.fingerprint}
-        )
+        seal: dict[str, Any] = {"v": CHECKPOINT_VERSION}
+        if part.summary is not None:
+            seal["summary"] = part.summary
+        records, chunks = checkpoint_records(number, changes, part.chunks, seal)
         part.writing, part.failed, part.gone = (number, chunks), None, False
         missing = _missing_codes()
         known_end = part.end
@@ -290,6 +303,16 @@ class Changelog:
             "again: it creates the topic, writes the join partitions it has on disk into it "
             "whole, and stops with a message if a partition cannot be recovered exactly"
         )
+
+    def describe(self, partition: int, summary: dict[str, Any]) -> None:
+        """What the partition's next checkpoint holds, for its seal (the stage's summary at
+        its cut)."""
+        self._partitions.setdefault(partition, _Partition()).summary = summary
+
+    def seal(self, partition: int) -> dict[str, Any] | None:
+        """The latest seal :meth:`read` found in the partition."""
+        part = self._partitions.get(partition)
+        return None if part is None else part.seal
 
     def acknowledged(self, partition: int) -> bool:
         """Whether Kafka has answered for every record of the checkpoint being written."""
@@ -400,25 +423,76 @@ class Changelog:
                 lag(0)
         seal = restorer.seal
         if seal is not None:
-            if seal.get("v") != CHECKPOINT_VERSION:
-                raise ChangelogError(
-                    f"{self.topic}[{partition}] holds checkpoints of version {seal.get('v')}; "
-                    f"this worker writes version {CHECKPOINT_VERSION}: stop every worker of "
-                    "the application and start one version (or use a new app_id to start over)"
-                )
-            if seal.get("config") != self.fingerprint:
-                raise ChangelogError(
-                    f"{self.topic}[{partition}] was written under another evaluation "
-                    "configuration: continuing it would mix two sets of rules. Restore the "
-                    "configuration, or use a new app_id (and topic prefix) to start over"
-                )
+            self.check(partition, seal)
         changes = restorer.finish()
         part = self._partitions.setdefault(partition, _Partition())
         part.end = position
+        part.seal = seal
         if seal is not None:
             part.sealed, part.chunks = seal["n"], seal["chunks"]
             part.carry = dict(restorer.carry)
         return changes, seal is not None, position
+
+    def check(self, partition: int, seal: dict[str, Any]) -> None:
+        """Refuse a seal of a version this release cannot continue (ChangelogError)."""
+        version = seal.get("v")
+        if version not in READABLE_VERSIONS:
+            raise ChangelogError(
+                f"{self.topic}[{partition}] holds checkpoints of version {version}; this "
+                f"worker writes version {CHECKPOINT_VERSION}: stop every worker of the "
+                "application and start one version (or use a new app_id to start over)"
+            )
+
+    def latest(
+        self, partition: int, reader: Any = None
+    ) -> tuple[dict[str, Any] | None, dict[bytes, bytes | None]]:
+        """The latest seal of ``partition`` (None: no checkpoint) and, for a seal of version 1
+        (which says nothing of what it holds), that checkpoint's intent — read from the end:
+        the last records first, more only if they do not hold them, never the whole state
+        unless one checkpoint is that large. ``reader``: a consumer to use."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        own = reader is None
+        if own:
+            reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
+                               "enable.auto.commit": False, "enable.partition.eof": True,
+                               "fetch.wait.max.ms": 50})  # fmt: skip
+        try:
+            low, high = watermarks(reader, self.topic, partition)
+            span = 2_000
+            while True:
+                start = max(low, high - span)
+                seal, intents = None, {}
+                reader.assign([TopicPartition(self.topic, partition, start)])
+                position, quiet = start, 0
+                while position < high and quiet < 100:
+                    messages = reader.consume(10_000, timeout=0.05)
+                    quiet = 0 if messages else quiet + 1
+                    for message in messages:
+                        error = message.error()
+                        if error is None:
+                            position = message.offset() + 1
+                            key, value = message.key(), message.value()
+                            if key == SEAL and value is not None:
+                                seal = _decode(value)
+                            elif key[:1] == INTENT and value is not None:
+                                intents[_NUMBERS.unpack_from(key, 1)] = value
+                        elif error.code() == KafkaError._PARTITION_EOF:
+                            position = high  # the rest is compacted away or uncommitted
+                reader.unassign()
+                if seal is None:
+                    if start <= low:
+                        return None, {}
+                elif "summary" in seal:
+                    return seal, {}
+                else:
+                    chunks = [intents.get((seal["n"], c)) for c in range(seal["chunks"])]
+                    if all(chunk is not None for chunk in chunks) or start <= low:
+                        return seal, {k: v for chunk in chunks if chunk for k, v in _decode(chunk)}
+                span *= 8
+        finally:
+            if own:
+                reader.close()
 
     def resume(self, partition: int, sealed: int, chunks: int, end: int) -> None:
         """The partition's latest checkpoint is known without reading it (a disk store that

@@ -25,6 +25,7 @@ writing another checkpoint: the last one stands, and a restart continues exactly
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import time
@@ -40,6 +41,7 @@ from streameval.core.join import queue_entries
 from streameval.store import DiskState, StoreError
 
 from .changelog import Changelog, ChangelogError, live, watermarks
+from .evolve import Refused, join_shape
 from .output import Output
 from .settings import WorkerSettings
 from .stages import SLICE_EVENTS, EvalStage, JoinStage
@@ -140,6 +142,7 @@ class Checkpoints:
         for changelog, q, stage in stages:
             if (changelog.topic, q) not in self.busy:
                 cuts.append((changelog, q, stage, stage.cut()))
+                changelog.describe(q, stage.summary())  # what the seal says it holds
                 self.busy.add((changelog.topic, q))
         if not cuts and not offsets:
             return
@@ -247,12 +250,27 @@ def restore_join(
 ) -> JoinStage:
     """A join partition from its changelog (a new one if it has none): into RAM, or into its
     disk store, which only catches up from the changelog offset it is at."""
+    try:
+        return _restore_join(changelog, q, settings, config, inputs, fingerprint, lag)
+    except Refused as err:  # a worker's start checks first: a worker of another configuration
+        raise ChangelogError(str(err)) from None
+
+
+def _restore_join(
+    changelog: Changelog,
+    q: int,
+    settings: WorkerSettings,
+    config: EvaluationConfig,
+    inputs: list[tuple[str, int]],
+    fingerprint: str,
+    lag: Callable[[int], None] | None,
+) -> JoinStage:
     if settings.store == "memory":
         changes, sealed, _ = changelog.read(q, lag=lag)
         if not sealed:
             return JoinStage(q, config, inputs, slice_events=SLICE_EVENTS)
         return JoinStage.restore(live(changes), config, inputs, slice_events=SLICE_EVENTS)
-    state = _open_store(settings, fingerprint, q)
+    state = _open_store(settings, config, fingerprint, q)
     ttl = config.join.label_ttl_ms
     entries = lambda record: queue_entries(record, ttl)  # noqa: E731
     sink = lambda items: state.apply(items, entries)  # noqa: E731
@@ -286,13 +304,18 @@ def restore_join(
     return JoinStage.resume(scalars, config, inputs, state, SLICE_EVENTS)
 
 
-def _open_store(settings: WorkerSettings, fingerprint: str, q: int) -> DiskState:
+def _open_store(
+    settings: WorkerSettings, config: EvaluationConfig, legacy: str, q: int
+) -> DiskState:
     """Join partition ``q``'s disk store, rebuilt (emptied, then filled from the changelog) if
-    it is unreadable, of another format or configuration, or too old for the changelog's
-    tombstones to still say what it lacks."""
+    it is unreadable, of another format or join rules (a store of the release before, which
+    fingerprinted the whole configuration, is kept if that was ``legacy``, this one), or too
+    old for the changelog's tombstones to still say what it lacks."""
     path = settings.state_dir / settings.app_id / f"join-{q}"
+    rules = orjson.dumps(join_shape(config), option=orjson.OPT_SORT_KEYS)
+    fingerprint = "join:" + hashlib.sha256(rules).hexdigest()[:16]
     try:
-        state = DiskState(path, settings.cache_mb, fingerprint)
+        state = DiskState(path, settings.cache_mb, fingerprint, accept=(legacy,))
     except StoreError as err:
         log.warning("join %d: %s; rebuilding it from the changelog", q, err)
         DiskState.wipe(path)
@@ -321,6 +344,21 @@ def restore_eval(
     lag: Callable[[int], None] | None,
 ) -> EvalStage:
     """An evaluation partition from its changelog (a new one if it has none)."""
+    try:
+        return _restore_eval(changelog, r, config, join_partitions, consumer, outcomes, lag)
+    except Refused as err:  # a worker's start checks first: a worker of another configuration
+        raise ChangelogError(str(err)) from None
+
+
+def _restore_eval(
+    changelog: Changelog,
+    r: int,
+    config: EvaluationConfig,
+    join_partitions: int,
+    consumer: Any,
+    outcomes: str,
+    lag: Callable[[int], None] | None,
+) -> EvalStage:
     changes, sealed, _ = changelog.read(r, lag=lag)
     if not sealed:
         low, _ = watermarks(consumer, outcomes, r)

@@ -51,11 +51,19 @@ import orjson
 
 from streameval.config import EvaluationConfig
 from streameval.core.join import Join, Outcome, take_runs
-from streameval.core.state import decode_value, encode_value
+from streameval.core.state import META, decode_value, encode_value
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
 from streameval.records import Record
 
+from .evolve import (
+    Refused,
+    Stored,
+    join_shape,
+    join_shape_of_meta,
+    judge,
+    model_shape_of,
+)
 from .wire import (
     WIRE_VERSION,
     EventBatch,
@@ -90,9 +98,10 @@ _WHOLE = 2**62
 
 
 def config_fingerprint(config: EvaluationConfig) -> str:
-    """A short hash of everything that shapes the numbers: a snapshot taken under another
-    configuration is refused rather than continued with different rules. Not ``[time]``: it
-    says how input is read, and every time a snapshot holds is milliseconds either way."""
+    """A short hash of the whole evaluation configuration, as checkpoints of version 1
+    recorded it (those are continued only under the configuration they were taken under;
+    later ones record each part's own settings: streameval.app.evolve). Not ``[time]``: it
+    came later, says how input is read, and every time a checkpoint holds is milliseconds."""
     data = orjson.dumps(config.model_dump(exclude={"time"}), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(data).hexdigest()[:16]
 
@@ -221,6 +230,19 @@ class JoinStage:
         ``changes``; :meth:`written` once they are durable."""
         return self.join.freeze(self.changes())
 
+    def summary(self) -> dict[str, Any]:
+        """What a checkpoint's seal says of this join partition (``streameval state show``
+        and a worker's start read the seals): the rules it joins under, where it is, what it
+        holds."""
+        join = self.join
+        return {
+            "join": {"label_grace_ms": join.label_grace, "label_ttl_ms": join.label_ttl,
+                     "max_pending": join.max_pending},
+            "offset": self.offset, "part": self.part, "frontier": self.frontier,
+            "pending": join.pending, "remembered": join.state.memory_count(),
+            "waiting": join.waiting,
+        }  # fmt: skip
+
     def written(self, cut: Any, *where: Any) -> None:
         self.join.written(cut, *where)
 
@@ -237,7 +259,8 @@ class JoinStage:
         meta = decode_value(scalars[STAGE])
         stage = cls(meta["partition"], config, inputs, state, slice_events)
         stage._take(meta)
-        stage.join = Join.resume(decode_value(scalars[b"m"]), state, state.waiting())
+        join_meta = _adopt(decode_value(scalars[META]), config, meta["partition"])
+        stage.join = Join.resume(join_meta, state, state.waiting())
         return stage
 
     def _take(self, meta: dict[str, Any]) -> None:
@@ -262,8 +285,25 @@ class JoinStage:
         meta = decode_value(next(v for k, v in items if k == STAGE))
         stage = cls(meta["partition"], config, inputs, slice_events=slice_events)
         stage._take(meta)
-        stage.join = Join.restore((kv for kv in items if kv[0] != STAGE), state)
+        join_meta = _adopt(decode_value(next(v for k, v in items if k == META)), config,
+                           meta["partition"])  # fmt: skip
+        items = [(k, encode_value(join_meta) if k == META else v) for k, v in items if k != STAGE]
+        stage.join = Join.restore(items, state)
         return stage
+
+
+def _adopt(meta: dict[str, Any], config: EvaluationConfig, partition: int) -> dict[str, Any]:
+    """A join's scalars under ``config``: the configured rules if a reset cleared its own
+    (``streameval state reset --join``), else its own, which must be the configured ones."""
+    shape = join_shape_of_meta(meta)
+    if shape is None:
+        want = join_shape(config)
+        return {**meta, "label_grace": want["label_grace_ms"], "label_ttl": want["label_ttl_ms"],
+                "max_pending": want["max_pending"]}  # fmt: skip
+    verdict = judge(Stored(joins={partition: shape}), config)
+    if verdict.refusals:
+        raise Refused(verdict, f"join partition {partition}")
+    return meta
 
 
 # ------------------------------------------------------------------------------------------
@@ -316,6 +356,10 @@ class EvalStage:
         self._stored: set[int] = set()
         self._gone: list[int] = []
         self._shown: set[str] = set()  # models and pairs that have reached a checkpoint
+        self._whole: set[str] = set()  # ... that the latest :meth:`changes` wrote whole
+        #: models moved to another partition (streameval.app.stateops), whose outcomes in
+        #: the batches before this offset of the outcomes topic went there with them
+        self._moved: tuple[frozenset[str], int] | None = None
 
     @property
     def waiting(self) -> int:
@@ -331,6 +375,12 @@ class EvalStage:
             return [], []  # re-sent by a join partition restored from an older snapshot
         self.applied[q] = number
         outcomes, seq = batch.outcomes, self._seq
+        if self._moved is not None:
+            if offset < self._moved[1]:
+                moved = self._moved[0]
+                outcomes = [o for o in outcomes if o.model_id not in moved]
+            else:
+                self._moved = None
         if outcomes:
             models, instances, *_, dues = zip(*outcomes, strict=True)  # columns, at C speed
             run = list(zip(dues, instances, models, range(seq + 1, seq + len(outcomes) + 1),
@@ -408,10 +458,12 @@ class EvalStage:
         came or went while waiting for the frontiers, and the stage's scalars."""
         engine = self.engine
         parts: dict[bytes, bytes] = {}
+        whole = self._whole = set(engine.touched)  # the models and pairs written whole
         for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
             for name, evaluator in evaluators.items():
                 if name in engine.touched or name not in self._shown:
                     self._shown.add(name)
+                    whole.add(name)
                     # JSON, as every state() is made to round-trip exactly through
                     parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
         parts[STAGE] = encode_value({
@@ -421,6 +473,7 @@ class EvalStage:
             "applied": [[q, o, part] for q, (o, part) in self.applied.items()],
             "seq": self._seq,
             "engine": engine.scalars(),
+            **({"moved": [sorted(self._moved[0]), self._moved[1]]} if self._moved else {}),
         })  # fmt: skip
         written = self._written
         changes: dict[bytes, bytes | None] = {}
@@ -429,7 +482,7 @@ class EvalStage:
                 changes[key] = value
         for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
             # (and the waiting outcomes' chunks of a checkpoint from before they had keys)
-            if key[:1] == BUFFER or _owner(key) in engine.touched:
+            if key[:1] == BUFFER or _owner(key) in whole:
                 changes[key] = None
         pack, runs = _SEQ.pack, self._runs
         for number in self._gone:
@@ -448,7 +501,7 @@ class EvalStage:
     def cut(self) -> Any:
         """Close a checkpoint while the stage goes on: its changes are the cut's
         ``changes``; :meth:`written` once they are durable."""
-        cut = EvalCut(self.changes(), self._pending, set(self.engine.touched))
+        cut = EvalCut(self.changes(), self._pending, self._whole)
         self.engine.touched.clear()
         self._pending = {}
         self._runs_written()
@@ -456,6 +509,26 @@ class EvalStage:
 
     def written(self, cut: EvalCut) -> None:
         self._settle(cut.parts, cut.touched)
+
+    def summary(self) -> dict[str, Any]:
+        """What a checkpoint's seal says of this evaluation partition: every model and pair
+        with a history, its count and the settings that shape it (streameval.app.evolve), and
+        where the partition is."""
+        shapes: list[dict[str, Any]] = []
+        index: dict[bytes, int] = {}
+        models = {}
+        for name, model in self.engine.models.items():
+            shape = model_shape_of(model.settings())
+            key = orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+            if key not in index:
+                index[key] = len(shapes)
+                shapes.append(shape)
+            models[name] = [model.n, index[key]]
+        pairs = {key: [pair.n, pair.model_a, pair.model_b, list(pair.estimators)]
+                 for key, pair in self.engine.pairs.items() if pair.n}  # fmt: skip
+        applied = [[q, o, part] for q, (o, part) in self.applied.items()]
+        return {"offset": self.offset, "applied": applied, "waiting": self._waiting,
+                "models": models, "pairs": pairs, "shapes": shapes}  # fmt: skip
 
     def _settle(self, parts: dict[bytes, bytes], touched: set[str]) -> None:
         """``parts`` (of the models and pairs in ``touched``, and the buffer) are durable."""
@@ -496,9 +569,30 @@ class EvalStage:
                 value = orjson.loads(data)
                 kind = "models" if head[:1] == MODEL else "pairs"
                 engine_state[kind][head[3:].decode()] = value
-        stage.engine = Engine.from_state(config, engine_state)
+        models, pairs = engine_state["models"], engine_state["pairs"]
+        stored = Stored(
+            models={m: model_shape_of(s["config"]) for m, s in models.items() if s["n"]},
+            pairs={k: (s["model_a"], s["model_b"], {"estimators": s["estimators"]})
+                   for k, s in pairs.items() if s["n"]},
+        )  # fmt: skip
+        verdict = judge(stored, config)
+        if verdict.refusals:
+            raise Refused(verdict, f"evaluation partition {meta['partition']}")
+        stage.engine = engine = Engine.from_state(config, engine_state)
         stage._written = {k: v for k, v in items.items() if k[:1] != OUTCOME}
-        stage._shown = set(stage.engine.models) | set(engine_state["pairs"])
+        # what continues under other settings is written whole by the next checkpoint
+        stage._shown = {
+            m
+            for m, s in models.items()
+            if m in engine.models and engine.models[m].settings() == s["config"]
+        }
+        stage._shown |= {
+            k
+            for k, s in pairs.items()
+            if k in engine.pairs and list(engine.pairs[k].estimators) == s["estimators"]
+        }
+        if "moved" in meta:
+            stage._moved = (frozenset(meta["moved"][0]), meta["moved"][1])
         stage._seq = meta.get("seq", 0)
         if buffer:  # from before the runs had keys: one run, written at the next checkpoint
             number = stage._seq + 1

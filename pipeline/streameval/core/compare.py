@@ -49,7 +49,13 @@ from streameval.core.exact import (
     float_log_ratio,
     log_ratio,
 )
-from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, parse_estimators
+from streameval.core.forgetting import (
+    BlockFading,
+    EstimatorSpec,
+    Ring,
+    check_continued,
+    parse_estimators,
+)
 
 __all__ = [
     "COMPARISON_MEASURES",
@@ -512,14 +518,20 @@ class ModelComparison:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> ModelComparison:
-        """Rebuild a comparison from :meth:`state`."""
-        comparison = cls(estimators=state["estimators"])
+    def from_state(
+        cls, state: dict[str, Any], estimators: Sequence[str | EstimatorSpec] | None = None
+    ) -> ModelComparison:
+        """Rebuild a comparison from :meth:`state`; with ``estimators``, continue under them:
+        the state's go on, the others start empty (every estimator of the state must be among
+        them: ValueError otherwise)."""
+        specs = parse_estimators(state["estimators"] if estimators is None else estimators)
+        check_continued(state["estimators"], specs)
+        comparison = cls(estimators=specs)
         saved = state["state"]
-        if set(saved) != set(comparison._tallies):
+        if set(saved) != set(state["estimators"]):
             raise ValueError(
                 f"comparison state has estimators {sorted(saved)} but its configuration names "
-                f"{sorted(comparison._tallies)}; they must be the same"
+                f"{sorted(state['estimators'])}; they must be the same"
             )
         for name, tally_state in saved.items():
             kind = tally_state.get("kind")

@@ -16,13 +16,20 @@ the choices where it is silent are in docs/measures.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from streameval.core.estimators import persistence
-from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, parse_estimators
+from streameval.core.forgetting import (
+    BlockFading,
+    EstimatorSpec,
+    Ring,
+    check_continued,
+    parse_estimators,
+)
 from streameval.core.labels import DEFAULT_MAX_CLASSES
 from streameval.core.measures import chance_is_certain, kappa_plus, skill
 
@@ -463,6 +470,9 @@ class DelayedEvaluator:
         self._weights = psi_weights(bins, self.alpha)
         self._last = -1
         self._n = 0
+        #: estimators added to a history (:meth:`from_state`) that have seen no outcome yet:
+        #: their persistent baseline scores none before their second outcome
+        self._fresh: set[str] = set()
 
     #: Outcomes whose bins all hold one prediction (every outcome with a single prediction)
     #: skip the (n, B+2) grid and update every view at once; False sends every outcome
@@ -506,12 +516,17 @@ class DelayedEvaluator:
             raise ValueError(
                 f"class indices must lie in [0, max_classes={self.max_classes}); got {low}..{k - 1}"
             )
-        scored, correct = persistence(y_true, self._last)
-        per = np.stack([correct, scored], axis=1).astype(np.float64)
-        rows = _Rows(y_true, initial, uniform, grid, per)
-        for state in self._states.values():
+        rows = _Rows(y_true, initial, uniform, grid, _persistent(y_true, self._last))
+        first_rows = None
+        for name, state in self._states.items():
             state.grow(k)
-            state.update(rows)
+            if name in self._fresh:
+                if first_rows is None:
+                    first_rows = _Rows(y_true, initial, uniform, grid, _persistent(y_true, -1))
+                state.update(first_rows)
+            else:
+                state.update(rows)
+        self._fresh.clear()
         self._last = int(y_true[-1])
         self._n += n
 
@@ -534,17 +549,36 @@ class DelayedEvaluator:
         return out
 
     def state(self) -> dict[str, Any]:
-        return {
+        out = {
             "estimators": list(self.estimators), "bins": self.bins, "alpha": self.alpha,
             "bin_rule": self.bin_rule, "max_classes": self.max_classes, "last": self._last,
             "n": self._n, "states": {name: s.state() for name, s in self._states.items()},
         }  # fmt: skip
+        if self._fresh:
+            out["fresh"] = sorted(self._fresh)
+        return out
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> DelayedEvaluator:
-        ev = cls(state["estimators"], state["bins"], state["alpha"], state["bin_rule"],
-                 state["max_classes"])  # fmt: skip
+    def from_state(
+        cls, state: dict[str, Any], estimators: Sequence[str | EstimatorSpec] | None = None
+    ) -> DelayedEvaluator:
+        """Rebuild from :meth:`state`; with ``estimators``, continue under them: those of the
+        state go on, the others start empty at the next outcome (every estimator of the state
+        must be among them: ValueError otherwise)."""
+        specs = parse_estimators(state["estimators"] if estimators is None else estimators)
+        check_continued(state["estimators"], specs)
+        ev = cls(specs, state["bins"], state["alpha"], state["bin_rule"], state["max_classes"])
         ev._last, ev._n = state["last"], state["n"]
-        for name, s in state["states"].items():
+        saved = state["states"]
+        for name, s in saved.items():
             ev._states[name].load(s)
+        ev._fresh = set(state.get("fresh", ()))
+        if ev._n:
+            ev._fresh |= {spec.name for spec in specs if spec.name not in saved}
         return ev
+
+
+def _persistent(y_true: np.ndarray, last: int) -> np.ndarray:
+    """Per outcome: the persistent predictor's (correct, scored), after ``last``."""
+    scored, correct = persistence(y_true, last)
+    return np.stack([correct, scored], axis=1).astype(np.float64)

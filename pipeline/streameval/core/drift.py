@@ -53,6 +53,7 @@ __all__ = [
     "FadingErrorPageHinkley",
     "PageHinkley",
     "RatioPageHinkley",
+    "canonical_spec",
     "detector_from_state",
     "make_detector",
 ]
@@ -499,6 +500,18 @@ def make_detector(spec: Mapping[str, Any]) -> Detector:
             f"{', '.join(cls.settings)}"
         )
     return cls(**settings)
+
+
+def canonical_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A detector's settings with every default filled in and numbers as floats: two
+    configurations describe the same detector exactly when these are equal.
+
+    >>> canonical_spec({"type": "page_hinkley", "threshold": 100}) == canonical_spec(
+    ...     DEFAULT_DETECTORS[0])
+    True
+    """
+    return {key: float(value) if isinstance(value, int | float) and not isinstance(value, bool)
+            else value for key, value in make_detector(spec).spec().items()}  # fmt: skip
 
 
 def detector_from_state(state: Mapping[str, Any]) -> Detector:

@@ -14,7 +14,7 @@ from streameval.core.estimators import (
     persistence,
     validate_outcomes,
 )
-from streameval.core.forgetting import EstimatorSpec, parse_estimators
+from streameval.core.forgetting import EstimatorSpec, check_continued, parse_estimators
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import compute_measures
 
@@ -114,11 +114,16 @@ class Evaluator:
         y_true, y_pred = validate_outcomes(y_true, y_pred, len(self._labels))
         if not y_true.size:
             return
-        # every estimator sees the same stream: validate and score the no-change predictor once
-        first = next(iter(self._estimators.values()))
-        flags = persistence(y_true, first.last_label)
+        # every estimator sees the same stream: score the no-change predictor once per
+        # previous label (one, but for an estimator added to a model with a history, whose
+        # first outcome has none: :meth:`from_state`)
+        flags_after: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         k = len(self._labels)
         for estimator in self._estimators.values():
+            last = estimator.last_label
+            flags = flags_after.get(last)
+            if flags is None:
+                flags = flags_after[last] = persistence(y_true, last)
             estimator.apply(y_true, y_pred, k, *flags)
 
     def snapshots(self) -> dict[str, ConfusionSnapshot]:
@@ -148,16 +153,36 @@ class Evaluator:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Evaluator:
-        """Rebuild an evaluator from :meth:`state`."""
+    def from_state(
+        cls, state: dict[str, Any], estimators: Sequence[str | EstimatorSpec] | None = None
+    ) -> Evaluator:
+        """Rebuild an evaluator from :meth:`state`; with ``estimators``, continue under them:
+        each one the state has goes on, one it lacks starts empty, as if it had been there
+        from the next outcome on (its persistent baseline scores none before its second).
+        Every estimator of the state must be among them (ValueError: its history would go).
+
+        >>> ev = Evaluator(estimators=["cumulative"])
+        >>> ev.update(["a", "b", "b"], ["a", "b", "a"])
+        >>> more = Evaluator.from_state(ev.state(), ["cumulative", "window:2"])
+        >>> more.update(["a"], ["a"])
+        >>> m = more.measures()
+        >>> m["cumulative"]["n"], m["window:2"]["n"], m["window:2"]["accuracy"]
+        (4, 1, 1.0)
+        """
         labels = LabelEncoder.from_state(state["labels"])
+        saved = state["state"]
+        specs = parse_estimators(state["estimators"] if estimators is None else estimators)
+        check_continued(state["estimators"], specs)
         evaluator = cls(
-            estimators=state["estimators"],
+            estimators=specs,
             positive_label=state["positive_label"],
             max_classes=labels.max_classes,
         )
         evaluator._labels = labels
         evaluator._estimators = {
-            name: ConfusionEstimator.from_state(s) for name, s in state["state"].items()
+            spec.name: ConfusionEstimator.from_state(saved[spec.name])
+            if spec.name in saved
+            else make_estimator(spec, max_classes=labels.max_classes)
+            for spec in specs
         }
         return evaluator

@@ -36,7 +36,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["BlockFading", "EstimatorSpec", "Ring", "block_size", "parse_estimators"]
+__all__ = [
+    "BlockFading",
+    "EstimatorSpec",
+    "Ring",
+    "block_size",
+    "check_continued",
+    "parse_estimators",
+]
 
 #: Longest block; shorter for small fading factors so that a^(−L) stays ≤ 1e20.
 LONGEST_BLOCK = 1024
@@ -145,6 +152,26 @@ def parse_estimators(specs: Iterable[str | EstimatorSpec]) -> tuple[EstimatorSpe
     if not parsed:
         raise ValueError("estimators=() is empty; configure at least one estimator")
     return tuple(parsed)
+
+
+def check_continued(saved: Iterable[str], specs: Iterable[EstimatorSpec]) -> None:
+    """Whether a state whose estimators are ``saved`` (names) may continue under ``specs``:
+    every one of them must still be there (one that is not would lose its history; new ones
+    start empty). The configuration's rules (streameval.app.evolve) refuse such a change with
+    a message before any state is restored; this guards the core.
+
+    >>> check_continued(["cumulative"], parse_estimators(["window:10", "cumulative"]))
+    >>> check_continued(["window:10"], parse_estimators(["window:20"]))
+    Traceback (most recent call last):
+    ...
+    ValueError: estimator(s) ['window:10'] of the state are not configured: their history would go
+    """
+    names = {spec.name for spec in specs}
+    gone = [name for name in saved if name not in names]
+    if gone:
+        raise ValueError(
+            f"estimator(s) {gone} of the state are not configured: their history would go"
+        )
 
 
 class Ring:

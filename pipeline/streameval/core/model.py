@@ -9,6 +9,7 @@ models on the instances both predicted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from itertools import chain
 from typing import Any
 
@@ -16,7 +17,13 @@ import numpy as np
 
 from streameval.core.compare import ModelComparison, leader
 from streameval.core.delayed import DelayedBatch, DelayedEvaluator
-from streameval.core.drift import DEFAULT_DETECTORS, Alarm, detector_from_state, make_detector
+from streameval.core.drift import (
+    DEFAULT_DETECTORS,
+    Alarm,
+    canonical_spec,
+    detector_from_state,
+    make_detector,
+)
 from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
@@ -114,6 +121,9 @@ class ModelEvaluator:
         }
         self._delayed = DelayedEvaluator(self.specs, bins, alpha, bin_rule, max_classes)
         self._detectors = [make_detector(spec) for spec in self.detectors]
+        #: per detector, the model's outcomes before it was added (:meth:`from_state`): its
+        #: alarms' indices count the model's outcomes
+        self._detector_starts = [0] * len(self._detectors)
         self._n = 0
         self._latency = [0, 0, 0]  # outcomes with a latency, sum and max of t_label − t_instance
 
@@ -166,7 +176,11 @@ class ModelEvaluator:
         self._latency[2] = max(self._latency[2], int(latency.max()))
         self._n += n
         errors = (final != y_true).astype(np.float64)
-        alarms = [alarm for det in self._detectors for alarm in det.update(errors)]
+        alarms = [
+            alarm if not start else replace(alarm, index=alarm.index + start)
+            for det, start in zip(self._detectors, self._detector_starts, strict=True)
+            for alarm in det.update(errors)
+        ]
         return sorted(alarms, key=lambda a: a.index)
 
     def measures(self) -> dict[str, Any]:
@@ -188,38 +202,89 @@ class ModelEvaluator:
             "latency_ms": {"mean": total / count if count else float("nan"), "max": longest},
         }
 
+    def settings(self) -> dict[str, Any]:
+        """The constructor's settings (but ``model_id``), as :meth:`state` records them."""
+        return {
+            "estimators": list(self.estimators),
+            "positive_label": self.positive_label,
+            "max_classes": self.max_classes,
+            "bins": self.bins,
+            "alpha": self.alpha,
+            "bin_rule": self.bin_rule,
+            "detectors": [dict(d) for d in self.detectors],
+            "normalize_max_count": self.normalize_max_count,
+        }
+
     def state(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id,
-            "config": {
-                "estimators": list(self.estimators),
-                "positive_label": self.positive_label,
-                "max_classes": self.max_classes,
-                "bins": self.bins,
-                "alpha": self.alpha,
-                "bin_rule": self.bin_rule,
-                "detectors": [dict(d) for d in self.detectors],
-                "normalize_max_count": self.normalize_max_count,
-            },
+            "config": self.settings(),
             "labels": self._labels.state(),
             "views": {view: ev.state() for view, ev in self._views.items()},
             "delayed": self._delayed.state(),
             "detectors": [det.state() for det in self._detectors],
+            **({"detector_starts": list(self._detector_starts)} if any(self._detector_starts)
+               else {}),
             "n": self._n,
             "latency": list(self._latency),
-        }
+        }  # fmt: skip
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> ModelEvaluator:
-        ev = cls(state["model_id"], **state["config"])
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        estimators: Sequence[str | EstimatorSpec] | None = None,
+        detectors: Sequence[dict[str, Any]] | None = None,
+        normalize_max_count: int | None = None,
+    ) -> ModelEvaluator:
+        """Rebuild from :meth:`state`, or continue it under other settings (None: the
+        state's). ``estimators``: those of the state go on, the others start empty at the next
+        outcome, as if configured from there (every estimator of the state must be among
+        them: ValueError). ``detectors``: one with the settings of a detector of the state
+        goes on, another starts at the next outcome (its alarms' indices still count the
+        model's outcomes), and the state's others are dropped. ``normalize_max_count`` only
+        decides what :meth:`measures` reads. The other settings shape the state and stay its
+        own (streameval.app.evolve refuses a configuration that changes them).
+
+        >>> from streameval.core.join import Outcome
+        >>> ev = ModelEvaluator("m", estimators=["cumulative"], detectors=[])
+        >>> _ = ev.update([Outcome("m", "i1", 1, (0,), (1,), 0, 5)])
+        >>> more = ModelEvaluator.from_state(ev.state(), estimators=["cumulative", "window:5"])
+        >>> _ = more.update([Outcome("m", "i2", 1, (6,), (0,), 6, 9)])
+        >>> final = more.measures()["views"]["final"]
+        >>> final["cumulative"]["n"], final["window:5"]["n"], final["window:5"]["accuracy"]
+        (2, 1, 0.0)
+        """
+        config = dict(state["config"])
+        if estimators is not None:
+            config["estimators"] = [spec.name for spec in parse_estimators(estimators)]
+        if detectors is not None:
+            config["detectors"] = [dict(d) for d in detectors]
+        if normalize_max_count is not None:
+            config["normalize_max_count"] = normalize_max_count
+        ev = cls(state["model_id"], **config)
         ev._labels = LabelEncoder.from_state(state["labels"])
         for view, s in state["views"].items():
-            restored = Evaluator.from_state(s)
+            restored = Evaluator.from_state(s, ev.specs)
             restored._labels = ev._labels
             ev._views[view] = restored
-        ev._delayed = DelayedEvaluator.from_state(state["delayed"])
-        ev._detectors = [detector_from_state(s) for s in state["detectors"]]
+        ev._delayed = DelayedEvaluator.from_state(state["delayed"], ev.specs)
         ev._n = state["n"]
+        saved = [detector_from_state(s) for s in state["detectors"]]
+        starts = state.get("detector_starts", [0] * len(saved))
+        by_spec = [(canonical_spec(det.spec()), det, start)
+                   for det, start in zip(saved, starts, strict=True)]  # fmt: skip
+        ev._detectors, ev._detector_starts = [], []
+        for spec in ev.detectors:
+            wanted = canonical_spec(spec)
+            found = next((entry for entry in by_spec if entry[0] == wanted), None)
+            if found is not None:
+                by_spec.remove(found)
+                ev._detectors.append(found[1])
+                ev._detector_starts.append(found[2])
+            else:  # new: from the next outcome on
+                ev._detectors.append(make_detector(spec))
+                ev._detector_starts.append(ev._n)
         ev._latency = list(state["latency"])
         return ev
 
@@ -347,9 +412,14 @@ class PairEvaluator:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> PairEvaluator:
-        pair = cls(state["model_a"], state["model_b"], state["estimators"])
-        pair._comparison = ModelComparison.from_state(state["comparison"])
+    def from_state(
+        cls, state: dict[str, Any], estimators: Sequence[str | EstimatorSpec] | None = None
+    ) -> PairEvaluator:
+        """Rebuild from :meth:`state`; with ``estimators``, continue under them (those of
+        the state go on, the others start empty; every one of the state must be among them)."""
+        specs = parse_estimators(state["estimators"] if estimators is None else estimators)
+        pair = cls(state["model_a"], state["model_b"], specs)
+        pair._comparison = ModelComparison.from_state(state["comparison"], specs)
         pair._n = state["n"]
         return pair
 

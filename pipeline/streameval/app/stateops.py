@@ -1,0 +1,474 @@
+"""An application's checkpoints as a whole, on Kafka: what they hold, whether a worker of the
+application runs, and the checkpoints that reset a part or move models between evaluation
+partitions.
+
+* :func:`survey` reads the latest seal of every changelog partition (streameval.app.changelog:
+  each says what its checkpoint holds) and the consumer group's members;
+* :func:`preflight` is a worker's start: it judges the checkpoints under the worker's
+  configuration (streameval.app.evolve) and stops it, before anything is changed, with one
+  paragraph saying what would change the meaning of which numbers and how to go on; it moves
+  the models a comparison added or removed sends to another evaluation partition;
+* :func:`reset` is ``streameval state reset``.
+
+What these write is one more checkpoint of each partition concerned (streameval.app.edits),
+all of them in one Kafka transaction: a crash or a second writer leaves every partition as it
+was (readers of changelogs read committed records only; a second writer with the same
+transactional id fences the first). They refuse while any worker of the application runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from streameval.config import EvaluationConfig
+from streameval.core.join import Outcome
+from streameval.core.state import MEMORY, RECORD, decode_value
+from streameval.topics import Topics
+
+from . import edits
+from .changelog import Changelog, ChangelogError, live, watermarks
+from .evolve import Stored, Verdict, judge
+from .stages import STAGE
+from .topology import model_partitioner
+
+__all__ = ["StateError", "Survey", "preflight", "reset", "survey"]
+
+
+class StateError(RuntimeError):
+    """The checkpoints cannot be used or changed as asked; the message says why and what to do."""
+
+
+@dataclass
+class Survey:
+    """What an application's checkpoints hold: each changelog partition's latest seal (None:
+    no checkpoint yet), and who is in its consumer group."""
+
+    app_id: str
+    topics: Topics
+    joins: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    evals: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    members: list[str] = field(default_factory=list)
+    eval_partitions: int = 0  # of the outcomes topic: where models are evaluated
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.joins.values()) and not any(self.evals.values())
+
+    def earlier(self) -> list[tuple[str, int]]:
+        """Partitions whose latest checkpoint an earlier release wrote (its seal says nothing
+        of what it holds: the survey read it from the state)."""
+        seals = [("join", q, seal) for q, seal in self.joins.items()]
+        seals += [("evaluation", r, seal) for r, seal in self.evals.items()]
+        return [(kind, q) for kind, q, seal in seals if seal and seal.get("earlier")]
+
+    def stored(self) -> Stored:
+        """The parts the checkpoints hold, with their shapes (streameval.app.evolve)."""
+        stored = Stored()
+        for q, seal in self.joins.items():
+            if seal is not None:
+                stored.joins[q] = seal["summary"]["join"]
+        for _, summary in self._evals():
+            for name, (_, shape) in summary["models"].items():
+                stored.models[name] = summary["shapes"][shape]
+            for key, (_, a, b, estimators) in summary["pairs"].items():
+                stored.pairs[key] = (a, b, {"estimators": estimators})
+        return stored
+
+    def holders(self) -> dict[str, int]:
+        """Where each model (``model NAME``) and pair (``pair A|B``) with a history is."""
+        out = {}
+        for r, summary in self._evals():
+            out.update({f"model {name}": r for name in summary["models"]})
+            out.update({f"pair {key}": r for key in summary["pairs"]})
+        return out
+
+    def _evals(self) -> Iterable[tuple[int, dict[str, Any]]]:
+        for r, seal in sorted(self.evals.items()):
+            if seal is not None:
+                yield r, seal["summary"]
+
+
+def survey(client: dict[str, str], topics: Topics, app_id: str) -> Survey:
+    """Read the latest seal of every changelog partition and the group's members."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(client)
+    metadata = admin.list_topics(timeout=15).topics
+    found = Survey(app_id, topics, members=group_members(admin, app_id))
+    if topics.outcomes in metadata:
+        found.eval_partitions = len(metadata[topics.outcomes].partitions)
+    reader = Consumer({**client, "group.id": f"{app_id}-state-reader",
+                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    try:
+        for topic, seals in ((topics.join_changelog, found.joins),
+                             (topics.eval_changelog, found.evals)):  # fmt: skip
+            if topic not in metadata or metadata[topic].error is not None:
+                continue
+            changelog = Changelog(topic, None, client)
+            for q in sorted(metadata[topic].partitions):
+                seal, intent = changelog.latest(q, reader)
+                if seal is not None and "summary" not in seal:  # of an earlier release
+                    if topic == topics.join_changelog:
+                        summary = edits.summarize_join(dict(live(intent)))
+                        summary.update(pending=None, remembered=None, waiting=None)
+                    else:  # its models' settings are in their state: read it
+                        summary = edits.summarize_eval(dict(live(changelog.read(q)[0])))
+                    seal = {**seal, "summary": summary, "earlier": True}
+                seals[q] = seal
+    finally:
+        reader.close()
+    return found
+
+
+def group_members(admin: Any, group: str) -> list[str]:
+    """The members of a consumer group, as ``client-id@host`` (none: no worker runs)."""
+    try:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=15)
+    except Exception as err:  # KafkaException: GROUP_ID_NOT_FOUND (never used), or a broker
+        if "GROUP_ID_NOT_FOUND" in str(err) or "not found" in str(err).lower():
+            return []
+        raise
+    return [f"{m.client_id}@{m.host.lstrip('/')}" for m in description.members]
+
+
+# -- a worker's start -------------------------------------------------------------------------
+def preflight(
+    client: dict[str, str],
+    topics: Topics,
+    app_id: str,
+    config: EvaluationConfig,
+    commands: tuple[str, str],
+    say: Callable[[str], None],
+) -> Verdict:
+    """Judge the application's checkpoints under ``config``; move what the configured pairs
+    place elsewhere now. StateError (one paragraph: what, which values, what to do) where
+    they cannot continue, before anything is changed. ``commands``: the `state reset` and
+    `state show` command lines that name this application."""
+    found = survey(client, topics, app_id)
+    verdict = judge(found.stored(), config)
+    if verdict.refusals:
+        raise StateError(verdict.message(f"app {app_id!r}", *commands))
+    moves = _plan_moves(found, config)
+    if (verdict.changes or moves) and found.members:
+        raise StateError(
+            f"this configuration changes what the checkpoints of app {app_id!r} hold "
+            f"({_first(verdict, moves)}), and {len(found.members)} worker(s) of the app run "
+            f"({', '.join(found.members[:3])}): workers of one application must share one "
+            "configuration, and nothing has been changed. Stop every worker of the app, then "
+            "start them with the new configuration (once the first one has taken a "
+            "checkpoint — snapshot_interval_s — the others may join it)"
+        )
+    if moves:
+        _move(client, topics, app_id, found, moves, say)
+    for what in verdict.added:
+        say(f"starts fresh at this restart: {what}")
+    for what in verdict.dropped:
+        say(f"no longer configured, dropped: {what}")
+    return verdict
+
+
+def _first(verdict: Verdict, moves: dict) -> str:
+    if verdict.added or verdict.dropped:
+        return (verdict.added + verdict.dropped)[0]
+    (source, target), (models, pairs) = next(iter(moves.items()))
+    return (
+        f"{', '.join(sorted(models | pairs))} move from evaluation partition {source} to {target}"
+    )
+
+
+def _plan_moves(
+    found: Survey, config: EvaluationConfig
+) -> dict[tuple[int, int], tuple[set[str], set[str]]]:
+    """(source, target) -> (models, pairs) the configured pairs place in another partition."""
+    if not found.eval_partitions:
+        return {}
+    partition_of = model_partitioner(config, found.eval_partitions)
+    moves: dict[tuple[int, int], tuple[set[str], set[str]]] = {}
+    for r, summary in found._evals():
+        for name in summary["models"]:
+            if partition_of(name) != r:
+                moves.setdefault((r, partition_of(name)), (set(), set()))[0].add(name)
+        for key, (_, a, _, _) in summary["pairs"].items():
+            if partition_of(a) != r:
+                moves.setdefault((r, partition_of(a)), (set(), set()))[1].add(key)
+    return moves
+
+
+def _move(
+    client: dict[str, str],
+    topics: Topics,
+    app_id: str,
+    found: Survey,
+    moves: dict[tuple[int, int], tuple[set[str], set[str]]],
+    say: Callable[[str], None],
+) -> None:
+    """Move models and pairs between evaluation partitions, exactly (streameval.app.edits):
+    possible when no partition is ahead of the join checkpoints it was fed from, as after a
+    worker's SIGTERM; else StateError."""
+    joins = {q: (seal["summary"]["offset"], seal["summary"]["part"]) if seal else (-1, 0)
+             for q, seal in found.joins.items()}  # fmt: skip
+    for r in {r for pair in moves for r in pair}:
+        seal = found.evals.get(r)
+        if seal is None:
+            raise StateError(
+                f"evaluation partition {r} of app {app_id!r} has no checkpoint, and this "
+                "configuration moves models into it; nothing has been changed. Start the "
+                "workers once with the configuration they ran with and stop them with SIGTERM "
+                "(every partition then has a checkpoint), then start them with this one"
+            )
+        for q, offset, *part in seal["summary"]["applied"]:  # (no step: the whole batch)
+            if (offset, part[0] if part else 2**62) > joins.get(q, (-1, 0)):
+                raise StateError(
+                    f"this configuration moves models to another evaluation partition, but "
+                    f"evaluation partition {r} of app {app_id!r} is ahead of join partition "
+                    f"{q}'s checkpoint: the last worker did not stop cleanly, and outcomes it "
+                    "would send again could count twice. Nothing has been changed. Start the "
+                    "workers with the configuration they ran with, let them catch up, stop "
+                    "them with SIGTERM, then start them with this one"
+                )
+    with _Writer(client, topics.eval_changelog, app_id) as writer:
+        items = {r: writer.read(r) for pair in moves for r in pair}
+        for (source, target), (models, pairs) in sorted(moves.items()):
+            unread, until = _unread(client, topics.outcomes, source, items[source], models)
+            out_source, out_target = edits.move(items[source], items[target], models, pairs,
+                                                unread, until)  # fmt: skip
+            writer.change(source, out_source)
+            writer.change(target, out_target)
+            items[source] = edits.apply(items[source], out_source)
+            items[target] = edits.apply(items[target], out_target)
+            moving = ", ".join(sorted(models | pairs))
+            say(f"moved {moving} from evaluation partition {source} to {target} (with "
+                f"{len(unread)} of their outcomes it had not read yet)")  # fmt: skip
+        writer.commit({r: edits.summarize_eval(items[r]) for r in items})
+
+
+def _unread(
+    client: dict[str, str], topic: str, r: int, items: dict[bytes, bytes], models: set[str]
+) -> tuple[list[Outcome], int]:
+    """The outcomes of ``models`` in the outcome batches evaluation partition ``r`` has yet
+    to apply (edits.unread), and the offset the outcomes topic's partition ends at."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    reader = Consumer({**client, "group.id": f"{topic}-state-reader",
+                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    batches: list[bytes] = []
+    try:
+        low, high = watermarks(reader, topic, r)
+        position = max(low, decode_value(items[STAGE])["offset"] + 1)
+        if position < high:
+            reader.assign([TopicPartition(topic, r, position)])
+        while position < high:
+            for message in reader.consume(10_000, timeout=1.0):
+                error = message.error()
+                if error is None:
+                    position = message.offset() + 1
+                    batches.append(message.value())
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    position = high
+    finally:
+        reader.close()
+    return edits.unread(batches, items, models), high
+
+
+# -- streameval state reset -------------------------------------------------------------------
+@dataclass
+class Resets:
+    """What `streameval state reset` is asked to start over."""
+
+    join: bool = False
+    models: list[str] = field(default_factory=list)
+    all_models: bool = False
+    pairs: list[str] = field(default_factory=list)  # "a:b" or "a|b"
+    estimators: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.join or self.models or self.all_models or self.pairs or self.estimators)
+
+
+def reset(
+    client: dict[str, str], topics: Topics, app_id: str, asked: Resets, say: Callable[[str], None]
+) -> Survey:
+    """Reset the parts ``asked`` names, in one transaction; say what was done. StateError if a
+    worker of the application runs, or a part named is not in the checkpoints."""
+    found = survey(client, topics, app_id)
+    if found.members:
+        raise StateError(
+            f"{len(found.members)} worker(s) of app {app_id!r} run "
+            f"({', '.join(found.members[:3])}); a reset must not change checkpoints under a "
+            "running worker, and nothing has been changed. Stop every worker of the app "
+            "(SIGTERM), then reset"
+        )
+    if found.empty:
+        raise StateError(
+            f"app {app_id!r} has no checkpoints ({topics.eval_changelog} and "
+            f"{topics.join_changelog} hold none): there is nothing to reset"
+        )
+    holders = found.holders()
+    targets: dict[int, list[tuple[str, str]]] = {}  # eval partition -> (kind, name)
+    models = sorted(m.removeprefix("model ") for m in holders if m.startswith("model ")) \
+        if asked.all_models else list(asked.models)  # fmt: skip
+    for name in models:
+        if f"model {name}" not in holders:
+            raise StateError(_unknown("model", name, holders, app_id))
+        targets.setdefault(holders[f"model {name}"], []).append(("model", name))
+    for text in asked.pairs:
+        key = next((k.removeprefix("pair ") for k in holders if k.startswith("pair ")
+                    and text in (k[5:], k[5:].replace("|", ":", 1))), None)  # fmt: skip
+        if key is None:
+            raise StateError(_unknown("pair", text, holders, app_id))
+        targets.setdefault(holders[f"pair {key}"], []).append(("pair", key))
+    if asked.estimators:
+        for r, _ in found._evals():
+            targets.setdefault(r, [])
+    if targets:
+        with _Writer(client, topics.eval_changelog, app_id) as writer:
+            summaries = {}
+            for r, names in sorted(targets.items()):
+                items = writer.read(r)
+                for kind, name in names:
+                    changes = (edits.reset_model if kind == "model" else edits.reset_pair)(
+                        items, name)  # fmt: skip
+                    items = edits.apply(items, writer.change(r, changes))
+                    say(f"reset {kind} {name} (evaluation partition {r}): it starts over at "
+                        "its next outcome")  # fmt: skip
+                for estimator in asked.estimators:
+                    changes, touched = edits.reset_estimator(items, estimator)
+                    items = edits.apply(items, writer.change(r, changes))
+                    for part in touched:
+                        say(f"reset estimator {estimator} of {part} (evaluation partition {r})")
+                summaries[r] = edits.summarize_eval(items)
+            writer.commit(summaries)
+    if asked.join:
+        _reset_join(client, topics, app_id, found, say)
+    return found
+
+
+def _unknown(kind: str, name: str, holders: dict[str, int], app_id: str) -> str:
+    known = sorted(h.removeprefix(f"{kind} ") for h in holders if h.startswith(f"{kind} "))
+    return (f"app {app_id!r} has no {kind} {name!r} in its checkpoints (it has: "
+            f"{', '.join(known) or 'none'}); nothing has been changed")  # fmt: skip
+
+
+def _reset_join(
+    client: dict[str, str], topics: Topics, app_id: str, found: Survey,
+    say: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Every join partition forgets its instances and rules (streameval.app.edits.reset_join).
+    Their records are deleted as they stream by, never all held."""
+    with _Writer(client, topics.join_changelog, app_id) as writer:
+        summaries = {}
+        for q, seal in sorted(found.joins.items()):
+            if seal is None:
+                continue
+            sink = _Forget(writer, q)
+            intent = writer.fold(q, sink, sink.lookup)
+            items = {k: v for k, v in {**sink.kept, **intent}.items() if v is not None}
+            changes = edits.reset_join(items)
+            changes.update({k: None for k in intent if k[:1] in (RECORD, MEMORY)})
+            writer.change(q, changes)
+            summaries[q] = edits.summarize_join(edits.apply(items, changes))
+            pending = seal["summary"]["pending"]
+            held = "all its" if pending is None else f"{pending:,}"
+            say(
+                f"reset join partition {q}: {held} pending instances and its memory of "
+                "resolved ones dropped; it takes the configured rules at its next start"
+            )
+        writer.commit(summaries)
+
+
+class _Forget:
+    """A join partition's changelog read through: instance records deleted as they come,
+    the rest kept (its scalars and waiting events: small)."""
+
+    def __init__(self, writer: _Writer, partition: int) -> None:
+        self.writer, self.partition = writer, partition
+        self.kept: dict[bytes, bytes | None] = {}
+
+    def __call__(self, batch: list[tuple[bytes, bytes | None]]) -> None:
+        self.writer.delete(self.partition, {k for k, _ in batch if k[:1] in (RECORD, MEMORY)})
+        self.kept.update((k, v) for k, v in batch if k[:1] not in (RECORD, MEMORY))
+
+    def lookup(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.kept.get(key) for key in keys]
+
+
+class _Writer:
+    """One Kafka transaction over a changelog topic: read partitions, stage each one's
+    changes, write them as one checkpoint per partition at :meth:`commit` — all or nothing."""
+
+    def __init__(self, client: dict[str, str], topic: str, app_id: str) -> None:
+        self.client, self.topic, self.app_id = client, topic, app_id
+        self.changes: dict[int, dict[bytes, bytes | None]] = {}
+
+    def __enter__(self) -> _Writer:
+        from confluent_kafka import Producer
+
+        self.producer = Producer({
+            **self.client, "transactional.id": f"{self.topic}-state",
+            "transaction.timeout.ms": 900_000, "linger.ms": 20,
+        })  # fmt: skip
+        try:
+            self.producer.init_transactions(60)
+        except Exception as err:  # KafkaException
+            raise StateError(
+                f"cannot write to {self.topic} in a transaction ({err}): the brokers must allow "
+                "transactions (on a single broker: transaction.state.log.replication.factor=1 "
+                "and transaction.state.log.min.isr=1); nothing has been changed"
+            ) from None
+        self.producer.begin_transaction()
+        self.changelog = Changelog(self.topic, self.producer, self.client, None)
+        return self
+
+    def read(self, partition: int) -> dict[bytes, bytes]:
+        """A partition's state (the latest value of each key)."""
+        return dict(live(self.changelog.read(partition)[0]))
+
+    def fold(self, partition: int, sink: Any, lookup: Any) -> dict[bytes, bytes | None]:
+        """Read a partition through ``sink`` (Changelog.read); the latest checkpoint's intent."""
+        return self.changelog.read(partition, sink=sink, lookup=lookup)[0]
+
+    def change(self, partition: int, changes: dict[bytes, bytes | None]) -> dict:
+        self.changes.setdefault(partition, {}).update(changes)
+        return changes
+
+    def delete(self, partition: int, keys: Iterable[bytes]) -> None:
+        """Tombstones under the keys themselves, ahead of the checkpoint (in the transaction)."""
+        for key in keys:
+            self._produce(b"s" + key, None, partition)
+
+    def _produce(self, key: bytes, value: bytes | None, partition: int) -> None:
+        while True:
+            try:
+                self.producer.produce(self.topic, value, key, partition)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def commit(self, summaries: dict[int, dict[str, Any]]) -> None:
+        for partition, changes in sorted(self.changes.items()):
+            self.changelog.describe(partition, summaries[partition])
+            for _ in self.changelog.write(partition, changes, 500):
+                self.producer.poll(0)
+        try:
+            self.producer.commit_transaction(120)
+        except Exception as err:  # KafkaException: fenced by another writer, or a broker
+            raise StateError(
+                f"the checkpoints could not be written ({err}); nothing has been changed. If "
+                "another `streameval state reset` or a worker's start ran at the same time, "
+                "run it again"
+            ) from None
+        for partition in self.changes:
+            error = self.changelog.confirm(partition)
+            if error is not None:
+                raise ChangelogError(f"{self.topic}[{partition}]: {error}")
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        if kind is not None:
+            try:
+                self.producer.abort_transaction(30)
+            except Exception:  # nothing was committed either way
+                pass
+        self.producer.flush(30)

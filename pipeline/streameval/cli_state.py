@@ -1,0 +1,259 @@
+"""The ``streameval state`` commands: what an application's checkpoints hold, and starting
+parts of them over; and the check a worker makes of them before it starts."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["check_before_start", "state"]
+
+
+def _app_options(function):
+    """The options that say which application, on which Kafka (those of `streameval worker`)."""
+    for option in reversed([
+        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                     envvar="STREAMEVAL_CONFIG",
+                     help="The worker's TOML file: its [worker] table names the app and Kafka "
+                     "($STREAMEVAL_CONFIG)."),
+        click.option("--bootstrap", default=None,
+                     help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP)."),
+        click.option("-X", "settings", multiple=True, metavar="KEY=VALUE",
+                     help="A Kafka client setting passed through (SASL/SSL ...); repeatable."),
+        click.option("--app-id", default=None, help="The application ($STREAMEVAL_APP_ID)."),
+        click.option("--prefix", "topic_prefix", default=None,
+                     help="Topic name prefix ($STREAMEVAL_TOPIC_PREFIX)."),
+    ]):  # fmt: skip
+        function = option(function)
+    return function
+
+
+def _load(config_path, bootstrap, settings, app_id, topic_prefix):
+    from streameval.app.settings import SettingsError, load_settings
+    from streameval.clients import ClientConfigError, client_config
+    from streameval.topics import Topics
+
+    kafka = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-X")
+        kafka[key.strip()] = value
+    try:
+        worker, config = load_settings(config_path, bootstrap=bootstrap, kafka=kafka or None,
+                                       app_id=app_id, topic_prefix=topic_prefix)  # fmt: skip
+        client = client_config(worker.bootstrap, [f"{k}={v}" for k, v in worker.kafka.items()])
+    except (SettingsError, ClientConfigError) as err:
+        raise click.UsageError(str(err)) from None
+    return worker, config, client, Topics.with_prefix(worker.topic_prefix, worker.app_id)
+
+
+def _naming(worker: Any, config_path: Path | None) -> str:
+    """The options that name the application to the `state` commands, as a user would type."""
+    options = []
+    if config_path is not None:
+        options += ["--config", str(config_path)]
+    options += ["--app-id", worker.app_id]
+    if worker.topic_prefix:
+        options += ["--prefix", worker.topic_prefix]
+    return shlex.join(options)
+
+
+def _kafka_answers(client: dict[str, str]):
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        from confluent_kafka import KafkaException
+
+        from streameval.app.stateops import StateError
+
+        try:
+            yield
+        except StateError as err:
+            raise click.ClickException(str(err)) from None
+        except KafkaException as err:
+            reason = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+            raise click.ClickException(
+                f"Kafka at {client.get('bootstrap.servers')} did not answer ({reason}); check "
+                "--bootstrap (or $STREAMEVAL_BOOTSTRAP) and the -X settings"
+            ) from None
+
+    return guard()
+
+
+@click.group()
+def state() -> None:
+    """An application's checkpoints: what they hold, and starting parts of them over."""
+
+
+@state.command("show")
+@_app_options
+@click.option("--json", "as_json", is_flag=True, help="The seals as JSON, for scripts.")
+@click.option("--judge", is_flag=True,
+              help="Also say what a worker started with --config's evaluation settings would "
+              "keep, start fresh or refuse.")  # fmt: skip
+def show(config_path, bootstrap, settings, app_id, topic_prefix, as_json, judge) -> None:
+    """Print what an application's checkpoints hold: join partitions and their pending
+    instances, models, pairs, estimators, outcome counts and each part's settings.
+
+    It reads the latest checkpoint seal of each changelog partition, never the whole state.
+    """
+    from streameval.app.evolve import judge as judged
+    from streameval.app.stateops import survey
+
+    worker, config, client, topics = _load(config_path, bootstrap, settings, app_id,
+                                           topic_prefix)  # fmt: skip
+    with _kafka_answers(client):
+        found = survey(client, topics, worker.app_id)
+    if as_json:
+        click.echo(json.dumps({"app_id": found.app_id, "members": found.members,
+                               "joins": found.joins, "evals": found.evals}, indent=1))  # fmt: skip
+        return
+    for line in _describe(found):
+        click.echo(line)
+    if judge:
+        verdict = judged(found.stored(), config)
+        click.echo("\nunder this configuration:")
+        for refusal in verdict.refusals:
+            click.echo(f"  refused: {refusal.describe()}")
+        if verdict.refusals:
+            click.echo(f"  reset: streameval state reset {_naming(worker, config_path)} "
+                       f"{shlex.join(verdict.reset_options())}")  # fmt: skip
+        for what in verdict.added:
+            click.echo(f"  starts fresh: {what}")
+        for what in verdict.dropped:
+            click.echo(f"  dropped: {what}")
+        for what in verdict.new:
+            click.echo(f"  new, no history: {what}")
+        if not (verdict.refusals or verdict.added or verdict.dropped):
+            click.echo("  every part with a history goes on as it is")
+
+
+def _describe(found: Any) -> list[str]:
+    running = (f"{len(found.members)} worker(s) run: {', '.join(found.members)}"
+               if found.members else "no worker runs")  # fmt: skip
+    lines = [f"app {found.app_id!r}: {running}"]
+    if found.empty:
+        return [*lines, "no checkpoints yet"]
+    for kind, q in found.earlier():
+        lines.append(f"{kind} partition {q}: its latest checkpoint was written by an earlier "
+                     "release (what it holds is read from its state; a join's counts only "
+                     "from its next checkpoint on)")  # fmt: skip
+    joins = {q: s["summary"] for q, s in found.joins.items() if s}
+    rules = {json.dumps(summary["join"], sort_keys=True) for summary in joins.values()}
+    if len(rules) == 1:
+        lines.append(f"join ({len(found.joins)} partitions): {_rules(next(iter(joins.values())))}")
+    for q, summary in sorted(joins.items()):
+        own = "" if len(rules) == 1 else f"; {_rules(summary)}"
+        counts = ("counts unknown" if summary["pending"] is None else
+                  f"{summary['pending']:,} pending, {summary['remembered']:,} remembered, "
+                  f"{summary['waiting']:,} events waiting")  # fmt: skip
+        lines.append(f"  join partition {q}: {counts}; events offset {summary['offset']}, "
+                     f"checkpoint {found.joins[q]['n']}{own}")  # fmt: skip
+    for r, summary in found._evals():
+        lines.append(
+            f"evaluation partition {r}: checkpoint {found.evals[r]['n']}, outcomes offset "
+            f"{summary['offset']}, {summary['waiting']:,} outcomes waiting"
+        )
+        for name, (n, shape) in sorted(summary["models"].items()):
+            lines.append(f"  model {name}: {n:,} outcomes")
+            lines += [f"    {text}" for text in _shape(summary["shapes"][shape])]
+        for key, (n, _, _, estimators) in sorted(summary["pairs"].items()):
+            lines.append(f"  pair {key}: {n:,} paired instances; estimators "
+                         f"{', '.join(estimators)}")  # fmt: skip
+    return lines
+
+
+def _rules(summary: dict[str, Any]) -> str:
+    if summary["join"] is None:
+        return "reset: takes the configured rules at the next start"
+    return ", ".join(f"{k}={v}" for k, v in summary["join"].items())
+
+
+def _shape(shape: dict[str, Any]) -> list[str]:
+    detectors = ", ".join(
+        f"{d['type']}({', '.join(f'{k}={v:g}' for k, v in d.items() if k != 'type')})"
+        for d in shape["detectors"]
+    )
+    return [
+        f"estimators {', '.join(shape['estimators'])}; positive_label "
+        f"{shape['positive_label']!r}; max_classes {shape['max_classes']}; delayed bins="
+        f"{shape['bins']}, alpha={shape['alpha']:g}, bin_rule={shape['bin_rule']}",
+        f"detectors {detectors or 'none'}",
+    ]
+
+
+@state.command("reset")
+@_app_options
+@click.option("--join", is_flag=True,
+              help="Every join partition drops its pending and remembered instances and takes "
+              "the configured join rules.")  # fmt: skip
+@click.option("--model", "models", multiple=True, metavar="NAME",
+              help="The model starts over (its pairs keep theirs); repeatable.")  # fmt: skip
+@click.option("--all-models", is_flag=True, help="Every model starts over.")
+@click.option("--pair", "pairs", multiple=True, metavar="A:B",
+              help="The comparison of A and B starts over (or goes, if no longer configured); "
+              "repeatable.")  # fmt: skip
+@click.option("--estimator", "estimators", multiple=True, metavar="NAME",
+              help="Every model and pair forgets this estimator (e.g. window:1000); "
+              "repeatable.")  # fmt: skip
+def reset(config_path, bootstrap, settings, app_id, topic_prefix, join, models, all_models,
+          pairs, estimators) -> None:  # fmt: skip
+    """Start just the named parts of an application's checkpoints over; every other part keeps
+    its history. Refused while a worker of the application runs.
+
+    The worker's message names the options to use when a new configuration changes what a
+    part's numbers mean. A restarted worker starts the named parts afresh at its next outcome.
+    """
+    from streameval.app.stateops import Resets
+    from streameval.app.stateops import reset as run
+
+    asked = Resets(join, list(models), all_models, list(pairs), list(estimators))
+    if not asked:
+        raise click.UsageError(
+            "name what to reset: --join, --model NAME, --all-models, --pair A:B or "
+            "--estimator NAME (`streameval state show` lists what there is)"
+        )
+    worker, _, client, topics = _load(config_path, bootstrap, settings, app_id, topic_prefix)
+    with _kafka_answers(client):
+        run(client, topics, worker.app_id, asked, say=click.echo)
+    click.echo(f"done: start the workers of app {worker.app_id!r} again")
+
+
+def check_before_start(worker: Any, config: Any, config_path: Path | None) -> None:
+    """A worker's check of its application's checkpoints (streameval.app.stateops.preflight),
+    with the cluster waited for as the worker waits for it; a refusal ends the command with
+    its message and a non-zero status, before anything is changed."""
+    import threading
+
+    from streameval.app.output import KafkaErrors, connect
+    from streameval.app.stateops import preflight
+    from streameval.clients import ClientConfigError, client_config
+    from streameval.logs import KAFKA_LOG
+    from streameval.topics import Topics
+
+    try:
+        client = client_config(worker.bootstrap, [f"{k}={v}" for k, v in worker.kafka.items()])
+    except ClientConfigError as err:
+        raise click.UsageError(str(err)) from None
+    client["logger"] = KAFKA_LOG  # in the worker's log format, rate-limited
+    topics = Topics.with_prefix(worker.topic_prefix, worker.app_id)
+    naming = _naming(worker, config_path)
+    try:
+        if not connect(client, worker, topics, KafkaErrors(), threading.Event()):
+            return
+        commands = (f"streameval state reset {naming}", f"streameval state show {naming}")
+        with _kafka_answers(client):
+            preflight(client, topics, worker.app_id, config, commands, say=_said)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _said(line: str) -> None:
+    click.echo(f"streameval worker: {line}", err=True)
