@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from streameval import __version__
-from streameval.cli_kafka import kafka, produce, topics
+from streameval.cli_kafka import kafka, kafka_settings, produce, topics
 from streameval.cli_state import check_before_start, state
 
 
@@ -257,12 +257,7 @@ def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port,
     from streameval.app.settings import SettingsError, load_settings
     from streameval.clients import ClientConfigError
 
-    kafka = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-X")
-        kafka[key.strip()] = value
+    kafka = kafka_settings(settings)
     try:
         worker_settings, config = load_settings(
             config_path, bootstrap=bootstrap, kafka=kafka or None, app_id=app_id,

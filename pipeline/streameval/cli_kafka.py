@@ -104,6 +104,17 @@ def _kafka_options(function):
     )(function)
 
 
+def kafka_settings(items) -> dict[str, str]:
+    """The -X KEY=VALUE options of a command as the worker's ``kafka`` setting."""
+    kafka = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-X")
+        kafka[key.strip()] = value
+    return kafka
+
+
 def _admin(bootstrap, settings):
     from confluent_kafka.admin import AdminClient
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from streameval.cli_kafka import kafka_settings
+
 __all__ = ["check_before_start", "state"]
 
 
@@ -38,12 +40,7 @@ def _load(config_path, bootstrap, settings, app_id, topic_prefix):
     from streameval.clients import ClientConfigError, client_config
     from streameval.topics import Topics
 
-    kafka = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="-X")
-        kafka[key.strip()] = value
+    kafka = kafka_settings(settings)
     try:
         worker, config = load_settings(config_path, bootstrap=bootstrap, kafka=kafka or None,
                                        app_id=app_id, topic_prefix=topic_prefix)  # fmt: skip
