@@ -438,6 +438,25 @@ def test_memory_is_bounded_by_max_pending():
     assert all(len(heap) <= 2 * 100 + 4096 for heap in join.state.queues.values())
 
 
+def test_events_taken_one_at_a_time_wait_in_few_runs():
+    """Replay gives the join one event per call; out of order within a long grace, those that
+    wait must not each stay a run of their own, which every call would look at (a replay of
+    10⁶ pending instances took hours that way)."""
+    import math
+    import random
+
+    rng = random.Random(3)
+    join, out = Join(label_grace=5000), []
+    for i in range(20_000):
+        ts = i + rng.randrange(500)  # delivered up to 500 ms out of order
+        out += join.add_prediction(f"i{i}", "m", ts=ts, label="a", now=i)
+        out += join.add_label(f"i{i}", ts=ts + 1, label="a", now=i)
+        assert len(join._runs) <= 2 * math.log2(join.waiting + 2) + 2
+    assert join.waiting > 5000
+    out += join.flush()
+    assert len(out) == 20_000 and join.waiting == 0
+
+
 def test_clock_never_goes_backwards():
     join = Join(label_grace=100)
     join.add_prediction("i1", "m", ts=10, label="a", now=10)

@@ -376,6 +376,8 @@ class Join:
             run.sort()
             self._runs[self._run_number] = run
             self._run_number += 1
+            if len(self._runs) > 1:
+                self._merge_runs()
             added = self._added
             for entry in run:
                 added[entry[6]] = entry
@@ -426,6 +428,25 @@ class Join:
         return self._clock
 
     # -- time order -------------------------------------------------------------------------
+    def _merge_runs(self) -> None:
+        """Keep the waiting runs few: every call of :meth:`advance` looks at the head of each.
+        The newest run joins the one before it when it continues it (events in time order, the
+        usual case) or is at least half its length (so a run's events are merged about log₂ of
+        the number waiting times, as in a merge sort). Replay adds one event per call: without
+        this, it held one run per event within ``label_grace`` and looked at each per event."""
+        runs = self._runs
+        while len(runs) > 1:
+            names = reversed(runs)
+            last, before = next(names), next(names)
+            newer, older = runs[last], runs[before]
+            if older[-1] < newer[0]:
+                older += newer
+            elif 2 * len(newer) >= len(older):
+                runs[before] = sorted(older + newer)  # two sorted runs: timsort merges them
+            else:
+                return
+            del runs[last]
+
     def _take(self, now: int) -> None:
         """Move the waiting events stamped up to ``now`` to the events due, in order."""
         taken = take_runs(self._runs, (now + 1,))[0]
