@@ -185,7 +185,7 @@ def test_a_partition_with_many_pending_instances_moves(deploy, tmp_path, pending
     deployment.produce(first_label / len(deployment.pending))  # every instance, no label
     deployment.env["STREAMEVAL_STATE_DIR"] = str(tmp_path / "first")
     deployment.start_worker()
-    _wait_for_pending(deployment, pending)
+    _wait_for_pending(deployment, pending, timeout=max(300, pending / 1000))
     deployment.env["STREAMEVAL_STATE_DIR"] = str(tmp_path / "second")
     deployment.start_worker()
     second = deployment.workers[1][2]
