@@ -201,13 +201,9 @@ class PageHinkley:
             cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
             minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
             statistic = cumulative - minimum
-            # t*: m_t = M_t exactly where m_t <= M_{t−1} (a new minimum, or a tie: the last wins)
-            minimum_at = np.maximum.accumulate(
-                np.concatenate(([self._minimum_at], np.where(cumulative == minimum, t, 0)))
-            )[1:]
             hits = np.flatnonzero((statistic > self.threshold) & (t >= self.min_instances))
             end = int(hits[0]) if hits.size else values.size - 1
-            at = int(minimum_at[end])  # t* at the alarm, or at the end of the chunk
+            at = self._last_minimum(t, cumulative, minimum, end)
             at_sum = float(sums[at - t[0]]) if at >= t[0] else self._minimum_sum
             if hits.size:
                 if at:
@@ -228,6 +224,20 @@ class PageHinkley:
                 start += values.size
                 chunk *= 2
         return alarms
+
+    def _last_minimum(
+        self, t: np.ndarray, cumulative: np.ndarray, minimum: np.ndarray, end: int
+    ) -> int:
+        """t* after the value at ``end`` of a chunk: the last t with m_t = M_t there.
+
+        M is non-increasing, so the values that may equal M_end lie from the first position
+        where M reached it; the last of them that does is t* (a tie moves t* to the later
+        value), and if none does, M_end was reached before the chunk and t* is the one kept.
+        """
+        lowest = minimum[end]
+        first = int(np.searchsorted(-minimum[: end + 1], -lowest, side="left"))
+        ties = np.flatnonzero(cumulative[first : end + 1] == lowest)
+        return int(t[first + ties[-1]]) if ties.size else self._minimum_at
 
     def _running_state(self) -> dict[str, Any]:
         return {
