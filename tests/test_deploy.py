@@ -395,7 +395,8 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"])
     exporter.observe(_replayed())
     exporter.observe([DriftAlarmRecord("drift_alarm", "champion", 9, "final", "page_hinkley",
-                                       101.0, 100.0, 7, 0.5)])  # fmt: skip
+                                       101.0, 100.0, 7, 0.5, "i7", 8, 4, 6, "i4", 5, 0.2, 0.4,
+                                       {"type": "page_hinkley"})])  # fmt: skip
     exporter.observe_outcomes("champion", [1000.0, 4000.0])
     exporter.count_input(10)
     exporter.count_dropped("expired_unlabelled", "champion")

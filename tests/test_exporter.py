@@ -37,8 +37,10 @@ def _replayed():
     return list(_replay())
 
 
-def _alarm(model):
-    return DriftAlarmRecord("drift_alarm", model, 1, "final", "page_hinkley", 101.0, 100.0, 7, 0.5)
+def _alarm(model, n=7, change_n=4, detector="page_hinkley"):
+    change = (change_n, 2000, "i4", 1000, 0.25, 0.5) if change_n else (None,) * 6
+    return DriftAlarmRecord("drift_alarm", model, 3000 + n, "final", detector, 101.0, 100.0, n,
+                            0.5, f"i{n}", 2000 + n, *change, {"type": detector})  # fmt: skip
 
 
 def _series(registry):
@@ -249,6 +251,32 @@ def test_alarm_counters_start_at_zero_when_a_model_is_first_seen():
     assert _series(registry)["streameval_drift_alarms_total", key] == 1.0
     exporter.forget_models([model])
     assert "streameval_drift_alarms_total{" not in generate_latest(registry).decode()
+
+
+def test_the_latest_alarm_says_where_its_change_began_without_new_series_per_alarm():
+    """Gauges per model, detector and a fixed point/span: a second alarm moves them, adds
+    none; a change point not known is NaN; a model that leaves takes them along."""
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"])
+    exporter.observe([_alarm("m")])
+    before = _series(registry)
+    key = (("detector", "page_hinkley"), ("model", "m"))
+    assert before["streameval_drift_alarm_outcome", (*key, ("point", "change"))] == 4
+    assert before["streameval_drift_alarm_outcome", (*key, ("point", "alarm"))] == 7
+    assert before["streameval_drift_alarm_timestamp_seconds", (*key, ("point", "change"))] == 2.0
+    assert before["streameval_drift_alarm_timestamp_seconds", (*key, ("point", "alarm"))] == 3.007
+    assert before["streameval_drift_alarm_estimate", (*key, ("span", "before"))] == 0.25
+    assert before["streameval_drift_alarm_estimate", (*key, ("span", "after"))] == 0.5
+    assert not any(name.startswith("streameval_drift_alarm_") and ("detector",
+                   "ratio_page_hinkley") in labels for name, labels in before)  # fmt: skip
+    exporter.observe([_alarm("m", n=900, change_n=None)])  # restored without its change point
+    after = _series(registry)
+    assert after.keys() == before.keys()
+    assert after["streameval_drift_alarm_outcome", (*key, ("point", "alarm"))] == 900
+    assert math.isnan(after["streameval_drift_alarm_outcome", (*key, ("point", "change"))])
+    assert math.isnan(after["streameval_drift_alarm_estimate", (*key, ("span", "before"))])
+    exporter.forget_models(["m"])
+    assert not any(name.startswith("streameval_drift_alarm") for name, _ in _series(registry))
 
 
 def test_latency_histogram_and_outcome_counter():

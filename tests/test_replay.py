@@ -303,3 +303,36 @@ def test_the_router_and_replay_refuse_the_same_events_for_the_same_reasons(tmp_p
     assert dict(result.skipped) == dict(Counter(letter.code for letter in letters))
     reasons = {letter.offset + 1: letter.reason for letter in letters}
     assert all(reasons[number] == reason for number, reason in result.skipped_examples)
+
+
+def test_an_alarm_names_the_instances_and_times_of_where_it_fired_and_where_the_change_began(
+    sample_output,
+):
+    """docs/examples: the champion drifts at instance 1200; every alarm's instance ids and
+    times are those of the events, its change point lies before it, and its settings are those
+    of a detector of the model."""
+    from streameval.core.drift import canonical_spec
+
+    data, _result = sample_output
+    alarms = [r for r in map(json.loads, data.splitlines()) if r["kind"] == "drift_alarm"]
+    assert alarms
+    instance_ts, label_ts = {}, {}
+    for line in SAMPLE.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the sample's malformed lines
+        if event.get("type") == "instance":
+            instance_ts[event["instance_id"]] = event["ts"]
+        elif event.get("type") == "label":
+            label_ts.setdefault(event["instance_id"], event["ts"])
+    config = load_config(CONFIG)
+    for alarm in alarms:
+        assert alarm["instance_ts"] == instance_ts[alarm["instance_id"]]
+        assert alarm["ts"] == label_ts[alarm["instance_id"]]
+        assert alarm["change_instance_ts"] == instance_ts[alarm["change_instance_id"]]
+        assert alarm["change_ts"] == label_ts[alarm["change_instance_id"]] <= alarm["ts"]
+        assert 1 <= alarm["change_n"] < alarm["n"]
+        assert alarm["estimate_before"] < alarm["estimate_after"]
+        detectors = [canonical_spec(d) for d in config.detectors_of(alarm["model_id"])]
+        assert canonical_spec(alarm["settings"]) in detectors

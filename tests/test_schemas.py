@@ -307,3 +307,49 @@ def test_a_message_in_schema_registry_framing_is_refused_naming_it(payload):
     with pytest.raises(EventError) as raised:
         decode_event(value)
     assert (raised.value.code, str(raised.value)) == (code, letter.reason)
+
+
+ALARM = {
+    "kind": "drift_alarm", "model_id": "m", "ts": T + 9, "view": "final",
+    "detector": "page_hinkley", "statistic": 101.5, "threshold": 100.0, "n": 21042,
+    "estimate": 0.41, "instance_id": "i21042", "instance_ts": T + 2,
+    "change_n": 20310, "change_ts": T + 1, "change_instance_id": "i20310",
+    "change_instance_ts": T, "estimate_before": 0.21, "estimate_after": 0.37,
+    "settings": {"type": "page_hinkley", "fading_factor": 0.999, "delta": 0.1,
+                 "threshold": 100.0, "min_instances": 30},
+}  # fmt: skip
+UNKNOWN_CHANGE = dict.fromkeys(
+    ("change_n", "change_ts", "change_instance_id", "change_instance_ts", "estimate_before",
+     "estimate_after")
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("alarm", "valid"),
+    [
+        (ALARM, True),
+        ({**ALARM, **UNKNOWN_CHANGE}, True),  # restored from a checkpoint that did not keep it
+        ({k: v for k, v in ALARM.items() if k != "change_n"}, False),  # every field, always
+        ({k: v for k, v in ALARM.items() if k != "settings"}, False),
+        ({**ALARM, "change_n": 0}, False),
+        ({**ALARM, "change_instance_id": ""}, False),
+        ({**ALARM, "instance_id": None}, False),  # the outcome that fired is always known
+        ({**ALARM, "instance_ts": -1}, False),
+        ({**ALARM, "settings": {"type": "page_hinkley", "threshold": [100]}}, False),
+        ({**ALARM, "change_estimate": 0.3}, False),
+    ],
+)
+def test_a_drift_alarm_says_where_the_change_began_in_code_and_schema_alike(alarm, valid):
+    import msgspec
+    from streameval.records import check_record
+
+    schema = json.loads((topics_dir() / "schemas/drift-alarm.schema.json").read_text())
+    assert jsonschema.Draft202012Validator(schema).is_valid(alarm) == valid
+    try:
+        record = check_record(alarm)
+        accepted = True
+    except msgspec.ValidationError:
+        accepted = False
+    assert accepted == valid
+    if valid:
+        assert (record.change_n, record.settings) == (alarm["change_n"], alarm["settings"])

@@ -209,6 +209,69 @@ DRIFT_ANNOTATION = {
     "textFormat": "{{model}}: {{detector}}",
     "tagKeys": "model,detector",
 }
+#: Where the latest alarm of each detector estimates its change began: the event time of the
+#: outcome at the Page-Hinkley minimum, placed by the series' value (ms), not its sample time
+DRIFT_CHANGE_ANNOTATION = {
+    "name": "Drift began (estimated)",
+    "datasource": DATASOURCE,
+    "enable": True,
+    "iconColor": "orange",
+    "expr": 'streameval_drift_alarm_timestamp_seconds{model=~"$model", point="change"} * 1000 > 0',
+    "step": "30s",
+    "useValueForTime": True,
+    "titleFormat": "drift began (estimate of the latest alarm)",
+    "textFormat": "{{model}}: {{detector}} — the change is estimated to begin after this outcome",
+    "tagKeys": "model,detector",
+}
+
+
+def latest_alarms_table() -> dict[str, Any]:
+    """One row per model and detector: when its latest alarm fired, where it estimates the
+    change began, and the monitored estimate before and after."""
+
+    def latest(family: str, selector: str, scale: str = "") -> dict[str, Any]:
+        series = f'streameval_drift_alarm_{family}{{model=~"$model", {selector}}}'
+        expr = f"max by (model, detector) ({series}){scale}"
+        return target(expr, table=True)
+
+    columns = {
+        "Value #A": "alarm (event time)",
+        "Value #B": "alarm (outcome)",
+        "Value #C": "change began after (event time)",
+        "Value #D": "change began after (outcome)",
+        "Value #E": "estimate before",
+        "Value #F": "estimate after",
+    }
+    table = panel(
+        "table",
+        "Latest drift alarm per detector: where the change began, estimate before → after",
+        [
+            latest("timestamp_seconds", 'point="alarm"', " * 1000"),
+            latest("outcome", 'point="alarm"'),
+            latest("timestamp_seconds", 'point="change"', " * 1000"),
+            latest("outcome", 'point="change"'),
+            latest("estimate", 'span="before"'),
+            latest("estimate", 'span="after"'),
+        ],
+        description="The change is estimated to begin after the outcome at which the "
+        'Page-Hinkley cumulative sum was at its minimum (docs/measures.md, "Drift alarms"). '
+        "Estimates are the detector's monitored value — the fading error (page_hinkley) or the "
+        "ratio of short- to long-term fading error (ratio_page_hinkley) — averaged from its "
+        "last reset to the change and from the change to the alarm. Empty until a detector "
+        "fires; a change not known (a detector restored from an older checkpoint) is empty.",
+        options={"showHeader": True, "cellHeight": "sm"},
+    )
+    table["transformations"] = [
+        {"id": "merge", "options": {}},
+        {"id": "organize", "options": {"excludeByName": {"Time": True},
+                                       "renameByName": columns}},
+    ]  # fmt: skip
+    table["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": name},
+         "properties": [{"id": "unit", "value": "dateTimeAsIso"}]}
+        for name in (columns["Value #A"], columns["Value #C"])
+    ]  # fmt: skip
+    return table
 
 
 def overview() -> dict[str, Any]:
@@ -346,14 +409,15 @@ def overview() -> dict[str, Any]:
             ],
         )
     )
+    lay.add(latest_alarms_table(), WIDTH, 6)
     return dashboard(
         "streameval-overview",
         "streameval · models",
         "Every measure of every model, by estimator, with its baselines; drift "
-        "alarms as annotations.",
+        "alarms as annotations, where their change began too.",
         [MODEL, ESTIMATOR],
         lay,
-        [DRIFT_ANNOTATION],
+        [DRIFT_ANNOTATION, DRIFT_CHANGE_ANNOTATION],
     )
 
 
@@ -442,7 +506,7 @@ def delayed() -> dict[str, Any]:
         "How good the predictions were while the label was pending.",
         [MODEL, ESTIMATOR],
         lay,
-        [DRIFT_ANNOTATION],
+        [DRIFT_ANNOTATION, DRIFT_CHANGE_ANNOTATION],
     )
 
 

@@ -52,6 +52,95 @@ b = "{CHALLENGER}"
 WINDOW, FADING = "window:1000", "fading:0.999"
 
 
+def _count(value: int) -> str:
+    """6750 as "6 750"."""
+    return f"{value:,}".replace(",", " ")
+
+
+def _position(instance_id: str | None) -> int | None:
+    """The simulator's instance position from its id (``sim-<seed>-<position>``)."""
+    head, _, digits = (instance_id or "").rpartition("-")
+    return int(digits) if head.startswith("sim-") and digits.isdigit() else None
+
+
+class ChangeWatch:
+    """The concept change and the alarms on one axis: instance position and event time.
+
+    An instance's outcome comes when its label does, so under label delay the n-th outcome of a
+    model is not the n-th instance: the first outcomes of the new concept arrive among those of
+    the old one. The watch follows the labels as the simulator produces them and notes the
+    outcome index of the first one of an instance at or after the change (every model predicts
+    every instance, and the join resolves labels in the order of their time, then of the
+    instance id, as the simulator emits them), so that an alarm can say how many outcomes of the
+    new concept it took.
+
+    >>> watch = ChangeWatch(drift_at=3, start_ms=0, rate=1.0)
+    >>> labels = [{"type": "label", "instance_id": f"sim-1-{i:08d}"} for i in (0, 1, 3, 2, 4)]
+    >>> _ = list(watch.watch(labels))
+    >>> watch.first_after, watch.describe_change()
+    (3, 'concept change at instance 3 (t=3.0 s)')
+    """
+
+    def __init__(self, drift_at: int, start_ms: int, rate: float) -> None:
+        self.drift_at = drift_at
+        self.start_ms = start_ms
+        self.interval = 1000.0 / rate
+        self.labels = 0
+        #: outcome index (per model) of the first outcome of an instance at or after the change
+        self.first_after: int | None = None
+
+    def watch(self, events):
+        """The simulator's events, passed on unchanged, their labels counted."""
+        for event in events:
+            if event["type"] == "label":
+                self.labels += 1
+                if self.first_after is None:
+                    position = _position(event["instance_id"])
+                    if position is not None and position >= self.drift_at:
+                        self.first_after = self.labels
+            yield event
+
+    def _at(self, ms: int | None) -> str:
+        return "t=?" if ms is None else f"t={(ms - self.start_ms) / 1000:.1f} s"
+
+    def describe_change(self) -> str:
+        change_ms = self.start_ms + int(self.drift_at * self.interval)  # as the simulator
+        return f"concept change at instance {_count(self.drift_at)} ({self._at(change_ms)})"
+
+    def describe(self, alarm: DriftAlarmRecord) -> str:
+        """An alarm on the change's axis: it fired at the label time of its outcome (whose
+        instance may be older than the change: labels come late), so many outcomes after the
+        first of the new concept; its change is placed by instance and instance time.
+
+        >>> from streameval.records import DriftAlarmRecord
+        >>> watch = ChangeWatch(drift_at=6750, start_ms=0, rate=200.0)
+        >>> watch.first_after = 6420
+        >>> print(watch.describe(DriftAlarmRecord("drift_alarm", "naive_bayes", 36012, "final",
+        ...     "ratio_page_hinkley", 101.2, 100.0, 6582, 1.7, "sim-42-00006712", 33560, 6470,
+        ...     35900, "sim-42-00006790", 33950, 0.98, 1.52, {})))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        naive_bayes: ratio_page_hinkley alarm at t=36.0 s (the label of instance 6 712), 162
+        outcomes after the first post-change outcome; change estimated to begin after instance
+        6 790 (t=34.0 s); monitored estimate 0.980 → 1.520
+        """
+        position = _position(alarm.instance_id)
+        where = _count(position) if position is not None else alarm.instance_id
+        line = f"{alarm.model_id}: {alarm.detector} alarm at {self._at(alarm.ts)} "
+        line += f"(the label of instance {where})"
+        if self.first_after is not None and alarm.n >= self.first_after:
+            line += f", {_count(alarm.n - self.first_after)} outcomes after the first post-change"
+            line += " outcome"
+        else:
+            line += ", before any outcome of the new concept: a false alarm"
+        if alarm.change_n is not None:
+            start = _position(alarm.change_instance_id)
+            line += "; change estimated to begin after instance "
+            line += _count(start) if start is not None else str(alarm.change_instance_id)
+            line += f" ({self._at(alarm.change_instance_ts)}); monitored estimate "
+            line += f"{_fmt(alarm.estimate_before)} → {_fmt(alarm.estimate_after)}"
+        return line
+
+
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "–"
@@ -216,9 +305,11 @@ def run_demo(
     )
     stop = threading.Event()
     produced = [0]
+    change = ChangeWatch(drift_at, sim.start_ms, rate)
 
     def simulator() -> None:
-        produced[0] = produce_events(simulate(sim), client, prefix, realtime=True, stop=stop.is_set)
+        events = change.watch(simulate(sim))
+        produced[0] = produce_events(events, client, prefix, realtime=True, stop=stop.is_set)
 
     thread = threading.Thread(target=simulator, name="simulator", daemon=True)
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -226,8 +317,8 @@ def run_demo(
     status = 0
     began = time.monotonic()
     console.print(
-        f"simulating {rate:.0f} instances/s, concept drift at instance {drift_at} "
-        f"(~{drift_at / rate:.0f} s); Ctrl-C to stop"
+        f"simulating {rate:.0f} instances/s, {change.describe_change()} of event time; alarms "
+        "are placed on the same axis (instance, event time); Ctrl-C to stop"
     )
     thread.start()
     try:
@@ -247,11 +338,7 @@ def run_demo(
                         f"first metrics {time.monotonic() - launched:.1f} s after the demo started"
                     )
                 for alarm in new_alarms:
-                    console.print(
-                        f"[bold red]drift alarm[/]: {alarm.model_id} "
-                        f"({alarm.detector}, outcome {alarm.n}, statistic "
-                        f"{alarm.statistic:.1f} > {alarm.threshold:.0f})"
-                    )
+                    console.print(Text("drift alarm: ", style="bold red") + change.describe(alarm))
                 title = (
                     f"streameval demo — {elapsed:.0f} s, pending labels "
                     f"{_pending(metrics_port)}, http://localhost:{metrics_port}/metrics"
@@ -283,9 +370,11 @@ def run_demo(
         view.close()
         console.print(view.table("final numbers"))
         console.print(
-            f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms: "
-            + ", ".join(sorted({a.model_id for a in view.all_alarms}))
+            f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms; "
+            + change.describe_change()
         )
+        for alarm in view.all_alarms:
+            console.print(Text("  " + change.describe(alarm)))
         admin.delete_topics([s.name for s in specs], operation_timeout=30)
         if started_kafka is not None:
             started_kafka.stop()

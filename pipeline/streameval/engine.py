@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from streameval.config import EvaluationConfig
+from streameval.core.drift import Alarm
 from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome, join_partition
 from streameval.core.model import ModelEvaluator, PairEvaluator
 from streameval.records import (
@@ -33,6 +34,33 @@ from streameval.records import (
 from streameval.schemas import Event, InstanceEvent, LabelEvent, PredictionEvent
 
 __all__ = ["Engine"]
+
+
+def _alarm_record(model_id: str, alarm: Alarm) -> DriftAlarmRecord:
+    """The record of an alarm of a :class:`ModelEvaluator` (whose ``at`` and ``change_at`` are
+    ``(instance_id, t_instance, t_label)``)."""
+    instance_id, t_instance, t_label = alarm.at
+    change_id, change_instance_ts, change_ts = alarm.change_at or (None, None, None)
+    return DriftAlarmRecord(
+        "drift_alarm",
+        model_id,
+        t_label,
+        "final",
+        alarm.detector,
+        alarm.statistic,
+        alarm.threshold,
+        alarm.index,
+        alarm.estimate,
+        instance_id,
+        t_instance,
+        alarm.change_index,
+        change_ts,
+        change_id,
+        change_instance_ts,
+        alarm.estimate_before,
+        alarm.estimate_after,
+        alarm.settings,
+    )
 
 
 def _resolution_order(outcome: Outcome) -> tuple[int, str, str]:
@@ -250,19 +278,7 @@ class Engine:
             if not chunk:  # every outcome refused
                 continue
             for alarm in alarms:
-                at = chunk[alarm.index - before - 1]
-                record = DriftAlarmRecord(
-                    "drift_alarm",
-                    model_id,
-                    at.t_label,
-                    "final",
-                    alarm.detector,
-                    alarm.statistic,
-                    alarm.threshold,
-                    alarm.index,
-                    alarm.estimate,
-                )
-                records.append((at, record))
+                records.append((chunk[alarm.index - before - 1], _alarm_record(model_id, alarm)))
                 self.alarms += 1
             self._model_last_ts[model_id] = chunk[-1].t_label
             if model.n % every == 0:

@@ -6,8 +6,10 @@ reference to the latest snapshot per model, view and pair; the custom collector
 time, so a scrape costs no evaluation and never blocks the stream, and exports only the
 measures, estimators, classes and bins its :class:`~streameval.series.Selection` names (the
 worker's ``export_*`` settings: docs/operations.md, "Cardinality"). Events (alarms, outcomes,
-dropped records, dead letters) are counters; label latency is a histogram per model. Series of
-models that this worker no longer owns are removed with :meth:`Exporter.forget_models`.
+dropped records, dead letters) are counters; the latest alarm of each detector of a model
+leaves where it fired and where its change began in gauges (a fixed set of label values);
+label latency is a histogram per model. Series of models that this worker no longer owns are
+removed with :meth:`Exporter.forget_models`.
 
 Names (docs/operations.md, "What Prometheus gets"): every series starts with ``streameval_``;
 labels are ``model``, ``view``, ``estimator`` (``cumulative``, ``window_1000``,
@@ -43,12 +45,18 @@ class Exporter:
     >>> registry = CollectorRegistry()
     >>> exporter = Exporter(registry)
     >>> from streameval.records import DriftAlarmRecord
-    >>> alarm = DriftAlarmRecord("drift_alarm", "m", 5, "final", "page_hinkley", 101.5, 100.0,
-    ...                          21042, 0.41)
+    >>> alarm = DriftAlarmRecord("drift_alarm", "m", 5000, "final", "page_hinkley", 101.5,
+    ...     100.0, 21042, 0.41, "i9", 3000, 20310, 2000, "i4", 1000, 0.2, 0.37,
+    ...     {"type": "page_hinkley"})
     >>> exporter.observe([alarm])
-    >>> b'streameval_drift_alarms_total{detector="page_hinkley",model="m"} 1.0' in (
-    ...     generate_latest(registry))
+    >>> scraped = generate_latest(registry).decode()
+    >>> 'streameval_drift_alarms_total{detector="page_hinkley",model="m"} 1.0' in scraped
     True
+    >>> for line in scraped.splitlines():
+    ...     if line.startswith("streameval_drift_alarm_") and "change" in line:
+    ...         print(line)
+    streameval_drift_alarm_outcome{detector="page_hinkley",model="m",point="change"} 20310.0
+    streameval_drift_alarm_timestamp_seconds{detector="page_hinkley",model="m",point="change"} 2.0
     """
 
     def __init__(
@@ -73,6 +81,32 @@ class Exporter:
             "streameval_drift_alarms",
             "Drift alarms fired.",
             ["model", "detector"],
+            registry=registry,
+        )
+        # the latest alarm of each detector of a model: where it fired, where it estimates the
+        # change began, the monitored estimate before and after (a fixed set of label values,
+        # made at a detector's first alarm: no series per alarm)
+        self.alarm_outcome = Gauge(
+            "streameval_drift_alarm_outcome",
+            "The latest drift alarm's outcome index (point=alarm) and that of the outcome at "
+            "the Page-Hinkley minimum, after which the change is estimated to begin "
+            "(point=change; NaN when not known).",
+            ["model", "detector", "point"],
+            registry=registry,
+        )
+        self.alarm_time = Gauge(
+            "streameval_drift_alarm_timestamp_seconds",
+            "Event time (label time) of the latest drift alarm's outcome (point=alarm) and of "
+            "the outcome after which the change is estimated to begin (point=change).",
+            ["model", "detector", "point"],
+            registry=registry,
+        )
+        self.alarm_estimate = Gauge(
+            "streameval_drift_alarm_estimate",
+            "The latest drift alarm's monitored estimate (fading error, or ratio R), its mean "
+            "from the detector's last reset to the change (span=before) and from the change to "
+            "the alarm (span=after).",
+            ["model", "detector", "span"],
             registry=registry,
         )
         self.dropped = Counter(
@@ -194,11 +228,30 @@ class Exporter:
                 if record.model_id not in self._models:  # an alarm before its first metrics
                     self._first_seen(record.model_id)
                 self._child(self.alarms, record.model_id, record.detector).inc()
+                self._latest_alarm(record)
         with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
             if metrics is not None:
                 self._metrics = metrics
             if comparisons is not None:
                 self._comparisons = comparisons
+
+    def _latest_alarm(self, record: Record) -> None:
+        model, detector = record.model_id, record.detector
+        change = record.change_n is not None
+
+        def seconds(ms: int | None) -> float:
+            return ms / 1000.0 if ms is not None else float("nan")
+
+        self._child(self.alarm_outcome, model, detector, "alarm").set(record.n)
+        self._child(self.alarm_outcome, model, detector, "change").set(
+            record.change_n if change else float("nan")
+        )
+        self._child(self.alarm_time, model, detector, "alarm").set(seconds(record.ts))
+        self._child(self.alarm_time, model, detector, "change").set(seconds(record.change_ts))
+        for span, value in (("before", record.estimate_before), ("after", record.estimate_after)):
+            self._child(self.alarm_estimate, model, detector, span).set(
+                float("nan") if value is None else value
+            )
 
     def _first_seen(self, model_id: str) -> None:
         self._models.add(model_id)
@@ -274,7 +327,9 @@ class Exporter:
                 if v.model_a not in gone and v.model_b not in gone
             }
             self._latency = {k: v for k, v in self._latency.items() if k not in gone}
-        for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.dropped, 1)):
+        for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.dropped, 1),
+                                 (self.alarm_outcome, 0), (self.alarm_time, 0),
+                                 (self.alarm_estimate, 0)):  # fmt: skip
             children = self._children.get(metric._name, set())
             for labels in [c for c in children if c[position] in gone]:
                 metric.remove(*labels)

@@ -211,7 +211,7 @@ MetricsRecord = InitialMetricsRecord | FinalMetricsRecord
 
 
 class DriftAlarmRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A drift detector fired for a model. Key: model_id."""
+    """A drift detector fired for a model; where it estimates the change began. Key: model_id."""
 
     kind: Literal["drift_alarm"]
     model_id: ModelId
@@ -223,6 +223,51 @@ class DriftAlarmRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     n: Annotated[int, msgspec.Meta(ge=1, description="index of the outcome at which it fired")]
     estimate: Annotated[
         float | None, msgspec.Meta(description="the fading error, or the ratio R of Algorithm 4")
+    ]
+    instance_id: Annotated[
+        str, msgspec.Meta(min_length=1, description="instance of the outcome that fired")
+    ]
+    instance_ts: Annotated[
+        int, msgspec.Meta(ge=0, description="instance time (ms) of the outcome that fired")
+    ]
+    change_n: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=1,
+                description="index of the outcome at the Page-Hinkley minimum since the last "
+                "reset (the last with m_t = M_T): the change is estimated to begin with the "
+                "next one; null when not known (a detector restored from a checkpoint that did "
+                "not keep it)",
+            ),
+        ]
+        | None
+    )
+    change_ts: (
+        Annotated[int, msgspec.Meta(ge=0, description="label time (ms) of the change_n outcome")]
+        | None
+    )
+    change_instance_id: (
+        Annotated[str, msgspec.Meta(min_length=1, description="instance of the change_n outcome")]
+        | None
+    )
+    change_instance_ts: (
+        Annotated[int, msgspec.Meta(ge=0, description="instance time (ms) of the change_n outcome")]
+        | None
+    )
+    estimate_before: Annotated[
+        float | None,
+        msgspec.Meta(
+            description="mean of the monitored estimate from the last reset through change_n"
+        ),
+    ]
+    estimate_after: Annotated[
+        float | None,
+        msgspec.Meta(description="mean of the monitored estimate after change_n through n"),
+    ]
+    settings: Annotated[
+        dict[str, str | int | float],
+        msgspec.Meta(description="the detector's settings, as [[detectors]] takes them"),
     ]
 
 
@@ -358,9 +403,12 @@ def decode_record(kind: str, data: bytes) -> Any:
 
     >>> alarm = decode_record("drift_alarm", b'{"kind": "drift_alarm", "model_id": "m", '
     ...     b'"ts": 5, "view": "final", "detector": "page_hinkley", "statistic": 101.5, '
-    ...     b'"threshold": 100, "n": 21042, "estimate": 0.41}')
-    >>> alarm.detector, alarm.n
-    ('page_hinkley', 21042)
+    ...     b'"threshold": 100, "n": 21042, "estimate": 0.41, "instance_id": "i9", '
+    ...     b'"instance_ts": 3, "change_n": 20310, "change_ts": 2, "change_instance_id": "i4", '
+    ...     b'"change_instance_ts": 1, "estimate_before": 0.2, "estimate_after": 0.37, '
+    ...     b'"settings": {"type": "page_hinkley", "threshold": 100.0}}')
+    >>> alarm.detector, alarm.n, alarm.change_n
+    ('page_hinkley', 21042, 20310)
     """
     return _DECODERS[kind].decode(data)
 

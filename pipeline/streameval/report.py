@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,10 @@ from rich.table import Table
 from streameval.records import Record
 from streameval.replay import ReplayResult
 
-__all__ = ["MeasureHistory", "plot_history", "print_summary"]
+__all__ = ["MeasureHistory", "describe_alarm", "plot_history", "print_summary"]
+
+#: alarms the summary lists one by one (the records have them all)
+LISTED_ALARMS = 10
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -23,6 +27,40 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def describe_alarm(alarm: Any) -> str:
+    """A drift alarm record in one line, the alarm and the change on the same axes: outcome
+    index, instance and event time.
+
+    >>> from streameval.records import DriftAlarmRecord
+    >>> print(describe_alarm(DriftAlarmRecord("drift_alarm", "champion", 1767225983104, "final",
+    ...     "ratio_page_hinkley", 100.13, 100.0, 1520, 1.59, "inst-01525", 1767225981250, 1211,
+    ...     1767225907540, "inst-01223", 1767225905750, 0.984, 1.449, {})))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    champion: ratio_page_hinkley alarm at outcome 1520 (instance inst-01525 of
+    2026-01-01 00:06:21.250); change estimated to begin after outcome 1211 (instance
+    inst-01223 of 2026-01-01 00:05:05.750), 309 outcomes before the alarm; monitored estimate
+    0.984 → 1.449 (statistic 100.1 > 100)
+    """
+    head = (
+        f"{alarm.model_id}: {alarm.detector} alarm at outcome {alarm.n} (instance "
+        f"{alarm.instance_id} of {_when(alarm.instance_ts)})"
+    )
+    if alarm.change_n is None:
+        change = "change start not known (restored from a checkpoint that did not keep it)"
+    else:
+        change = (
+            f"change estimated to begin after outcome {alarm.change_n} (instance "
+            f"{alarm.change_instance_id} of {_when(alarm.change_instance_ts)}), "
+            f"{alarm.n - alarm.change_n} outcomes before the alarm; monitored estimate "
+            f"{_fmt(alarm.estimate_before)} → {_fmt(alarm.estimate_after)}"
+        )
+    return f"{head}; {change} (statistic {alarm.statistic:.1f} > {alarm.threshold:g})"
 
 
 def print_summary(result: ReplayResult, console: Console, estimator: str) -> None:
@@ -55,6 +93,10 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             str(alarms[model_id]),
         )
     console.print(table)
+    for alarm in result.alarms[:LISTED_ALARMS]:
+        console.print(describe_alarm(alarm), highlight=False)
+    if len(result.alarms) > LISTED_ALARMS:
+        console.print(f"… and {len(result.alarms) - LISTED_ALARMS} more alarms (in the records)")
     for key, record in sorted(result.final_comparisons.items()):
         c = record.estimators.get(estimator)
         if c is None:
@@ -95,7 +137,8 @@ class MeasureHistory:
         self.estimator = estimator
         self.points: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
         self.psi: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        self.alarms: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        #: per model: (outcome of the alarm, of the estimated change start or None, detector)
+        self.alarms: dict[str, list[tuple[int, int | None, str]]] = defaultdict(list)
 
     def __call__(self, records: list[Record]) -> None:
         for r in records:
@@ -106,7 +149,7 @@ class MeasureHistory:
                 d = r.delayed.get(self.estimator, {})
                 self.psi[r.model_id].append((r.n, _nan(d.get("psi_accuracy"))))
             elif r.kind == "drift_alarm":
-                self.alarms[r.model_id].append((r.n, r.detector))
+                self.alarms[r.model_id].append((r.n, r.change_n, r.detector))
 
 
 def _nan(value: Any) -> float:
@@ -114,7 +157,10 @@ def _nan(value: Any) -> float:
 
 
 def plot_history(history: MeasureHistory, path: Path) -> None:
-    """One panel per measure, one line per model, drift alarms as marks on each line."""
+    """One panel per measure, one line per model, drift alarms as marks on each line and the
+    span from where each alarm estimates its change began to the alarm shaded, all over the
+    model's outcomes (an instance's outcome comes when its label does: under label delay the
+    n-th outcome is not the n-th instance)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,7 +184,7 @@ def plot_history(history: MeasureHistory, path: Path) -> None:
             else:
                 ys = [values[measure] for _, values in history.points[model_id]]
             ax.plot(xs, ys, color=color, label=model_id, linewidth=1.4)
-            for n, detector in history.alarms[model_id]:
+            for n, change_n, detector in history.alarms[model_id]:
                 ax.axvline(
                     n,
                     color=color,
@@ -146,11 +192,16 @@ def plot_history(history: MeasureHistory, path: Path) -> None:
                     alpha=0.7,
                     linewidth=1,
                 )
+                if change_n is not None:
+                    ax.axvspan(change_n, n, color=color, alpha=0.08, linewidth=0)
     for ax, title in zip(axes, titles.values(), strict=True):
         ax.set_title(title, loc="left", fontsize=10)
         ax.grid(alpha=0.3)
     axes[2].axhline(0, color="black", linewidth=0.8)
-    axes[-1].set_xlabel(f"outcomes per model ({history.estimator}); dashed/dotted: drift alarms")
+    axes[-1].set_xlabel(
+        f"outcomes per model, in label order ({history.estimator})\ndashed/dotted: drift alarms "
+        "of page_hinkley/ratio_page_hinkley; shaded: from where each estimates its change began"
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncols=max(1, len(labels)), frameon=False)

@@ -23,20 +23,34 @@ from streameval.core.drift import (
 # one outcome at a time
 
 
-def reference_page_hinkley(values, delta, threshold, min_instances):
-    """(1-based index, PH) of every alarm; ``None`` values are skipped (undefined R)."""
+def reference_page_hinkley(values, delta, threshold, min_instances, change=False):
+    """(1-based index, PH) of every alarm; ``None`` values are skipped (undefined R).
+
+    With ``change``: (index, PH, index of the last value at which m_t = M_t, mean of the
+    values since the reset through it, mean of those after it through the alarm) — Page
+    (1954), Hinkley (1971): the minimum of the cumulative sum is the estimated change point.
+    """
     alarms = []
     t, mean, m, m_min = 0, 0.0, 0.0, math.inf
+    seen = []  # the values since the reset
     for index, x in enumerate(values, start=1):
         if x is None:
             continue
         t += 1
         mean += (x - mean) / t
         m += x - mean - delta
-        m_min = min(m_min, m)
+        seen.append(x)
+        if m <= m_min:  # a tie moves the estimate to the later value
+            m_min, at, at_t = m, index, t
         if m - m_min > threshold and t >= min_instances:
-            alarms.append((index, m - m_min))
-            t, mean, m, m_min = 0, 0.0, 0.0, math.inf
+            if change:
+                before, after = seen[:at_t], seen[at_t:]
+                alarms.append(
+                    (index, m - m_min, at, sum(before) / len(before), sum(after) / len(after))
+                )
+            else:
+                alarms.append((index, m - m_min))
+            t, mean, m, m_min, seen = 0, 0.0, 0.0, math.inf, []
     return alarms
 
 
@@ -122,7 +136,14 @@ def test_e9_algorithm_4(min_instances, expected):
     assert alarms[0].index == expected
     assert all(alarm.index > 200 for alarm in alarms)  # none on the stationary prefix
     if min_instances == 30:
-        assert alarms[0] == Alarm("ratio_page_hinkley", alarms[0].statistic, 10.0, 212, ratios[211])
+        expected_alarm = Alarm(
+            "ratio_page_hinkley", alarms[0].statistic, 10.0, 212, ratios[211],
+            change_index=199,  # R jumps at item 200, an error of the old concept too
+            estimate_before=pytest.approx(np.mean(ratios[4:199]), rel=1e-12),
+            estimate_after=pytest.approx(np.mean(ratios[199:212]), rel=1e-12),
+            settings=detector.spec(),
+        )  # fmt: skip
+        assert alarms[0] == expected_alarm
         assert alarms[0].statistic == pytest.approx(11.103373, abs=1e-5)
     # the whole batch at once gives the same alarms, bit for bit
     batched = RatioPageHinkley(0.99, 0.9, 0.1, 10.0, min_instances)
@@ -132,11 +153,33 @@ def test_e9_algorithm_4(min_instances, expected):
 def test_e9_matches_the_plain_recursions():
     errors = _e9_errors()
     ratios = reference_ratio(errors, 0.99, 0.9)
-    expected = reference_page_hinkley(ratios, 0.1, 10.0, 30)
+    expected = reference_page_hinkley(ratios, 0.1, 10.0, 30, change=True)
     alarms = RatioPageHinkley(0.99, 0.9, 0.1, 10.0, 30).update(errors)
-    assert [a.index for a in alarms] == [i for i, _ in expected]
-    assert [a.statistic for a in alarms] == pytest.approx([s for _, s in expected], abs=1e-9)
-    assert [a.estimate for a in alarms] == pytest.approx([ratios[i - 1] for i, _ in expected])
+    assert [a.index for a in alarms] == [e[0] for e in expected]
+    assert [a.statistic for a in alarms] == pytest.approx([e[1] for e in expected], abs=1e-9)
+    assert [a.estimate for a in alarms] == pytest.approx([ratios[e[0] - 1] for e in expected])
+    assert [a.change_index for a in alarms] == [e[2] for e in expected]
+    assert [a.estimate_before for a in alarms] == pytest.approx([e[3] for e in expected])
+    assert [a.estimate_after for a in alarms] == pytest.approx([e[4] for e in expected])
+
+
+def test_e8_change_point_and_the_levels_before_and_after():
+    """E8 (docs/measures.md): m_t = −0.1·t falls until t = 20, so M_27 = m_20: the change is
+    estimated to begin after value 20, from a mean of 0 to a mean of 1 (values 21–27)."""
+    x = np.r_[np.zeros(20), np.ones(20)]
+    [change] = PageHinkley(delta=0.1, threshold=5.0, min_instances=1).detect(x)[:1]
+    assert (change.position, change.start) == (26, 19)
+    assert (change.mean_before, change.mean_after) == (0.0, 1.0)
+    # one value at a time: the minimum lay in an earlier batch, 7 values before the alarm
+    ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
+    for value in x[:26]:
+        assert ph.detect(np.array([value])) == []
+    assert ph.minimum_at == 20
+    [change] = ph.detect(x[26:27])
+    assert (change.position, change.start, change.mean_before, change.mean_after) == (
+        0, -7, 0.0, 1.0
+    )  # fmt: skip
+    assert ph.minimum_at == 0  # reset
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,17 +259,28 @@ DETECTORS = {
 @given(stream=error_streams(), data=st.data())
 def test_any_batch_split_gives_the_alarms_of_one_by_one(kind, stream, data):
     errors, cuts = stream
+    marks = _marks(errors.size)
     batched = DETECTORS[kind](data.draw)
     single = detector_from_state(batched.state())
     split_alarms = []
     for lo, hi in itertools.pairwise(cuts):
-        split_alarms += batched.update(errors[lo:hi])
+        split_alarms += batched.update(errors[lo:hi], marks[lo:hi])
     single_alarms = []
-    for e in errors:
-        single_alarms += single.update(np.array([e]))
-    assert split_alarms == single_alarms  # indices, statistics and estimates, bit for bit
+    for i, e in enumerate(errors):
+        single_alarms += single.update(np.array([e]), marks[i : i + 1])
+    # indices, statistics, estimates, change points, levels and marks, bit for bit
+    assert split_alarms == single_alarms
     assert batched.state() == single.state()
     assert [a.index for a in split_alarms] == sorted({a.index for a in split_alarms})
+    for alarm in split_alarms:
+        assert alarm.change_index < alarm.index and alarm.settings == batched.spec()
+        assert alarm.at == marks[alarm.index - 1]
+        assert alarm.change_at == marks[alarm.change_index - 1]
+
+
+def _marks(n):
+    """What a caller says of outcome k: an instance id and two times, as ModelEvaluator does."""
+    return [(f"i{k}", 1000 * k, 1000 * k + 7) for k in range(1, n + 1)]
 
 
 @settings(max_examples=20)
@@ -253,21 +307,34 @@ def test_raw_page_hinkley_any_split_equals_one_by_one(seed, n, threshold, min_in
     assert batched.state() == single.state()
 
 
+def _alarm_tuple(alarm):
+    return (alarm.index, alarm.statistic, alarm.change_index, alarm.estimate_before,
+            alarm.estimate_after)  # fmt: skip
+
+
+def _approx(expected):
+    index, statistic, change_index, before, after = expected
+    return (index, pytest.approx(statistic, abs=1e-9), change_index,
+            pytest.approx(before, rel=1e-9), pytest.approx(after, rel=1e-9))  # fmt: skip
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_alarms_match_the_plain_recursions(seed):
     """An independent check of indices (values to 1e-9) on streams with many resets."""
     rng = np.random.default_rng(seed)
     errors = (rng.random(3000) < np.r_[np.full(1500, 0.1), np.full(1500, 0.5)]).astype(int)
     single = FadingErrorPageHinkley(0.99, delta=0.01, threshold=0.5, min_instances=5)
-    expected = reference_page_hinkley(reference_fading(errors, 0.99), 0.01, 0.5, 5)
+    expected = reference_page_hinkley(reference_fading(errors, 0.99), 0.01, 0.5, 5, change=True)
     alarms = single.update(errors)
     assert len(alarms) >= 10
-    assert [(a.index, pytest.approx(a.statistic, abs=1e-9)) for a in alarms] == expected
+    assert [_alarm_tuple(a) for a in alarms] == [_approx(e) for e in expected]
     ratio = RatioPageHinkley(0.999, 0.95, delta=0.01, threshold=2.0, min_instances=5)
-    expected = reference_page_hinkley(reference_ratio(errors, 0.999, 0.95), 0.01, 2.0, 5)
+    expected = reference_page_hinkley(
+        reference_ratio(errors, 0.999, 0.95), 0.01, 2.0, 5, change=True
+    )
     alarms = ratio.update(errors)
     assert len(alarms) >= 10
-    assert [(a.index, pytest.approx(a.statistic, abs=1e-9)) for a in alarms] == expected
+    assert [_alarm_tuple(a) for a in alarms] == [_approx(e) for e in expected]
     # many resets inside batches: batches of 7 give the same alarms, bit for bit
     chunked = RatioPageHinkley(0.999, 0.95, delta=0.01, threshold=2.0, min_instances=5)
     assert [a for lo in range(0, 3000, 7) for a in chunked.update(errors[lo : lo + 7])] == alarms
@@ -282,15 +349,73 @@ def test_alarms_match_the_plain_recursions(seed):
 @given(stream=error_streams(), data=st.data())
 def test_state_round_trips_exactly_through_json(kind, stream, data):
     errors, cuts = stream
+    marks = _marks(errors.size)
     detector = DETECTORS[kind](data.draw)
     half = cuts[len(cuts) // 2]
-    detector.update(errors[:half])
+    detector.update(errors[:half], marks[:half])
     restored = detector_from_state(json.loads(json.dumps(detector.state(), allow_nan=False)))
     assert type(restored) is type(detector)
     assert restored.state() == detector.state()
     assert restored.statistic == detector.statistic and restored.n == detector.n
-    assert restored.update(errors[half:]) == detector.update(errors[half:])
+    assert restored.change_index == detector.change_index
+    # the change point of an alarm may lie before the checkpoint: its mark came through it
+    assert restored.update(errors[half:], marks[half:]) == detector.update(
+        errors[half:], marks[half:]
+    )
     assert restored.state() == detector.state()
+
+
+@pytest.mark.parametrize("kind", DETECTORS)
+def test_a_state_without_the_change_point_restores(kind):
+    """A checkpoint written before the change point was kept (no ``change_index``,
+    ``change_mark``, ``minimum_at``, ``minimum_sum``) restores and fires the same alarms; the
+    change point is unknown (None) for an alarm whose PH minimum lay before the checkpoint, and
+    the same as an uninterrupted detector's for any other."""
+    rng = np.random.default_rng(5)
+    errors = (rng.random(6000) < np.r_[np.full(3000, 0.1), np.full(3000, 0.5)]).astype(int)
+    marks = _marks(errors.size)
+    spec = {
+        "page_hinkley": {"type": kind, "fading_factor": 0.99, "threshold": 0.5},
+        "ratio_page_hinkley": {"type": kind, "long_factor": 0.999, "short_factor": 0.95,
+                               "threshold": 2.0},
+    }[kind] | {"delta": 0.01, "min_instances": 5}  # fmt: skip
+    unknowns = 0
+    for cut in (2990, 3010, 3100, 4000):
+        whole = make_detector(spec)
+        whole.update(errors[:cut], marks[:cut])
+        old = whole.state()
+        for key in ("change_index", "change_mark"):
+            del old[key]
+        old["test"] = {key: old["test"][key] for key in ("observations", "sum", "cumulative",
+                                                         "minimum")}  # fmt: skip
+        restored = detector_from_state(old)
+        expected = whole.update(errors[cut:], marks[cut:])
+        got = restored.update(errors[cut:], marks[cut:])
+        assert len(got) == len(expected)
+        unknown = 0
+        for g, e in zip(got, expected, strict=True):
+            assert (g.index, g.statistic, g.estimate, g.at) == (e.index, e.statistic, e.estimate,
+                                                                e.at)  # fmt: skip
+            if g.change_index is None:  # its minimum was before the checkpoint, so not known
+                unknown += 1
+                assert e.change_index <= cut and g == Alarm(
+                    **{**e.__dict__, "change_index": None, "estimate_before": None,
+                       "estimate_after": None, "change_at": None}
+                )  # fmt: skip
+            else:
+                assert g == e
+        assert unknown <= 1  # only the first alarm after the restore can lack it
+        assert restored.state() == whole.state()
+        unknowns += unknown
+    assert unknowns  # (both cases are seen)
+
+
+def test_marks_must_match_the_errors():
+    detector = FadingErrorPageHinkley()
+    before = detector.state()
+    with pytest.raises(ValueError, match="marks has 1 entries for 2 errors; give one per error"):
+        detector.update(np.array([0, 1]), [("i1",)])
+    assert detector.state() == before
 
 
 def test_raw_page_hinkley_state_round_trips():
@@ -321,7 +446,14 @@ def test_alarm_to_dict_is_json_ready():
         "threshold": 10.0,
         "index": 212,
         "estimate": alarm.estimate,
-    }
+        "change_index": 199,
+        "estimate_before": alarm.estimate_before,
+        "estimate_after": alarm.estimate_after,
+        "settings": {"type": "ratio_page_hinkley", "long_factor": 0.99, "short_factor": 0.9,
+                     "delta": 0.1, "threshold": 10.0, "min_instances": 30},
+        "at": None,
+        "change_at": None,
+    }  # fmt: skip
     assert Alarm(**as_dict) == alarm
 
 

@@ -110,9 +110,11 @@ def test_drift_states_of_the_first_checkpoint_version_continue_with_the_same_ala
     for case in cases:
         detector = detector_from_state(case["state"])
         alarms = [alarm.to_dict() for alarm in detector.update(np.array(case["errors"], float))]
-        assert alarms == case["alarms"]
+        # the fields of the first version are the same (later ones came with the change point)
+        assert [{key: a[key] for key in case["alarms"][0]} for a in alarms] == case["alarms"]
         assert detector.n == case["final"]["n"]
-        assert detector.state()["test"] == case["final"]["test"]
+        test = detector.state()["test"]
+        assert {key: test[key] for key in case["final"]["test"]} == case["final"]["test"]
         restored = detector_from_state(json.loads(json.dumps(detector.state())))
         assert restored.state() == detector.state()
 

@@ -67,6 +67,29 @@ def test_alarm_and_state_round_trip():
     assert json.dumps(part.measures()) == json.dumps(whole.measures())
 
 
+def test_alarms_place_the_change_however_the_batches_fall():
+    """Each alarm names the outcome that fired and the one at the PH minimum, by instance id,
+    instance time and label time — the same for any batches and across a checkpoint taken
+    between the change point and the alarm."""
+    outcomes = _drifting(6000, seed=8, drift_at=3000)
+    whole = ModelEvaluator("m", estimators=["cumulative"])
+    alarms = whole.update(outcomes)
+    assert {a.detector for a in alarms} == {"page_hinkley", "ratio_page_hinkley"}
+    for alarm in alarms:
+        fired, change = outcomes[alarm.index - 1], outcomes[alarm.change_index - 1]
+        assert alarm.at == (fired.instance_id, fired.t_instance, fired.t_label)
+        assert alarm.change_at == (change.instance_id, change.t_instance, change.t_label)
+        assert alarm.change_index < alarm.index
+    first = alarms[0]
+    cut = (first.change_index + first.index) // 2  # a checkpoint between the two
+    for bounds in ([0, cut, 6000], [0, 7, cut, cut + 1, 4000, 6000]):
+        part, got = ModelEvaluator("m", estimators=["cumulative"]), []
+        for lo, hi in pairwise(bounds):
+            got += part.update(outcomes[lo:hi])
+            part = ModelEvaluator.from_state(json.loads(json.dumps(part.state())))
+        assert got == alarms
+
+
 def test_pair_state_round_trip_and_same_model_refused():
     pair = PairEvaluator("a", "b", estimators=["cumulative", "fading:0.9"])
     outcomes = _outcomes([1, 1, 0], [1, 0, 0], "a") + _outcomes([1, 1, 0], [0, 1, 0], "b")
@@ -217,7 +240,9 @@ def test_detectors_under_new_settings_go_on_start_or_go():
     continued = ModelEvaluator.from_state(state)  # a restart in between changes nothing
     got = continued.update(outcomes[n0:])
     errors = np.array([o.final != o.y_true for o in outcomes[n0:]], dtype=np.float64)
-    fresh = [replace(a, index=a.index + n0) for a in make_detector(sharper).update(errors)]
+    marks = [(o.instance_id, o.t_instance, o.t_label) for o in outcomes[n0:]]
+    fresh = [replace(a, index=a.index + n0, change_index=a.change_index + n0)
+             for a in make_detector(sharper).update(errors, marks)]  # fmt: skip
     assert fresh and expected
     assert sorted(got, key=lambda a: (a.index, a.threshold)) == sorted(
         expected + fresh, key=lambda a: (a.index, a.threshold)

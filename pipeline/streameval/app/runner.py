@@ -416,9 +416,12 @@ class Pipeline:
             elif isinstance(record, DriftAlarmRecord):
                 topic, key = t.alarms, record.model_id
                 log.warning(
-                    "drift alarm: model %s, detector %s, outcome %d (statistic %.1f > %.1f)",
-                    record.model_id, record.detector, record.n, record.statistic,
-                    record.threshold,
+                    "drift alarm: model %s, detector %s, outcome %d, instance %s (statistic "
+                    "%.1f > %.1f); change estimated to begin after outcome %s, instance %s; "
+                    "estimate %s -> %s",
+                    record.model_id, record.detector, record.n, record.instance_id,
+                    record.statistic, record.threshold, record.change_n,
+                    record.change_instance_id, record.estimate_before, record.estimate_after,
                 )  # fmt: skip
             else:
                 topic, key = t.metrics, record.model_id

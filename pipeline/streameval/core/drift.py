@@ -37,18 +37,19 @@ docs/measures.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from streameval.core.forgetting import BlockFading, block_size
-from streameval.core.page_hinkley import PageHinkley, _as_values, _is_real
+from streameval.core.page_hinkley import Change, PageHinkley, _as_values, _is_real
 
 __all__ = [
     "DEFAULT_DETECTORS",
     "Alarm",
+    "Change",
     "Detector",
     "FadingErrorPageHinkley",
     "PageHinkley",
@@ -96,6 +97,21 @@ class Alarm:
     estimate
         The monitored estimate at that outcome: the fading error for ``page_hinkley``, the
         ratio R of short- to long-term fading error for ``ratio_page_hinkley``.
+    change_index
+        Where the detector estimates the change began: the index (counted like ``index``) of
+        the last outcome at which the PH cumulative sum was at its minimum since the last
+        reset, m_t = M_T; the change begins with the outcome after it. None when the detector
+        was restored from a state that did not keep it and m has not fallen to a new minimum
+        since.
+    estimate_before, estimate_after
+        The mean of the monitored estimate over the PH updates from the last reset through
+        ``change_index``, and over those after it through ``index`` (None with
+        ``change_index``).
+    settings
+        The detector's settings, as :func:`make_detector` accepts them.
+    at, change_at
+        What the caller said of the outcome at ``index`` and at ``change_index`` (the
+        ``marks`` of :meth:`FadingErrorPageHinkley.update`), as tuples; None without marks.
 
     Examples
     --------
@@ -108,15 +124,27 @@ class Alarm:
     threshold: float
     index: int
     estimate: float
+    change_index: int | None = None
+    estimate_before: float | None = None
+    estimate_after: float | None = None
+    settings: dict[str, Any] | None = field(default=None, hash=False)
+    at: tuple[Any, ...] | None = None
+    change_at: tuple[Any, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the fields."""
+        """A JSON-ready dict of the fields (tuples as lists)."""
         return {
             "detector": self.detector,
             "statistic": self.statistic,
             "threshold": self.threshold,
             "index": self.index,
             "estimate": self.estimate,
+            "change_index": self.change_index,
+            "estimate_before": self.estimate_before,
+            "estimate_after": self.estimate_after,
+            "settings": None if self.settings is None else dict(self.settings),
+            "at": None if self.at is None else list(self.at),
+            "change_at": None if self.change_at is None else list(self.change_at),
         }
 
 
@@ -212,6 +240,11 @@ def _upgraded(fading_factor: float, old: dict[str, Any]) -> dict[str, Any]:
 # detectors on error streams
 
 
+def _mark(marks: Sequence[Sequence[Any]] | None, position: Any) -> tuple[Any, ...] | None:
+    """The mark of the outcome at ``position`` of the batch, as a tuple (None without marks)."""
+    return None if marks is None else tuple(marks[int(position)])
+
+
 class _ErrorDetector:
     """Common machinery of the detectors on error streams (not used directly)."""
 
@@ -224,6 +257,10 @@ class _ErrorDetector:
         self.threshold = self._test.threshold
         self.min_instances = self._test.min_instances
         self._n = 0
+        # the outcome of the PH minimum t* since the last reset (index over the detector's
+        # life, and its mark); None while there is none, or when a state did not keep it
+        self._change_index: int | None = None
+        self._change_mark: tuple[Any, ...] | None = None
 
     @property
     def n(self) -> int:
@@ -235,36 +272,90 @@ class _ErrorDetector:
         """The PH statistic after the latest outcome (0 right after a reset)."""
         return self._test.statistic
 
+    @property
+    def change_index(self) -> int | None:
+        """The index of the outcome at the PH minimum since the last reset: where a change
+        would be estimated to begin if the test fired now (None: no value since the reset, or
+        not known)."""
+        return self._change_index
+
     def spec(self) -> dict[str, Any]:
         """The settings, as accepted by :func:`make_detector`."""
         return {"type": self.name, **{key: getattr(self, key) for key in self.settings}}
 
-    def update(self, errors: Any) -> list[Alarm]:
+    def update(self, errors: Any, marks: Sequence[Sequence[Any]] | None = None) -> list[Alarm]:
         """Add a batch of losses (1 = the model was wrong), oldest first; return the alarms.
 
-        A batch with a NaN, infinite or negative loss raises ``ValueError`` and changes
-        nothing.
+        ``marks``, if given, says what each outcome is (one tuple of JSON values per loss, e.g.
+        its instance id and times): an alarm carries the mark of the outcome at which it fired
+        and of the one where the change began, which may lie in an earlier batch — the
+        detector keeps that one mark. A batch with a NaN, infinite or negative loss, or with
+        a number of marks other than of losses, raises ``ValueError`` and changes nothing.
         """
         losses = _as_values(errors, "errors", non_negative=True)
+        if marks is not None and len(marks) != losses.size:
+            raise ValueError(
+                f"marks has {len(marks)} entries for {losses.size} errors; give one per error"
+            )
         if not losses.size:
             return []
         first = self._n + 1
         positions, monitored = self._monitored(losses)
         self._n += losses.size
-        return [
-            Alarm(
-                detector=self.name,
-                statistic=statistic,
-                threshold=self.threshold,
-                index=first + int(positions[i]),
-                estimate=float(monitored[i]),
+        settings = self.spec()
+        alarms = []
+        for change in self._test._scan(monitored):
+            if change.start is None:
+                change_index, change_mark = None, None
+            elif change.start >= 0:
+                change_index = first + int(positions[change.start])
+                change_mark = _mark(marks, positions[change.start])
+            else:  # before this batch: the minimum the detector kept
+                change_index, change_mark = self._change_index, self._change_mark
+            alarms.append(
+                Alarm(
+                    detector=self.name,
+                    statistic=change.statistic,
+                    threshold=self.threshold,
+                    index=first + int(positions[change.position]),
+                    estimate=float(monitored[change.position]),
+                    change_index=change_index,
+                    estimate_before=change.mean_before,
+                    estimate_after=change.mean_after,
+                    settings=settings,
+                    at=_mark(marks, positions[change.position]),
+                    change_at=change_mark,
+                )
             )
-            for i, statistic in self._test._scan(monitored)
-        ]
+        # where the PH minimum is now: in this batch, before it, or nowhere (reset, unknown)
+        test = self._test
+        if test.observations == 0 or test.minimum_at == 0:
+            self._change_index, self._change_mark = None, None
+        else:
+            here = monitored.size - 1 - (test.observations - test.minimum_at)
+            if here >= 0:
+                self._change_index = first + int(positions[here])
+                self._change_mark = _mark(marks, positions[here])
+        return alarms
 
     def _monitored(self, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
         """Positions in the batch whose estimate enters the PH test, and those estimates."""
         raise NotImplementedError
+
+    def _running_state(self) -> dict[str, Any]:
+        return {
+            "n": self._n,
+            "change_index": self._change_index,
+            "change_mark": None if self._change_mark is None else list(self._change_mark),
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._n = state["n"]
+        self._test._restore(state["test"])
+        # states written before the change point was kept have neither (then not known)
+        self._change_index = state.get("change_index")
+        mark = state.get("change_mark")
+        self._change_mark = None if mark is None else tuple(mark)
 
     @classmethod
     def _check_state_type(cls, state: dict[str, Any]) -> None:
@@ -334,7 +425,7 @@ class FadingErrorPageHinkley(_ErrorDetector):
         """A JSON-ready snapshot of the settings and the whole running state."""
         return {
             **self.spec(),
-            "n": self._n,
+            **self._running_state(),
             "error": self._error.state(),
             "test": self._test._running_state(),
         }
@@ -344,9 +435,8 @@ class FadingErrorPageHinkley(_ErrorDetector):
         """Rebuild a detector from :meth:`state`; it continues bit-identically."""
         cls._check_state_type(state)
         detector = cls(**{key: state[key] for key in cls.settings})
-        detector._n = state["n"]
+        detector._restore(state)
         detector._error = _FadingMean.from_state(detector.fading_factor, state["error"])
-        detector._test._restore(state["test"])
         return detector
 
 
@@ -434,7 +524,7 @@ class RatioPageHinkley(_ErrorDetector):
         """A JSON-ready snapshot of the settings and the whole running state."""
         return {
             **self.spec(),
-            "n": self._n,
+            **self._running_state(),
             "long_error": self._long.state(),
             "short_error": self._short.state(),
             "test": self._test._running_state(),
@@ -445,10 +535,9 @@ class RatioPageHinkley(_ErrorDetector):
         """Rebuild a detector from :meth:`state`; it continues bit-identically."""
         cls._check_state_type(state)
         detector = cls(**{key: state[key] for key in cls.settings})
-        detector._n = state["n"]
+        detector._restore(state)
         detector._long = _FadingMean.from_state(detector.long_factor, state["long_error"])
         detector._short = _FadingMean.from_state(detector.short_factor, state["short_error"])
-        detector._test._restore(state["test"])
         return detector
 
 

@@ -67,7 +67,9 @@ class ModelEvaluator:
         Settings of the delayed-label block (:class:`~streameval.core.delayed.DelayedEvaluator`).
     detectors
         Drift detector configurations (:func:`~streameval.core.drift.make_detector`); they watch
-        the final view's 0-1 errors.
+        the final view's 0-1 errors. Their alarms' ``at`` and ``change_at`` are the
+        ``(instance_id, t_instance, t_label)`` of the outcome that fired and of the one where
+        the change is estimated to begin (:class:`~streameval.core.drift.Alarm`).
     normalize_max_count
         Largest estimate (in outcomes) whose normalized measures are computed: the exact
         normalization costs O(N log P) per measure and read (about 130 ms for all eight at
@@ -142,7 +144,7 @@ class ModelEvaluator:
         if n == 0:
             return []
         # the outcomes' fields as columns, transposed at C speed (Outcome is a named tuple)
-        _, _, y_trues, timelines, labels, t_instances, t_labels, _ = zip(*outcomes, strict=True)
+        _, ids, y_trues, timelines, labels, t_instances, t_labels, _ = zip(*outcomes, strict=True)
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
         codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
         if codes is None:  # a new class
@@ -176,10 +178,11 @@ class ModelEvaluator:
         self._latency[2] = max(self._latency[2], int(latency.max()))
         self._n += n
         errors = (final != y_true).astype(np.float64)
+        places = _Places(ids, t_instances, t_labels)
         alarms = [
-            alarm if not start else replace(alarm, index=alarm.index + start)
+            alarm if not start else _shifted(alarm, start)
             for det, start in zip(self._detectors, self._detector_starts, strict=True)
-            for alarm in det.update(errors)
+            for alarm in det.update(errors, places)
         ]
         return sorted(alarms, key=lambda a: a.index)
 
@@ -287,6 +290,29 @@ class ModelEvaluator:
                 ev._detector_starts.append(ev._n)
         ev._latency = list(state["latency"])
         return ev
+
+
+class _Places(Sequence):
+    """Each outcome of a batch as ``(instance_id, t_instance, t_label)``, made only for the
+    few a detector asks for (the outcome of an alarm, of its change point)."""
+
+    def __init__(self, ids: tuple, t_instances: tuple, t_labels: tuple) -> None:
+        self._columns = ids, t_instances, t_labels
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        ids, t_instances, t_labels = self._columns
+        return ids[i], int(t_instances[i]), int(t_labels[i])
+
+
+def _shifted(alarm: Alarm, start: int) -> Alarm:
+    """An alarm of a detector added after ``start`` outcomes, its indices counting the model's."""
+    change = alarm.change_index
+    return replace(
+        alarm, index=alarm.index + start, change_index=None if change is None else change + start
+    )
 
 
 def _normalized(snapshot: ConfusionSnapshot, positive: int) -> dict[str, float]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["PageHinkley"]
+__all__ = ["Change", "PageHinkley"]
 
 
 def _is_real(value: Any) -> bool:
@@ -67,6 +67,26 @@ def _as_values(values: Any, name: str, non_negative: bool) -> np.ndarray:
 _FIRST_CHUNK = 256  # outcomes examined at once after a reset; doubles while no alarm fires
 
 
+class Change(NamedTuple):
+    """An alarm of :meth:`PageHinkley.detect`, with the test's estimate of where the change began.
+
+    ``position`` is the 0-based position in the batch of the value at which PH_T > λ, and
+    ``statistic`` is PH_T. ``start`` is the position in the same batch of the value t* at which
+    the cumulative sum was at its minimum, m_t* = M_T (the last such value if several tie): the
+    change is estimated to begin with the value after it. ``start`` is negative when t* lay in
+    an earlier batch (−1 is the last value of the batch before), and None when the test was
+    restored from a state that did not keep t* and m has not reached a new minimum since.
+    ``mean_before`` is the mean of the values from the last reset through t*, ``mean_after``
+    that of the values after t* through T (None with ``start``).
+    """
+
+    position: int
+    statistic: float
+    start: int | None
+    mean_before: float | None
+    mean_after: float | None
+
+
 class PageHinkley:
     """Page-Hinkley test for an increase of the mean of a real signal.
 
@@ -74,6 +94,13 @@ class PageHinkley:
     running mean), m_t = Σ_{j≤t} (x_j − x̄_j − δ), M_t = min_{j≤t} m_j and PH_t = m_t − M_t
     (so PH_1 = 0). An alarm fires when PH_t > λ and t >= ``min_instances``; the whole state
     (t, x̄, m, M) then resets and the next value starts a new test.
+
+    The test also keeps t*, the last t at which m_t = M_t (the last time PH_t was 0), and
+    Σ_{j≤t*} x_j: at an alarm at T, t* estimates where the change began — the last value before
+    it, as the argument of the minimum of the cumulative sum estimates the change point in Page
+    (1954) and Hinkley (1971) — and the means of the values through t* and after it are the
+    levels before and after (:meth:`detect`). Both are found from the same cumulative sums and
+    minima, by batch.
 
     The running mean is kept as the running sum over t (the same x̄_t as the recursion
     x̄ += (x − x̄)/t, rounded once instead of t times).
@@ -97,11 +124,19 @@ class PageHinkley:
     >>> [(position + 1, round(statistic, 4)) for position, statistic in ph.update(x)[:1]]
     [(27, 5.1743)]
 
+    The change is estimated to begin after value 20 (m_20 = −2 = M_27), from 0 to 1:
+
+    >>> ph = PageHinkley(delta=0.1, threshold=5.0, min_instances=1)
+    >>> change = ph.detect(x)[0]
+    >>> change.start + 1, change.mean_before, change.mean_after
+    (20, 0.0, 1.0)
+
     References
     ----------
     Gama, Sebastião, Rodrigues (2013), Machine Learning 90(3), §5.1 (with the running mean
-    x̄_t; the printed x̄_T makes m_T = −T·δ and the test never fires). Page (1954). Worked example
-    E8 of docs/measures.md.
+    x̄_t; the printed x̄_T makes m_T = −T·δ and the test never fires). Page (1954). Hinkley
+    (1971), *Inference about the change-point from cumulative sum tests*, Biometrika 58 (the
+    minimum of the cumulative sum as the change point). Worked example E8 of docs/measures.md.
     """
 
     def __init__(
@@ -117,6 +152,8 @@ class PageHinkley:
         self._sum = 0.0  # Σ x_j, so x̄_t = sum/t
         self._cumulative = 0.0  # m_t
         self._minimum = math.inf  # M_t (no value yet)
+        self._minimum_at = 0  # t*, the last t with m_t = M_t (0: no value yet, or not known)
+        self._minimum_sum = 0.0  # Σ_{j≤t*} x_j
 
     def reset(self) -> None:
         """Start a new test, as after an alarm."""
@@ -132,6 +169,12 @@ class PageHinkley:
         """PH_t = m_t − M_t after the latest value (0 right after a reset)."""
         return self._cumulative - self._minimum if self._observations else 0.0
 
+    @property
+    def minimum_at(self) -> int:
+        """t*, the last value since the reset at which m_t = M_t (0 before the first value,
+        or when restored from a state that did not keep it and m has not fallen since)."""
+        return self._minimum_at
+
     def update(self, x: Any) -> list[tuple[int, float]]:
         """Test a batch of values, oldest first.
 
@@ -139,11 +182,16 @@ class PageHinkley:
         in ``x`` at which PH_t > λ (the test reset right after it) and PH_t. A batch with a
         NaN or infinite value raises ``ValueError`` and changes nothing.
         """
+        return [(change.position, change.statistic) for change in self.detect(x)]
+
+    def detect(self, x: Any) -> list[Change]:
+        """:meth:`update`, each alarm with where the change began and the means before and
+        after it (:class:`Change`)."""
         return self._scan(_as_values(x, "x", non_negative=False))
 
-    def _scan(self, x: np.ndarray) -> list[tuple[int, float]]:
-        """:meth:`update` for a checked ``float64`` array."""
-        alarms: list[tuple[int, float]] = []
+    def _scan(self, x: np.ndarray) -> list[Change]:
+        """:meth:`detect` for a checked ``float64`` array."""
+        alarms: list[Change] = []
         start, chunk = 0, _FIRST_CHUNK
         while start < x.size:
             values = x[start : start + chunk]
@@ -154,20 +202,42 @@ class PageHinkley:
             minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
             statistic = cumulative - minimum
             hits = np.flatnonzero((statistic > self.threshold) & (t >= self.min_instances))
+            end = int(hits[0]) if hits.size else values.size - 1
+            at = self._last_minimum(t, cumulative, minimum, end)
+            at_sum = float(sums[at - t[0]]) if at >= t[0] else self._minimum_sum
             if hits.size:
-                first = int(hits[0])
-                alarms.append((start + first, float(statistic[first])))
+                if at:
+                    after = (float(sums[end]) - at_sum) / (int(t[end]) - at)
+                    change = (start + end - (int(t[end]) - at), at_sum / at, after)
+                else:  # restored without t*, and no new minimum since
+                    change = (None, None, None)
+                alarms.append(Change(start + end, float(statistic[end]), *change))
                 self._reset()
-                start += first + 1
+                start += end + 1
                 chunk = _FIRST_CHUNK
             else:
                 self._observations = int(t[-1])
                 self._sum = float(sums[-1])
                 self._cumulative = float(cumulative[-1])
                 self._minimum = float(minimum[-1])
+                self._minimum_at, self._minimum_sum = at, at_sum
                 start += values.size
                 chunk *= 2
         return alarms
+
+    def _last_minimum(
+        self, t: np.ndarray, cumulative: np.ndarray, minimum: np.ndarray, end: int
+    ) -> int:
+        """t* after the value at ``end`` of a chunk: the last t with m_t = M_t there.
+
+        M is non-increasing, so the values that may equal M_end lie from the first position
+        where M reached it; the last of them that does is t* (a tie moves t* to the later
+        value), and if none does, M_end was reached before the chunk and t* is the one kept.
+        """
+        lowest = minimum[end]
+        first = int(np.searchsorted(-minimum[: end + 1], -lowest, side="left"))
+        ties = np.flatnonzero(cumulative[first : end + 1] == lowest)
+        return int(t[first + ties[-1]]) if ties.size else self._minimum_at
 
     def _running_state(self) -> dict[str, Any]:
         return {
@@ -175,6 +245,8 @@ class PageHinkley:
             "sum": self._sum,
             "cumulative": self._cumulative,
             "minimum": self._minimum if self._observations else None,
+            "minimum_at": self._minimum_at,
+            "minimum_sum": self._minimum_sum,
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -183,6 +255,9 @@ class PageHinkley:
         self._cumulative = state["cumulative"]
         minimum = state["minimum"]
         self._minimum = math.inf if minimum is None else minimum
+        # states written before t* was kept lack it: 0, not known until m falls to a new minimum
+        self._minimum_at = state.get("minimum_at", 0)
+        self._minimum_sum = state.get("minimum_sum", 0.0)
 
     def state(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the settings and the running state."""
