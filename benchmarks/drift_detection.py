@@ -602,6 +602,12 @@ def explain(streams: Sequence[Stream]) -> str:
                     facts["error of the last 1000 outcomes > the 2000 before + 0.02"] += 1
                 if window.mean() < 0.05:
                     facts["error of the last 1000 outcomes < 0.05"] += 1
+                if long_term[alarm - 1] < 0.01:
+                    facts[
+                        "long-term fading error at the alarm < 0.01 (a near error-free model)"
+                    ] += 1
+                if errors[max(0, alarm - 300) : alarm].sum() <= 2:
+                    facts["at most 2 errors in the 300 outcomes up to the alarm"] += 1
                 previous = alarm
         total = facts["alarms"]
         lines.append(
