@@ -75,6 +75,31 @@ def test_the_drift_is_where_it_was_put_and_a_learner_notices():
     assert 3000 < first < 4500
 
 
+def test_no_drift_keeps_the_first_concept_throughout():
+    settings = dict(instances=400, models=["majority"], delay="fixed_instances", delay_value=5)
+    labels = {}
+    for drifts in ([], [399]):
+        events = _events(**settings, drifts=drifts)
+        labels[len(drifts)] = {e["instance_id"]: e["label"] for e in events if e["type"] == "label"}
+    last = "sim-42-00000399"  # the only instance the drift at 399 draws from the next concept
+    assert {i: y for i, y in labels[0].items() if i != last} == {
+        i: y for i, y in labels[1].items() if i != last
+    }
+    assert len(labels[0]) == 400
+
+
+def test_the_cli_asks_for_no_drift(tmp_path):
+    out = tmp_path / "sim.jsonl"
+    options = ["simulate", "--instances", "200", "--model", "majority", "--out", str(out)]
+    result = CliRunner().invoke(main, [*options, "--no-drift"])
+    assert result.exit_code == 0, result.output
+    expected = _events(instances=200, drifts=[], models=["majority"], start_ms=1_767_225_600_000)
+    assert [orjson.loads(line) for line in out.read_bytes().splitlines()] == expected
+    result = CliRunner().invoke(main, [*options, "--no-drift", "--drift", "50"])
+    assert result.exit_code != 0
+    assert "--no-drift and --drift 50" in result.output
+
+
 def test_class_imbalance():
     events = _events(instances=2000, drifts=[1000], positive_share=0.1, models=["majority"])
     labels = [e["label"] for e in events if e["type"] == "label"]

@@ -320,6 +320,8 @@ def _simulation_options(function):
                      show_default=True),
         click.option("--drift", "drifts", type=int, multiple=True,
                      help="Instance position of a concept drift; repeatable (default: half way)."),
+        click.option("--no-drift", is_flag=True,
+                     help="No concept drift: one concept throughout (instead of --drift)."),
         click.option("--drift-width", type=click.IntRange(min=1), default=1, show_default=True,
                      help="1 for an abrupt drift, more for a gradual one over that many."),
         click.option("--positive-share", type=click.FloatRange(0, 1, min_open=True,
@@ -345,14 +347,20 @@ def _simulation_options(function):
 
 
 def _simulation_config(
-    generator, instances, drifts, drift_width, positive_share, models, delay, delay_value,
-    unlabelled, repredict_every, rate, seed, start_ms=None,
+    generator, instances, drifts, no_drift, drift_width, positive_share, models, delay,
+    delay_value, unlabelled, repredict_every, rate, seed, start_ms=None,
 ):  # fmt: skip
     from streameval.simulate.system import LEARNERS, SimulationConfig
 
+    if no_drift and drifts:
+        raise click.UsageError(
+            f"--no-drift and --drift {' '.join(map(str, drifts))} contradict each other; "
+            "give one of them"
+        )
+    if not drifts and not no_drift:
+        drifts = [instances // 2] if instances > 1 else []
     config = SimulationConfig(
-        generator=generator, instances=instances,
-        drifts=list(drifts) if drifts else [instances // 2] if instances > 1 else [],
+        generator=generator, instances=instances, drifts=list(drifts),
         drift_width=drift_width, positive_share=positive_share,
         models=list(models) or list(LEARNERS), delay=delay, delay_value=delay_value,
         unlabelled=unlabelled, repredict_every=repredict_every, rate=rate, seed=seed,

@@ -43,7 +43,8 @@ class SimulationConfig:
 
     generator: str = "agrawal"
     instances: int = 20_000
-    #: instance positions where the concept changes (each to the next concept of the generator)
+    #: instance positions where the concept changes (each to the next concept of the generator);
+    #: empty: no drift, one concept throughout
     drifts: list[int] = field(default_factory=lambda: [10_000])
     drift_width: int = 1  # 1: abrupt; more: a gradual change over this many instances
     #: share of the positive (second) class to keep for binary generators; None: as generated
