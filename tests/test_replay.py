@@ -336,3 +336,38 @@ def test_an_alarm_names_the_instances_and_times_of_where_it_fired_and_where_the_
         assert alarm["estimate_before"] < alarm["estimate_after"]
         detectors = [canonical_spec(d) for d in config.detectors_of(alarm["model_id"])]
         assert canonical_spec(alarm["settings"]) in detectors
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            {"confidence": 95},
+            r"confidence = 95: confidence=95 is not allowed; use a number in \(0, 1\)",
+        ),
+        ({"confidence": 1.0}, r"confidence=1.0 is not allowed"),
+        ({"min_n": -5}, r"min_n = -5: min_n=-5 is not allowed; use a number >= 0"),
+    ],
+)
+def test_interval_settings_are_checked_with_the_value_and_what_is_allowed(setting, message):
+    from streameval.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(**setting)
+
+
+def test_interval_settings_reach_the_records():
+    """confidence widens the bounds; min_n marks estimates warming_up (docs/measures.md)."""
+    lines = SAMPLE.read_bytes().splitlines()[4100:9000]
+    events = [decode_event(line) for line in lines if b"feedback" not in line]
+    wide = Engine(load_config(CONFIG, confidence=0.99, min_n=10**9)).process(events)
+    narrow = Engine(load_config(CONFIG, confidence=0.8, min_n=0)).process(events)
+    metrics = [(w, n) for w, n in zip(wide, narrow, strict=True) if w.kind == "metrics"]
+    assert metrics
+    for w, n in metrics:
+        for name, values in w.estimators.items():
+            other = n.estimators[name]
+            assert values["warming_up"] is True and other["warming_up"] is False
+            assert values["accuracy"] == other["accuracy"]
+            assert values["accuracy_lo"] <= other["accuracy_lo"] <= other["accuracy_hi"]
+            assert other["accuracy_hi"] <= values["accuracy_hi"]

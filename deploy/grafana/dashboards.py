@@ -117,6 +117,7 @@ def panel(
     maximum: float | None = None,
     thresholds: list[dict[str, Any]] | None = None,
     options: dict[str, Any] | None = None,
+    overrides: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     defaults: dict[str, Any] = {"unit": unit}
     if minimum is not None:
@@ -134,7 +135,7 @@ def panel(
         "description": description,
         "datasource": DATASOURCE,
         "targets": targets,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
         "options": options
         or {
             "legend": {"displayMode": "list", "placement": "bottom"},
@@ -322,6 +323,42 @@ def overview() -> dict[str, Any]:
             ],
             unit="percentunit",
             description="Below 0 the model is worse than the baseline.",
+        )
+    )
+    # the bounds as thin dashed lines beside their value: a filled band (Grafana's fillBelowTo)
+    # names one series, and a panel here shows every model and estimator selected
+    bounds = [
+        {
+            "matcher": {"id": "byRegexp", "options": ".*_(lo|hi) .*"},
+            "properties": [
+                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [6, 4]}},
+                {"id": "custom.lineWidth", "value": 1},
+            ],
+        }
+    ]
+    lay.add(
+        panel(
+            "timeseries",
+            "Accuracy with its interval",
+            [target(measure("accuracy|accuracy_lo|accuracy_hi"), legend)],
+            unit="percentunit",
+            description="Dashed: the Wilson interval (95 % by default, the evaluation setting "
+            "confidence) on the estimate's effective sample size; wide while few labels back it.",
+            minimum=0,
+            maximum=1,
+            overrides=bounds,
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "κ_per with its interval",
+            [target(measure("kappa_temporal|kappa_temporal_lo|kappa_temporal_hi"), legend)],
+            description="Dashed: κ_per ± z·se. An upper bound below 0 means worse than the "
+            "persistent classifier beyond sampling noise (the StreamevalWorseThanPersistent "
+            "alert).",
+            maximum=1,
+            overrides=bounds,
         )
     )
     lay.row("Kappa statistics")

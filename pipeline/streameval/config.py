@@ -9,6 +9,8 @@ Example file (every key optional)::
     publish_every = 1000          # outcomes of a model between two metrics records
     max_classes = 1000
     normalize_max_count = 50000   # largest estimate (outcomes) that gets normalized_* values
+    confidence = 0.95             # of the interval bounds (<measure>_lo, <measure>_hi)
+    min_n = 100                   # effective sample size below which an estimate is warming_up
     detectors = [                 # default drift detectors of every model
       { type = "page_hinkley", fading_factor = 0.999, delta = 0.1, threshold = 100 },
       { type = "ratio_page_hinkley", long_factor = 0.9994, short_factor = 0.997 },
@@ -41,6 +43,7 @@ Example file (every key optional)::
 from __future__ import annotations
 
 import functools
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -50,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
+from streameval.core.measures import DEFAULT_CONFIDENCE, DEFAULT_MIN_N, check_confidence
 from streameval.event_time import TimeRules
 
 __all__ = ["ConfigError", "EvaluationConfig", "load_config"]
@@ -114,6 +118,8 @@ class EvaluationConfig(_Strict):
     publish_every: int = Field(1000, ge=1)
     max_classes: int = Field(1000, ge=1)
     normalize_max_count: int = Field(50_000, ge=0)
+    confidence: float = DEFAULT_CONFIDENCE
+    min_n: float = DEFAULT_MIN_N
     detectors: list[dict[str, Any]] = Field(
         default_factory=lambda: [dict(d) for d in DEFAULT_DETECTORS]
     )
@@ -146,6 +152,26 @@ class EvaluationConfig(_Strict):
         return parse_estimators(self.estimators)
 
     _check = field_validator("detectors")(lambda cls, v: _check_detectors(v))
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, value: Any) -> float:
+        return check_confidence(value)
+
+    @field_validator("min_n", mode="before")
+    @classmethod
+    def _min_n(cls, value: Any) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                f"min_n={value!r} is not allowed; use a number >= 0: the effective sample size "
+                "below which an estimate is marked warming_up (0: never)"
+            )
+        return float(value)
 
     @field_validator("comparisons")
     @classmethod

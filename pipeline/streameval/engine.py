@@ -326,7 +326,8 @@ class Engine:
 
     def _metrics_records(self, model_id: str, model: ModelEvaluator, ts: int) -> list[Record]:
         self._published[model_id] = model.n
-        measures = model.measures()
+        cfg = self.config
+        measures = model.measures(cfg.confidence, cfg.min_n)
         views, n = measures["views"], measures["n"]
         latency = Latency(**measures["latency_ms"])
         return [
@@ -338,7 +339,11 @@ class Engine:
 
     def _comparison_record(self, key: str, pair: PairEvaluator, ts: int) -> ComparisonRecord:
         self._published[key] = pair.n
-        estimators = {name: PairMeasures(**values) for name, values in pair.measures().items()}
+        cfg = self.config
+        estimators = {
+            name: PairMeasures(**values)
+            for name, values in pair.measures(cfg.confidence, cfg.min_n).items()
+        }
         return ComparisonRecord(
             "comparison", key, pair.model_a, pair.model_b, ts, pair.n, estimators
         )

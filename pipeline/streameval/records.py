@@ -121,9 +121,26 @@ _VALUE = {"anyOf": [{"type": "number"}, {"type": "null"}]}
 _UNIT = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": -1e-9, "maximum": 1.000000001}]}
 _DEFS = {"value": _VALUE, "unit": _UNIT}
 _REF_VALUE, _REF_UNIT = {"$ref": "#/$defs/value"}, {"$ref": "#/$defs/unit"}
-_SIGNED = ("kappa", "kappa_m", "kappa_temporal", "mcc", "kappa_se", "kappa_se0", "kappa_z")
+_SIGNED = (
+    "kappa",
+    "kappa_m",
+    "kappa_temporal",
+    "mcc",
+    "kappa_se",
+    "kappa_se0",
+    "kappa_z",
+    *(f"{name}_{end}" for name in ("kappa", "kappa_m", "kappa_temporal") for end in ("lo", "hi")),
+)
 _NORMALIZED = "accuracy|balanced_accuracy|kappa|g_mean|mcc|precision|recall|f1"
-_COUNTS = {"n": {"type": "integer", "minimum": 0}, "n_effective": {"type": "number", "minimum": 0}}
+_COUNTS = {
+    "n": {"type": "integer", "minimum": 0},
+    "n_effective": {"type": "number", "minimum": 0},
+    "n_kish": {"type": "number", "minimum": 0},
+}
+_WARMING_UP = {
+    "type": "boolean",
+    "description": "n_kish is below the configured min_n: too few outcomes to act on",
+}
 
 EstimatorName = Annotated[
     str, msgspec.Meta(pattern=r"^(cumulative|window:[1-9][0-9]*|fading:[0-9.eE+-]+)$")
@@ -133,14 +150,19 @@ Measures = Annotated[
     dict[str, Any],
     msgspec.Meta(
         extra_json_schema={
-            "required": list(SCALAR_MEASURES),
+            "required": [*SCALAR_MEASURES, "warming_up"],
             "properties": {
-                name: _COUNTS.get(name, _REF_VALUE if name in _SIGNED else _REF_UNIT)
-                for name in SCALAR_MEASURES
+                **{
+                    name: _COUNTS.get(name, _REF_VALUE if name in _SIGNED else _REF_UNIT)
+                    for name in SCALAR_MEASURES
+                },
+                "warming_up": _WARMING_UP,
             },
             "patternProperties": {
                 r"^(precision|recall|f1)\[.+\]$": _REF_UNIT,
+                r"^(precision|recall)_(lo|hi)\[.+\]$": _REF_UNIT,
                 r"^(precision|recall|f1)_positive$": _REF_UNIT,
+                r"^(precision|recall)_positive_(lo|hi)$": _REF_UNIT,
                 f"^normalized_({_NORMALIZED})$": _REF_UNIT,
             },
             "additionalProperties": False,
@@ -286,6 +308,20 @@ class PairMeasures(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         msgspec.Meta(description="|mcnemar| > 6.635 (99 %)", extra_json_schema={"enum": [0, 1]}),
     ]
     leader: str | None
+    n_kish: Annotated[
+        float, msgspec.Meta(ge=0, description="effective pairs: n, (Σw)²/Σw² under fading")
+    ]
+    accuracy_difference: Annotated[
+        float | None,
+        msgspec.Meta(description="accuracy(B) − accuracy(A) on the pairs: > 0 means B is better"),
+    ]
+    accuracy_difference_lo: Annotated[
+        float | None, msgspec.Meta(description="lower bound (Wald, paired proportions)")
+    ]
+    accuracy_difference_hi: Annotated[
+        float | None, msgspec.Meta(description="upper bound (Wald, paired proportions)")
+    ]
+    warming_up: Annotated[bool, msgspec.Meta(description="n_kish is below the configured min_n")]
 
 
 class ComparisonRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -64,8 +64,17 @@ LATENCY_BUCKETS = (
 
 #: The counts of an estimate: a family each, apart from the measures
 COUNTS = ("n", "n_effective")
-#: Per-class measures, ``recall[<class>]`` in a record
-CLASS_MEASURES = ("precision", "recall", "f1")
+#: Per-class measures, ``recall[<class>]`` in a record, and their interval bounds
+#: (``recall_lo[<class>]``)
+CLASS_MEASURES = (
+    "precision",
+    "recall",
+    "f1",
+    "precision_lo",
+    "precision_hi",
+    "recall_lo",
+    "recall_hi",
+)
 #: The measures of the delayed-label block (initial, Ψ and final performance)
 DELAYED_MEASURES = ("accuracy", "kappa", "kappa_plus")
 #: Every name a selection may list (the per-class ones select ``streameval_class_measure``)
@@ -74,6 +83,8 @@ EXPORTABLE_MEASURES = (
     "precision_positive",
     "recall_positive",
     "f1_positive",
+    *(f"{name}_positive_{end}" for name in ("precision", "recall") for end in ("lo", "hi")),
+    "warming_up",  # 1 while the estimate's n_kish is below min_n, else 0
     *(f"normalized_{name}" for name in NORMALIZED_MEASURES),
     *CLASS_MEASURES,
 )
@@ -97,6 +108,11 @@ DEFAULT_MEASURES = (
     "recall",
     "n",
     "n_effective",
+    # the bounds the alerts and the dashboards' bands use (docs/operations.md, "Cardinality")
+    "accuracy_lo",
+    "accuracy_hi",
+    "kappa_temporal_lo",
+    "kappa_temporal_hi",
 )
 #: The initial view's default: its accuracy, beside the final view's
 DEFAULT_INITIAL_MEASURES = ("accuracy",)

@@ -28,6 +28,7 @@ SPECS = [
     "fading:1.0",
 ]
 NAN = math.nan
+Z95 = 1.959963984540054  # the two-sided 95 % normal quantile, as tables print it
 
 ZERO_ONE = st.integers(0, 1).map(float)
 REAL = st.one_of(
@@ -78,9 +79,11 @@ def reference(loss_a, loss_b, spec: str) -> dict[str, float]:
             ratio = sum_a / sum_b
             q = math.log(ratio) if 0 < ratio < math.inf else math.log(sum_a) - math.log(sum_b)
         n = len(pairs)
+        weights = np.array([a ** (n - 1 - j) for j in range(n)])
     else:
         if kind == "window":
             pairs = pairs[max(0, len(pairs) - int(arg)) :]
+        weights = np.ones(len(pairs))
         exact_a = sum((Fraction(la) for la, _ in pairs), Fraction(0))
         exact_b = sum((Fraction(lb) for _, lb in pairs), Fraction(0))
         q = NAN
@@ -92,6 +95,19 @@ def reference(loss_a, loss_b, spec: str) -> dict[str, float]:
         n = len(pairs)
     d = n01 - n10
     m = 0.0 if n01 + n10 == 0 else math.copysign(d**2 / (n01 + n10), d)
+    # the accuracy difference B − A: the weighted mean of the per-pair differences
+    # 1[B right] − 1[A right], and its Wald interval from their weighted variance over Kish's
+    # effective number of pairs — the paired-proportions interval (Agresti 2002, §10.1),
+    # derived here another way
+    gain = np.array([float(la > 0) - float(lb > 0) for la, lb in pairs])
+    size = weights.sum() ** 2 / (weights**2).sum() if len(pairs) else 0.0
+    if len(pairs):
+        mean = float(np.average(gain, weights=weights))
+        variance = float(np.average((gain - mean) ** 2, weights=weights))
+        half = Z95 * math.sqrt(variance / size)
+        low, high = max(-1.0, mean - half), min(1.0, mean + half)
+    else:
+        mean = low = high = NAN
     return {
         "n": n,
         "q_statistic": q,
@@ -99,7 +115,15 @@ def reference(loss_a, loss_b, spec: str) -> dict[str, float]:
         "n01": float(n01),
         "n10": float(n10),
         "significant": float(abs(m) > 6.635),
+        "n_kish": size,
+        "accuracy_difference": mean,
+        "accuracy_difference_lo": low,
+        "accuracy_difference_hi": high,
     }
+
+
+#: computed another way than the module does: equal to rounding, never bit for bit
+_DERIVED = {"n_kish", "accuracy_difference", "accuracy_difference_lo", "accuracy_difference_hi"}
 
 
 def _assert_close(got: dict, want: dict, exact: bool, context: str = "") -> None:
@@ -108,10 +132,11 @@ def _assert_close(got: dict, want: dict, exact: bool, context: str = "") -> None
         x, y = got[key], want[key]
         if isinstance(y, float) and math.isnan(y):
             assert math.isnan(x), f"{key} {context}"
-        elif exact:
+        elif exact and key not in _DERIVED:
             assert x == y, f"{key} {context}: {x!r} != {y!r}"
         else:
-            assert math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12), f"{key} {context}: {x} {y}"
+            tol = 1e-9 if key in _DERIVED else 1e-12
+            assert math.isclose(x, y, rel_tol=tol, abs_tol=tol), f"{key} {context}: {x} {y}"
 
 
 @pytest.mark.parametrize("spec", SPECS)

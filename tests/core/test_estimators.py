@@ -69,8 +69,62 @@ def test_any_batch_split_equals_one_by_one(spec, stream):
         b.n,
         b.n_effective,
     )
+    if a.squares is not None:  # fading: the squared-weight sums too
+        assert a.squares.tolist() == b.squares.tolist()
     assert batched.state() == single.state()
     _same_measures(batched.measures(positive=0), single.measures(positive=0), exact=True)
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.9, 0.999, 1.0])
+@settings(max_examples=25)
+@given(stream=split_streams())
+def test_fading_squared_weights_match_a_plain_loop_on_every_prefix(factor, stream):
+    """Σw² per true class, per predicted class and of the scored persistent outcomes, and
+    n_kish = (Σw)²/Σw², against a loop over the weights a^(n−1−j) after every batch."""
+    y_true, y_pred, cuts = stream
+    est = FadingConfusion(fading_factor=factor)
+    for lo, hi in itertools.pairwise(cuts):
+        est.update(y_true[lo:hi], y_pred[lo:hi])
+        n = hi
+        if n == 0:
+            continue
+        k = est.n_classes
+        rows, cols, scored = [0.0] * k, [0.0] * k, 0.0
+        total = total_sq = 0.0
+        for j in range(n):
+            weight = factor ** (n - 1 - j)
+            rows[y_true[j]] += weight * weight
+            cols[y_pred[j]] += weight * weight
+            if j > 0:
+                scored += weight * weight
+            total += weight
+            total_sq += weight * weight
+        got = est.snapshot().squares
+        assert np.allclose(got, [*rows, *cols, scored], rtol=1e-9, atol=1e-300)
+        assert math.isclose(est.measures()["n_kish"], total * total / total_sq, rel_tol=1e-9)
+
+
+def test_fading_state_without_squared_weights_restores_and_converges():
+    """A checkpoint written before the squared weights were kept: the total is exact, each
+    denominator is estimated in proportion to its weight, and the estimate fades out."""
+    rng = np.random.default_rng(11)
+    y_true = rng.integers(0, 3, 4000)
+    y_pred = np.where(rng.random(4000) < 0.8, y_true, rng.integers(0, 3, 4000))
+    est = FadingConfusion(fading_factor=0.99)
+    est.update(y_true[:1500], y_pred[:1500])
+    old = json.loads(json.dumps(est.state()))
+    del old["squares"]
+    restored = ConfusionEstimator.from_state(old)
+    exact, guessed = est.snapshot(), restored.snapshot()
+    k = est.n_classes
+    assert math.isclose(guessed.squares[:k].sum(), exact.squares[:k].sum(), rel_tol=1e-12)
+    assert np.allclose(guessed.squares, exact.squares, rtol=0.2)  # a guess, near
+    assert "squares" in restored.state()
+    est.update(y_true[1500:], y_pred[1500:])
+    restored.update(y_true[1500:], y_pred[1500:])
+    # 2500 outcomes later the guess weighs 0.99^5000 ≈ 1.5e-22 of the sums
+    assert np.allclose(restored.snapshot().squares, est.snapshot().squares, rtol=1e-12)
+    assert math.isclose(restored.measures()["n_kish"], est.measures()["n_kish"], rel_tol=1e-12)
 
 
 @pytest.mark.parametrize("spec", SPECS)

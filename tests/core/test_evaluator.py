@@ -21,6 +21,7 @@ def test_measures_are_flat_json_ready_floats_with_nan_for_undefined():
     out = ev.measures()
     for measures in out.values():
         assert set(SCALAR_MEASURES) <= set(measures)
+        assert type(measures.pop("warming_up")) is bool
         assert all(type(v) in (int, float) for v in measures.values())
         assert math.isnan(measures["kappa"])  # one class everywhere
         assert math.isnan(measures["recall_positive"])  # no positive seen
@@ -42,6 +43,7 @@ def test_evaluator_equals_estimators_fed_with_encoded_labels():
         est.update(t, h)
         want = est.measures(labels=ev.labels.classes, positive=codes["dog"])
         got = ev.measures()[spec]
+        assert got.pop("warming_up") is False  # min_n = 0
         assert got.keys() == want.keys()
         assert all(
             g == w or (math.isnan(g) and math.isnan(w))
@@ -110,3 +112,17 @@ def test_a_class_faded_to_nothing_leaves_kappa_undefined_not_a_crash():
     for name in ("kappa", "kappa_m", "kappa_temporal", "kappa_plus", "kappa_se", "kappa_z"):
         assert math.isnan(faded[name]), name
     assert not math.isnan(ev.measures()["cumulative"]["kappa"])  # exact counts: defined
+
+
+def test_an_estimate_below_min_n_is_warming_up():
+    """min_n compares with n_kish: the window and cumulative counts, Kish's size under fading."""
+    ev = Evaluator(estimators=["cumulative", "window:50", "fading:0.9"])
+    ev.update([0, 1] * 60, [0, 1] * 60)
+    m = ev.measures(min_n=100)
+    assert m["cumulative"]["n_kish"] == 120 and m["cumulative"]["warming_up"] is False
+    assert m["window:50"]["n_kish"] == 50 and m["window:50"]["warming_up"] is True
+    # a = 0.9: N_a²/N_(a²), which tends to (1 + a)/(1 − a) = 19
+    n_a, n_a2 = (1 - 0.9**120) / 0.1, (1 - 0.81**120) / 0.19
+    assert m["fading:0.9"]["n_kish"] == pytest.approx(n_a**2 / n_a2, rel=1e-12)
+    assert m["fading:0.9"]["warming_up"] is True
+    assert all(not values["warming_up"] for values in ev.measures(min_n=0).values())

@@ -146,7 +146,8 @@ def test_e5_kappa_significance(n, se, se0, z):
 
 
 def test_fading_standard_error_uses_effective_sample_size():
-    """With fading, N in Cohen's standard error is N_a = (1 − a^t)/(1 − a) (docs/measures.md)."""
+    """With fading, N in Cohen's standard error is Kish's (Σw)²/Σw² = N_a²/N_(a²), where
+    N_a = (1 − a^t)/(1 − a) is the sum of the weights (docs/measures.md)."""
     est = parse_estimator("fading:0.9")
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 50)
@@ -154,14 +155,17 @@ def test_fading_standard_error_uses_effective_sample_size():
     m = est.measures()
     n_a = (1 - 0.9**50) / (1 - 0.9)
     assert m["n_effective"] == pytest.approx(n_a, rel=1e-12)
+    n_kish = n_a**2 / ((1 - 0.81**50) / (1 - 0.81))
+    assert m["n_kish"] == pytest.approx(n_kish, rel=1e-12)
     p_ran = m["p_ran"]
-    assert m["kappa_se0"] == pytest.approx(math.sqrt(p_ran / (n_a * (1 - p_ran))), rel=1e-12)
+    assert m["kappa_se0"] == pytest.approx(math.sqrt(p_ran / (n_kish * (1 - p_ran))), rel=1e-12)
 
 
 def test_empty_estimate_is_all_nan():
     m = parse_estimator("window:10").measures(positive=1)
     assert m["n"] == 0
-    undefined = [k for k in m if k not in ("n", "n_effective")]
+    assert m["n_kish"] == 0.0
+    undefined = [k for k in m if k not in ("n", "n_effective", "n_kish")]
     assert undefined and all(math.isnan(m[k]) for k in undefined)
 
 
@@ -211,3 +215,60 @@ def test_mcc_of_a_class_faded_to_rounding_noise_is_undefined_not_a_crash():
     est = parse_estimator("fading:0.999")
     est.update(np.array([0, 1, 1, 0] * 50), np.array([0, 1, 0, 0] * 50))
     assert 0 < est.measures()["mcc"] < 1
+
+
+# -- intervals (docs/measures.md, "Intervals") ---------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.0, 0.03, 0.5, 0.93, 1.0])
+@pytest.mark.parametrize("n", [1, 40, 1000, 40_000, 2.7])
+@pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99])
+def test_wilson_bounds_are_the_roots_of_wilsons_quadratic(p, n, confidence):
+    """Wilson (1927): the π with (p − π)² = z²·π(1 − π)/n; z from the normal quantile."""
+    from statistics import NormalDist
+
+    from streameval.core.measures import normal_quantile, wilson
+
+    from tests.core.reference import wilson_roots
+
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    assert normal_quantile(confidence) == pytest.approx(z, rel=1e-15)
+    low, high = wilson(p, n, normal_quantile(confidence))
+    want = wilson_roots(p, n, z)
+    assert low == pytest.approx(want[0], abs=1e-12) and high == pytest.approx(want[1], abs=1e-12)
+    assert 0.0 <= low <= p <= high <= 1.0
+
+
+def test_the_same_accuracy_on_40_and_on_40000_labels_is_not_the_same_claim():
+    """The issue's case: 0.93 on 40 labels and on 40 000 differ in their intervals."""
+    few = compute_measures(ConfusionSnapshot(np.array([[20, 1], [2, 17]]), 0, 0, 40, 40.0))
+    many = compute_measures(
+        ConfusionSnapshot(np.array([[20_000, 1_400], [1_400, 17_200]]), 0, 0, 40_000, 40_000.0)
+    )
+    assert few["accuracy"] == pytest.approx(0.925) and many["accuracy"] == pytest.approx(0.93)
+    assert few["accuracy_hi"] - few["accuracy_lo"] > 0.15
+    assert many["accuracy_hi"] - many["accuracy_lo"] < 0.006
+    # error's interval mirrors accuracy's
+    assert few["error_lo"] == pytest.approx(1 - few["accuracy_hi"])
+
+
+def test_kappa_intervals_are_cohens_standard_error_around_kappa():
+    """E5's p = 0.7, p_ran = 0.5 at N = 100: κ = 0.4, se = 0.0916515, κ ± 1.96·se."""
+    snap = ConfusionSnapshot(np.array([[35, 15], [15, 35]]), 0, 0, 100, 100.0)
+    m = compute_measures(snap)
+    se = math.sqrt(0.7 * 0.3 / 100) / 0.5
+    assert m["kappa_se"] == pytest.approx(se, rel=1e-12)
+    assert m["kappa_lo"] == pytest.approx(0.4 - 1.959963984540054 * se, rel=1e-12)
+    assert m["kappa_hi"] == pytest.approx(0.4 + 1.959963984540054 * se, rel=1e-12)
+    # κ_M against p_maj = 0.5 has the same se here; a wider confidence, a wider interval
+    wide = compute_measures(snap, confidence=0.99)
+    assert wide["kappa_hi"] - wide["kappa_lo"] > m["kappa_hi"] - m["kappa_lo"]
+
+
+def test_a_bad_confidence_names_the_value_and_what_is_allowed():
+    snap = ConfusionSnapshot(np.array([[1]]), 0, 0, 1, 1.0)
+    for bad in (0, 1, 95, -0.5, True):
+        with pytest.raises(
+            ValueError, match=r"confidence=.* is not allowed; use a number in \(0, 1\)"
+        ):
+            compute_measures(snap, confidence=bad)

@@ -61,6 +61,8 @@ __all__ = [
 SETTINGS = {
     "publish_every": "free",
     "normalize_max_count": "free",
+    "confidence": "free",
+    "min_n": "free",
     "join.max_future_ms": "free",
     "time.ts_unit": "free",  # how input is read: every stored time is milliseconds either way
     "time.ts_source": "free",

@@ -13,6 +13,12 @@ Reading the signs: Q < 0 (A has the smaller loss) or M < 0 (A makes fewer exclus
 A is better, M > 0 that B is better. ``|M| > 6.635`` rejects "no difference" at the 99 % level
 (χ² with one degree of freedom, no continuity correction). :func:`leader` applies this rule.
 
+Next to them, the difference of the two models' accuracies on the paired outcomes,
+d = accuracy(B) − accuracy(A) = (n01 − n10)/n (> 0: B is better, the sign of M), with the Wald
+interval for a difference of paired proportions, d ± z·sqrt((b + c − (b − c)²)/n) with
+b = n01/n, c = n10/n (Agresti 2002, §10.1); under fading n01, n10 and n are faded and the n
+under the root is Kish's effective size (Σw)²/Σw² (docs/measures.md, "Intervals").
+
 Undefined values: Q is NaN when either loss sum is 0; M is 0 when n01 + n10 = 0 — no exclusive
 error of either model is no evidence of a difference (docs/measures.md).
 
@@ -28,7 +34,9 @@ Gama, Sebastião, Rodrigues (2013), *On evaluating stream learning algorithms*, 
 Learning 90(3), §4 "Comparative assessment": the Q statistic Q_i(A, B) = log(S_i^A/S_i^B)
 and its fading form Q_i^α (Figs. 4–5); §4.1 "The 0–1 loss function": the signed McNemar
 statistic and the threshold 6.635; §4.2: McNemar over sliding windows and with fading factors
-(Figs. 6–7). Worked examples E6 and E7 of docs/measures.md.
+(Figs. 6–7). Worked examples E6 and E7 of docs/measures.md. Agresti (2002), *Categorical Data
+Analysis*, 2nd ed., §10.1 "Comparing dependent proportions": the Wald interval of the
+difference of paired proportions.
 """
 
 from __future__ import annotations
@@ -54,8 +62,10 @@ from streameval.core.forgetting import (
     EstimatorSpec,
     Ring,
     check_continued,
+    geometric_sum,
     parse_estimators,
 )
+from streameval.core.measures import DEFAULT_CONFIDENCE, ROUNDING_NOISE, kish, normal_quantile
 
 __all__ = [
     "COMPARISON_MEASURES",
@@ -73,7 +83,18 @@ MCNEMAR_THRESHOLD = 6.635
 MAX_LOSS = 1e100
 
 #: Keys of the measures of one estimator, in a stable order.
-COMPARISON_MEASURES = ("n", "q_statistic", "mcnemar", "n01", "n10", "significant")
+COMPARISON_MEASURES = (
+    "n",
+    "q_statistic",
+    "mcnemar",
+    "n01",
+    "n10",
+    "significant",
+    "n_kish",
+    "accuracy_difference",
+    "accuracy_difference_lo",
+    "accuracy_difference_hi",
+)
 
 NAN = math.nan
 
@@ -118,6 +139,30 @@ def mcnemar(n01: float, n10: float) -> float:
         return 0.0
     difference = n01 - n10
     return float(difference * abs(difference) / total)
+
+
+def paired_difference(
+    n01: float, n10: float, weight: float, size: float, z: float
+) -> tuple[float, float, float]:
+    """accuracy(B) − accuracy(A) of paired outcomes and its Wald interval (Agresti 2002, §10.1).
+
+    ``n01`` (A wrong, B right) and ``n10`` (B wrong, A right) out of ``weight`` pairs (faded
+    counts allowed), ``size`` the effective number of pairs. d = (n01 − n10)/weight and
+    d ± z·sqrt((b + c − (b − c)²)/size) with b = n01/weight, c = n10/weight, within [−1, 1].
+    NaN without pairs.
+
+    >>> [round(x, 6) for x in paired_difference(3, 1, 8, 8, 1.959963984540054)]
+    [0.25, -0.208345, 0.708345]
+    """
+    if not weight > 0 or not size > 0:
+        return NAN, NAN, NAN
+    b, c = min(1.0, n01 / weight), min(1.0, n10 / weight)
+    difference = b - c
+    variance = b + c - difference * difference
+    # faded shares of all-disagreeing pairs leave 1e-16 of rounding noise, not a variance
+    variance = variance if variance > ROUNDING_NOISE else 0.0
+    half = z * math.sqrt(variance / size)
+    return difference, max(-1.0, difference - half), min(1.0, difference + half)
 
 
 def leader(
@@ -238,12 +283,18 @@ class _Tally:
     def _from_state(cls, state: dict[str, Any]) -> _Tally:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def measures(self) -> dict[str, float]:  # pragma: no cover - abstract
+    def measures(self, z: float) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     @staticmethod
-    def _measures(n: int, q: float, n01: float, n10: float) -> dict[str, float]:
+    def _measures(
+        n: int, q: float, n01: float, n10: float, z: float, weight=None, squares=None
+    ) -> dict[str, float]:
+        """``weight`` and ``squares``: Σw and Σw² of the pairs covered (n when omitted)."""
         statistic = mcnemar(n01, n10)
+        weight = float(n) if weight is None else weight
+        size = float(n) if squares is None else kish(weight, squares)
+        difference, low, high = paired_difference(n01, n10, weight, size, z)
         return {
             "n": n,
             "q_statistic": q,
@@ -251,6 +302,10 @@ class _Tally:
             "n01": float(n01),
             "n10": float(n10),
             "significant": 1.0 if abs(statistic) > MCNEMAR_THRESHOLD else 0.0,
+            "n_kish": size,
+            "accuracy_difference": difference,
+            "accuracy_difference_lo": low,
+            "accuracy_difference_hi": high,
         }
 
 
@@ -271,9 +326,9 @@ class _CumulativeTally(_Tally):
         self._n01 += batch.n01
         self._n10 += batch.n10
 
-    def measures(self) -> dict[str, float]:
+    def measures(self, z: float) -> dict[str, float]:
         q = log_ratio(self._sum_a, self._sum_b)
-        return self._measures(self._n, q, self._n01, self._n10)
+        return self._measures(self._n, q, self._n01, self._n10, z)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -328,9 +383,9 @@ class _WindowTally(_Tally):
         else:
             self._count(entered["a"], entered["b"], +1)
 
-    def measures(self) -> dict[str, float]:
+    def measures(self, z: float) -> dict[str, float]:
         q = log_ratio(self._sum_a, self._sum_b)
-        return self._measures(self._ring.n, q, self._n01, self._n10)
+        return self._measures(self._ring.n, q, self._n01, self._n10, z)
 
     def state(self) -> dict[str, Any]:
         """The window's losses oldest first; sums and counts are recomputed from them."""
@@ -386,9 +441,13 @@ class _FadingTally(_Tally):
 
         self._fading.update(loss_a.size, contribute)
 
-    def measures(self) -> dict[str, float]:
+    def measures(self, z: float) -> dict[str, float]:
         sum_a, sum_b, n01, n10 = self._fading.value().tolist()
-        return self._measures(self._fading.n, float_log_ratio(sum_a, sum_b), n01, n10)
+        # every pair counts in the difference's denominator: Σw and Σw² are geometric sums
+        n, a = self._fading.n, self.fading_factor
+        weight, squares = geometric_sum(a, n), geometric_sum(a * a, n)
+        q = float_log_ratio(sum_a, sum_b)
+        return self._measures(n, q, n01, n10, z, weight, squares)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -434,6 +493,11 @@ class ModelComparison:
         #(A wrong, B right) and #(B wrong, A right); faded counts under ``fading:a``.
     ``significant``
         1.0 when ``|M| > 6.635`` (99 %, χ² with 1 d.f.), else 0.0.
+    ``n_kish``
+        The effective number of pairs: ``n``, Kish's (Σw)²/Σw² under fading.
+    ``accuracy_difference``, ``accuracy_difference_lo``, ``accuracy_difference_hi``
+        accuracy(B) − accuracy(A) on the pairs, (n01 − n10)/n, and its Wald interval for paired
+        proportions at the confidence :meth:`measures` is given (Kish's n under fading).
 
     Parameters
     ----------
@@ -464,7 +528,8 @@ class ModelComparison:
     >>> m = cmp.measures()
     >>> m["cumulative"]  # doctest: +NORMALIZE_WHITESPACE
     {'n': 8, 'q_statistic': 0.5108256237659907, 'mcnemar': 1.0, 'n01': 3.0, 'n10': 1.0,
-     'significant': 0.0}
+     'significant': 0.0, 'n_kish': 8.0, 'accuracy_difference': 0.25,
+     'accuracy_difference_lo': -0.20834460753532363, 'accuracy_difference_hi': 0.7083446075353237}
     >>> m["window:4"]["n01"], m["window:4"]["n10"], m["window:4"]["mcnemar"]
     (1.0, 1.0, 0.0)
     >>> fading = m["fading:0.9"]
@@ -506,9 +571,11 @@ class ModelComparison:
         for tally in self._tallies.values():
             tally.update(batch)
 
-    def measures(self) -> dict[str, dict[str, float]]:
-        """``{estimator: {"n", "q_statistic", "mcnemar", "n01", "n10", "significant"}}``."""
-        return {name: tally.measures() for name, tally in self._tallies.items()}
+    def measures(self, confidence: float = DEFAULT_CONFIDENCE) -> dict[str, dict[str, float]]:
+        """``{estimator: {name: value}}`` for the names of :data:`COMPARISON_MEASURES`; the
+        interval of ``accuracy_difference`` at ``confidence`` (default 0.95)."""
+        z = normal_quantile(confidence)
+        return {name: tally.measures(z) for name, tally in self._tallies.items()}
 
     def state(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the whole comparison (round-trips exactly)."""

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring
+from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, geometric_sum
 from streameval.core.labels import DEFAULT_MAX_CLASSES
 
 __all__ = [
@@ -42,6 +42,11 @@ class ConfusionSnapshot:
     no-change predictor under the same estimator (the first outcome of a stream has no previous
     label and is not scored). ``n`` is the number of outcomes the estimate covers and
     ``n_effective`` the sum of their weights (equal to ``n`` except under fading).
+
+    Under fading, ``squares`` holds the sums of the *squared* weights behind every denominator
+    of a published proportion — per true class (k rows), per predicted class (k columns), and of
+    the outcomes the persistent baseline scores (one) — for Kish's effective sample size
+    (Σw)²/Σw² (docs/measures.md, "Intervals"). ``None`` means every weight is 1, Σw² = Σw.
     """
 
     confusion: np.ndarray
@@ -49,6 +54,7 @@ class ConfusionSnapshot:
     persistent_total: float
     n: int
     n_effective: float
+    squares: np.ndarray | None = None
 
 
 def validate_outcomes(y_true: Any, y_pred: Any, max_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -385,7 +391,10 @@ class FadingConfusion(ConfusionEstimator):
     factor and the fading increment N_a ([GSR] Algorithm 3).
 
     The sums are kept with :class:`~streameval.core.forgetting.BlockFading`, so that any split of
-    the same outcomes into batches gives bit-identical numbers.
+    the same outcomes into batches gives bit-identical numbers. A second one, with factor a²,
+    keeps the sums of the squared weights per true class, per predicted class and of the
+    scored persistent outcomes (2k + 1 sums, :attr:`ConfusionSnapshot.squares`): the
+    denominators of every published proportion, for their effective sample sizes.
     """
 
     kind = "fading"
@@ -399,6 +408,8 @@ class FadingConfusion(ConfusionEstimator):
         # bins: faded counts of (true, predicted, flag), flag 0 = the no-change predictor not
         # scored, 1 = scored and wrong, 2 = scored and right
         self._fading = BlockFading(self.fading_factor, 0)
+        # Σw² with w = a^i: a fading sum with factor a²; bins [rows k, columns k, scored 1]
+        self._squares = BlockFading(self.fading_factor * self.fading_factor, 1)
 
     @property
     def name(self) -> str:
@@ -413,12 +424,26 @@ class FadingConfusion(ConfusionEstimator):
         if k > old:
             pad = ((0, k - old), (0, k - old), (0, 0))
             self._fading.relayout(lambda v: np.pad(v.reshape(old, old, 3), pad).ravel())
+            more = np.zeros(k - old)
+            self._squares.relayout(
+                lambda v: np.concatenate([v[:old], more, v[old : 2 * old], more, v[2 * old :]])
+            )
             self._k = k
 
     def _update(self, y_true, y_pred, scored, correct) -> None:
         k = self._k
         code = (y_true * k + y_pred) * 3 + scored + correct
         self._fading.update(code.size, lambda rows, weights: (code[rows], weights))
+
+        def squares(rows: slice, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            # each bin gets its outcomes in order: a row's from y_true, a column's from y_pred
+            flags = scored[rows]
+            index = np.concatenate(
+                [y_true[rows], k + y_pred[rows], np.full(int(np.count_nonzero(flags)), 2 * k)]
+            )
+            return index, np.concatenate([weights, weights, weights[flags]])
+
+        self._squares.update(code.size, squares)
 
     def snapshot(self) -> ConfusionSnapshot:
         k = self._k
@@ -430,6 +455,7 @@ class FadingConfusion(ConfusionEstimator):
             persistent_total=float(per_flag[1] + per_flag[2]),
             n=self._fading.n,
             n_effective=float(per_flag.sum()),
+            squares=self._squares.value(),
         )
 
     def state(self) -> dict[str, Any]:
@@ -439,6 +465,7 @@ class FadingConfusion(ConfusionEstimator):
             "fading_factor": self.fading_factor,
             "n_classes": self._k,
             "fading": self._fading.state(),
+            "squares": self._squares.state(),
         }
 
     @classmethod
@@ -447,7 +474,30 @@ class FadingConfusion(ConfusionEstimator):
         est._last = state["last"]
         est._k = state["n_classes"]
         est._fading.load(state["fading"])
+        if "squares" in state:
+            est._squares.load(state["squares"])
+        else:  # a state written before the squared weights were kept
+            est._squares.start_at(est._fading.n, est._estimated_squares())
         return est
+
+    def _estimated_squares(self) -> np.ndarray:
+        """Squared-weight sums for a state that lacks them (written before they were kept).
+
+        The total is exact: Σ_{i<n} a^(2i) depends on n only. Each denominator is given the
+        share of it that its weight sum has of the total, i.e. its outcomes are assumed to be
+        spread over time like all outcomes. The outcomes added from then on are exact, and the
+        assumed part fades by a² per outcome (docs/measures.md, "Intervals").
+        """
+        k, n = self._k, self._fading.n
+        by_flag = self._fading.value().reshape(k * k, 3)
+        per_flag = by_flag.sum(axis=0)
+        cells = by_flag.sum(axis=1).reshape(k, k)
+        weights = np.concatenate(
+            [cells.sum(axis=1), cells.sum(axis=0), [per_flag[1] + per_flag[2]]]
+        )
+        total = float(per_flag.sum())
+        exact = geometric_sum(self.fading_factor * self.fading_factor, n)
+        return weights * (exact / total) if total > 0 else np.zeros(2 * k + 1)
 
 
 def make_estimator(

@@ -16,7 +16,7 @@ from streameval.core.estimators import (
 )
 from streameval.core.forgetting import EstimatorSpec, check_continued, parse_estimators
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
-from streameval.core.measures import compute_measures
+from streameval.core.measures import DEFAULT_CONFIDENCE, compute_measures
 
 __all__ = ["DEFAULT_ESTIMATORS", "Evaluator"]
 
@@ -130,18 +130,28 @@ class Evaluator:
         """The current estimate of every estimator."""
         return {name: est.snapshot() for name, est in self._estimators.items()}
 
-    def measures(self) -> dict[str, dict[str, float]]:
-        """``{estimator: {measure: value}}``, NaN where a measure is undefined."""
+    def measures(
+        self, confidence: float = DEFAULT_CONFIDENCE, min_n: float = 0.0
+    ) -> dict[str, dict[str, Any]]:
+        """``{estimator: {measure: value}}``, NaN where a measure is undefined; the interval
+        bounds at ``confidence``, and ``warming_up`` (a bool) while the estimate's effective
+        sample size ``n_kish`` is below ``min_n`` (docs/measures.md, "Intervals")."""
         labels = self._labels.classes
         positive = None
         if self.positive_label is not None:
             positive = self._labels.index(self.positive_label)
-        return {
-            name: compute_measures(
-                est.snapshot(), labels=labels, positive=positive, n_classes=len(labels)
+        out: dict[str, dict[str, Any]] = {}
+        for name, est in self._estimators.items():
+            values: dict[str, Any] = compute_measures(
+                est.snapshot(),
+                labels=labels,
+                positive=positive,
+                n_classes=len(labels),
+                confidence=confidence,
             )
-            for name, est in self._estimators.items()
-        }
+            values["warming_up"] = values["n_kish"] < min_n
+            out[name] = values
+        return out
 
     def state(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the whole evaluator."""

@@ -42,6 +42,7 @@ __all__ = [
     "Ring",
     "block_size",
     "check_continued",
+    "geometric_sum",
     "parse_estimators",
 ]
 
@@ -55,6 +56,23 @@ def block_size(fading_factor: float) -> int:
     """Outcomes per block: at most 1024, and a^(−k) ≤ 1e20 inside a block."""
     decay = np.cumprod(np.full(LONGEST_BLOCK, fading_factor))
     return max(1, int(np.count_nonzero(decay >= 1e-20)))
+
+
+def geometric_sum(ratio: float, count: int) -> float:
+    """Σ_{i<count} ratio^i = (1 − ratio^count)/(1 − ratio), without cancellation near 1.
+
+    With ratio = a it is Gama's N_a, the sum of the fading weights of ``count`` outcomes; with
+    ratio = a² the sum of their squares.
+
+    >>> geometric_sum(0.5, 3), geometric_sum(1.0, 7), geometric_sum(0.9, 0)
+    (1.75, 7.0, 0.0)
+    """
+    if count <= 0:
+        return 0.0
+    if ratio == 1.0:
+        return float(count)
+    log = math.log(ratio)
+    return math.expm1(count * log) / math.expm1(log)
 
 
 _ALLOWED = "use 'cumulative', 'window:W' (W an integer >= 1) or 'fading:a' (a in (0, 1])"
@@ -361,6 +379,14 @@ class BlockFading:
                 self._base = self._decay[block] * (self._base + self._partial)
                 self._partial = np.zeros(self._base.size)
         return out
+
+    def start_at(self, count: int, values: np.ndarray) -> None:
+        """Set the sums to ``values`` after ``count`` outcomes (for a state that predates
+        these sums: its caller estimates them once; later outcomes add to them exactly)."""
+        self._n = count
+        self._base = np.asarray(values, dtype=np.float64) / self._decay[count % self._block]
+        self._partial = np.zeros(self._base.size)
+        self._bins = np.arange(self._base.size)
 
     def value(self) -> np.ndarray:
         """S_t = a^(t−b)·(S_b + P_t)."""

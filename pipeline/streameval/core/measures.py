@@ -35,8 +35,15 @@ Measures (names on the wire)
 ``kappa_se``, ``kappa_se0``, ``kappa_z``
     Cohen's standard error of κ, its standard error under H0: κ = 0, and z = κ/se0
     (one-sided 5 % test: z > 1.65), with N = ``n_effective`` ([ZB] §4.2).
-``n``, ``n_effective``
-    Outcomes the estimate covers and the sum of their weights (N_a under fading).
+``n``, ``n_effective``, ``n_kish``
+    Outcomes the estimate covers, the sum of their weights (N_a under fading) and the
+    effective sample size (Σw)²/Σw² (Kish; n under cumulative and window).
+``<measure>_lo``, ``<measure>_hi``; ``precision_lo[c]`` …
+    Interval bounds at the configured confidence (default 95 %): Wilson score intervals of
+    the proportions (accuracy, error, balanced accuracy, p_maj, p_per, per-class and positive
+    precision and recall), each with the effective size of its own denominator; κ, κ_M, κ_per
+    ± z·(Cohen's standard error with the measure's baseline), κ⁺ from the bounds of κ and
+    κ_per (docs/measures.md, "Intervals").
 
 References
 ----------
@@ -44,22 +51,57 @@ References
 for classification of streaming data with temporal dependence*, Machine Learning 98(3):
 baselines (§3), κ, κ_per and the combined κ⁺ (§4). Brzezinski, Stefanowski, Susmaga, Szczęch,
 *On the dynamics of classification measures for imbalanced and streaming data*: the eight
-confusion-matrix measures, eqs. (1)–(8). Gorodkin (2004) for R_K.
+confusion-matrix measures, eqs. (1)–(8). Gorodkin (2004) for R_K. Wilson (1927), *Probable
+inference, the law of succession, and statistical inference*, JASA 22: the score interval;
+Agresti & Coull (1998), *Approximate is better than "exact" for interval estimation of binomial
+proportions*, The American Statistician 52(2), eq. (2). Kish (1965), *Survey Sampling*, §11.7:
+the effective sample size of a weighted mean.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from streameval.core.estimators import ConfusionSnapshot
 
-__all__ = ["SCALAR_MEASURES", "compute_measures"]
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_MIN_N",
+    "INTERVAL_MEASURES",
+    "SCALAR_MEASURES",
+    "check_confidence",
+    "compute_measures",
+    "kish",
+    "normal_quantile",
+    "wilson",
+]
 
 NAN = math.nan
+
+#: Measures reported with interval bounds ``<name>_lo``, ``<name>_hi`` (per class, too:
+#: ``precision_lo[c]``, and ``precision_positive_lo`` ...)
+INTERVAL_MEASURES = (
+    "accuracy",
+    "error",
+    "balanced_accuracy",
+    "p_maj",
+    "p_per",
+    "kappa",
+    "kappa_m",
+    "kappa_temporal",
+    "kappa_plus",
+)
+#: Confidence of the intervals unless configured otherwise
+DEFAULT_CONFIDENCE = 0.95
+#: Effective sample size below which a published estimate is marked ``warming_up`` unless
+#: configured otherwise: at n = 100 the 95 % Wilson half-width of an accuracy near 0.9 is 0.06
+DEFAULT_MIN_N = 100.0
 
 #: Names of the measures every estimate reports, in a stable order.
 SCALAR_MEASURES = (
@@ -84,6 +126,8 @@ SCALAR_MEASURES = (
     "kappa_se",
     "kappa_se0",
     "kappa_z",
+    "n_kish",
+    *(f"{name}_{end}" for name in INTERVAL_MEASURES for end in ("lo", "hi")),
 )
 
 
@@ -140,11 +184,84 @@ def kappa_plus(kappa: float, kappa_temporal: float) -> float:
     return math.sqrt(_positive_part(kappa) * _positive_part(kappa_temporal))
 
 
+def check_confidence(confidence: float) -> float:
+    """The confidence level of the intervals, validated: a number in (0, 1).
+
+    >>> check_confidence(0.9)
+    0.9
+    >>> check_confidence(95)
+    Traceback (most recent call last):
+    ...
+    ValueError: confidence=95 is not allowed; use a number in (0, 1), e.g. 0.95 for 95 %
+    """
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int | float)
+        or not 0.0 < confidence < 1.0
+    ):
+        raise ValueError(
+            f"confidence={confidence!r} is not allowed; use a number in (0, 1), e.g. 0.95 for 95 %"
+        )
+    return float(confidence)
+
+
+@functools.lru_cache(maxsize=16)
+def normal_quantile(confidence: float) -> float:
+    """The two-sided normal quantile z_(1−α/2) of a confidence level 1 − α.
+
+    >>> round(normal_quantile(0.95), 6)
+    1.959964
+    """
+    return NormalDist().inv_cdf(0.5 + check_confidence(confidence) / 2)
+
+
+def kish(weights: float, squares: float) -> float:
+    """Kish's effective sample size (Σw)²/Σw² of a weighted proportion; 0 without weight.
+
+    >>> kish(4.0, 4.0), kish(1.75, 1.3125), kish(0.0, 0.0)
+    (4.0, 2.3333333333333335, 0.0)
+    """
+    return weights * weights / squares if squares > 0 else 0.0
+
+
+def wilson(p: float, n: float, z: float) -> tuple[float, float]:
+    """Wilson's score interval of a proportion p observed on (an effective) n trials.
+
+    (p + z²/2n ± z·sqrt(p(1 − p)/n + z²/4n²)) / (1 + z²/n) (Wilson 1927; Agresti & Coull
+    1998, eq. (2)). NaN bounds when p is undefined or n = 0.
+
+    >>> [round(x, 6) for x in wilson(0.93, 40, 1.959963984540054)]
+    [0.80792, 0.976725]
+    >>> [round(x, 6) for x in wilson(0.93, 40_000, 1.959963984540054)]
+    [0.927458, 0.932459]
+    """
+    if p != p or not n > 0:
+        return NAN, NAN
+    p = min(1.0, max(0.0, p))  # a ratio of faded counts may round past 1
+    z2n = z * z / n
+    centre = p + z2n / 2
+    half = z * math.sqrt(p * (1 - p) / n + z2n / (4 * n))
+    scale = 1 + z2n
+    # exactly 0 below p = 0 and 1 above p = 1 (the formula gives them up to rounding)
+    low = 0.0 if p == 0.0 else max(0.0, (centre - half) / scale)
+    high = 1.0 if p == 1.0 else min(1.0, (centre + half) / scale)
+    return low, high
+
+
+def _skill_bounds(kappa: float, baseline: float, low: float, high: float) -> tuple[float, float]:
+    """κ's bounds at p's bounds with the baseline held: κ ± z·s/(1 − baseline), Cohen's
+    standard error with that baseline (p's bounds truncated to [0, 1])."""
+    if kappa != kappa:
+        return NAN, NAN
+    return (low - baseline) / (1 - baseline), (high - baseline) / (1 - baseline)
+
+
 def compute_measures(
     snapshot: ConfusionSnapshot,
     labels: Sequence[Any] | None = None,
     positive: int | None = None,
     n_classes: int | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict[str, float]:
     """Every measure of one estimate, as a flat ``{name: float}`` mapping.
 
@@ -161,6 +278,8 @@ def compute_measures(
     n_classes
         Number of known classes k for ``p_0 = 1/k``; the size of the confusion matrix when
         omitted.
+    confidence
+        Confidence level of the ``_lo``/``_hi`` bounds (default 0.95).
 
     Examples
     --------
@@ -172,7 +291,10 @@ def compute_measures(
     >>> m = compute_measures(snap, positive=1)
     >>> [round(m[k], 6) for k in ("accuracy", "kappa", "mcc", "g_mean", "f1_positive")]
     [0.94, 0.693878, 0.697518, 0.874325, 0.727273]
+    >>> [round(m[k], 6) for k in ("accuracy_lo", "accuracy_hi", "recall_lo[1]", "recall_hi[1]")]
+    [0.875232, 0.972214, 0.490162, 0.943318]
     """
+    z = normal_quantile(confidence)
     counts = np.asarray(snapshot.confusion, dtype=np.float64)
     k = counts.shape[0]
     # Three numpy reductions, then one pass over the k classes in plain Python: for the class
@@ -180,18 +302,25 @@ def compute_measures(
     true = counts.sum(axis=1).tolist()
     pred = counts.sum(axis=0).tolist()
     diag = np.diagonal(counts).tolist()
+    if snapshot.squares is None:  # every weight 1: Σw² = Σw
+        true_sq, pred_sq, scored_sq = true, pred, snapshot.persistent_total
+    else:
+        squares = snapshot.squares.tolist()
+        true_sq, pred_sq, scored_sq = squares[:k], squares[k : 2 * k], squares[2 * k]
     out: dict[str, float] = dict.fromkeys(SCALAR_MEASURES, NAN)
     out["n"] = snapshot.n
     out["n_effective"] = float(snapshot.n_effective)
     known = k if n_classes is None else max(n_classes, k)
     out["p_0"] = 1.0 / known if known else NAN
     out["p_per"] = p_per = _ratio(snapshot.persistent_correct, snapshot.persistent_total)
+    out["p_per_lo"], out["p_per_hi"] = wilson(p_per, kish(snapshot.persistent_total, scored_sq), z)
     total = sum(true)
+    n_eff = out["n_kish"] = kish(total, sum(true_sq)) if total > 0 else 0.0
     if total > 0:
         names = range(k) if labels is None else labels
         per_class: dict[str, float] = {}
-        correct = agreement = true_sq = pred_sq = recall_sum = log_recall_sum = 0.0
-        precision_sum = f1_sum = 0.0
+        correct = agreement = true_sq_sum = pred_sq_sum = recall_sum = log_recall_sum = 0.0
+        precision_sum = f1_sum = inverse_sizes = 0.0
         n_true = n_pred = n_seen = 0
         zero_recall = False
         for i in range(k):
@@ -201,8 +330,8 @@ def compute_measures(
             n_seen += 1
             correct += tp
             agreement += t * h
-            true_sq += t * t
-            pred_sq += h * h
+            true_sq_sum += t * t
+            pred_sq_sum += h * h
             f1 = 2 * tp / (t + h)
             f1_sum += f1
             name = names[i]
@@ -210,8 +339,10 @@ def compute_measures(
                 n_pred += 1
                 precision = tp / h
                 precision_sum += precision
+                precision_bounds = wilson(precision, kish(h, pred_sq[i]), z)
             else:
                 precision = NAN
+                precision_bounds = (NAN, NAN)
             if t > 0:
                 n_true += 1
                 recall = tp / t
@@ -220,11 +351,19 @@ def compute_measures(
                     log_recall_sum += math.log(recall)
                 else:
                     zero_recall = True
+                row_size = kish(t, true_sq[i])
+                inverse_sizes += 1 / row_size
+                recall_bounds = wilson(recall, row_size, z)
             else:
                 recall = NAN
+                recall_bounds = (NAN, NAN)
             per_class[f"precision[{name}]"] = precision
             per_class[f"recall[{name}]"] = recall
             per_class[f"f1[{name}]"] = f1
+            per_class[f"precision_lo[{name}]"], per_class[f"precision_hi[{name}]"] = (
+                precision_bounds
+            )
+            per_class[f"recall_lo[{name}]"], per_class[f"recall_hi[{name}]"] = recall_bounds
         p = correct / total
         s2 = total * total
         p_ran = agreement / s2
@@ -248,7 +387,7 @@ def compute_measures(
         # when all predictions or all true labels are one class. Faded counts never reach 0, so
         # a class that faded to 1e-14 leaves a denominator of rounding noise, or exactly 0:
         # that is one class too, not a correlation of ±1 (or a division by zero).
-        pred_spread, true_spread = s2 - pred_sq, s2 - true_sq  # ≥ 2·s for integer counts
+        pred_spread, true_spread = s2 - pred_sq_sum, s2 - true_sq_sum  # ≥ 2·s for integers
         noise = ROUNDING_NOISE * s2
         if not (single_true or single_pred) and pred_spread > noise and true_spread > noise:
             out["mcc"] = (correct * total - agreement) / math.sqrt(pred_spread * true_spread)
@@ -256,29 +395,60 @@ def compute_measures(
         out["precision_macro"] = precision_sum / n_seen
         out["recall_macro"] = recall_sum / n_seen
         out["f1_macro"] = f1_sum / n_seen
-        n_eff = float(snapshot.n_effective)
+        # Intervals (docs/measures.md, "Intervals"): Wilson for proportions, each with the
+        # effective size of its own denominator; the κ family at the Wald bounds of p
+        out["accuracy_lo"], out["accuracy_hi"] = low, high = wilson(p, n_eff, z)
+        out["error_lo"], out["error_hi"] = 1.0 - high, 1.0 - low
+        # balanced accuracy, the mean of n_true recalls: Kish's size of an equally weighted
+        # mean of strata, n_true² / Σ_c 1/n_c
+        balanced_size = n_true * n_true / inverse_sizes
+        out["balanced_accuracy_lo"], out["balanced_accuracy_hi"] = wilson(
+            out["balanced_accuracy"], balanced_size, z
+        )
+        out["p_maj_lo"], out["p_maj_hi"] = wilson(p_maj, n_eff, z)
         if kappa == kappa and n_eff > 0:  # κ defined: 1 − p_ran is no rounding noise
             out["kappa_se"] = math.sqrt(p * (1 - p) / (n_eff * (1 - p_ran) ** 2))
             out["kappa_se0"] = se0 = math.sqrt(p_ran / (n_eff * (1 - p_ran)))
             out["kappa_z"] = _ratio(kappa, se0)
+        if n_eff > 0:
+            spread = z * math.sqrt(p * (1 - p) / n_eff)
+            low, high = max(0.0, p - spread), min(1.0, p + spread)
+            for name, baseline in (
+                ("kappa", p_ran),
+                ("kappa_m", p_maj),
+                ("kappa_temporal", p_per),
+            ):
+                out[f"{name}_lo"], out[f"{name}_hi"] = _skill_bounds(out[name], baseline, low, high)
+            # κ⁺ grows with κ and with κ_per: its bounds are κ⁺ of their bounds
+            out["kappa_plus_lo"] = kappa_plus(out["kappa_lo"], out["kappa_temporal_lo"])
+            out["kappa_plus_hi"] = kappa_plus(out["kappa_hi"], out["kappa_temporal_hi"])
         if positive is not None:
-            out.update(_positive_measures(true, pred, diag, positive))
+            out.update(_positive_measures(true, pred, diag, true_sq, pred_sq, positive, z))
         out.update(per_class)
     elif positive is not None:
-        out.update(_positive_measures(true, pred, diag, positive))
+        out.update(_positive_measures(true, pred, diag, true_sq, pred_sq, positive, z))
     return out
 
 
-def _positive_measures(true, pred, diag, positive: int) -> dict[str, float]:
-    """Binary precision, recall and F1 of one class against all others ([BS] eqs. (1)–(8))."""
+def _positive_measures(true, pred, diag, true_sq, pred_sq, positive: int, z: float):
+    """Binary precision, recall and F1 of one class against all others ([BS] eqs. (1)–(8)),
+    and the Wilson bounds of precision and recall."""
     if positive < len(true):
         tp, actual, predicted = diag[positive], true[positive], pred[positive]
+        actual_sq, predicted_sq = true_sq[positive], pred_sq[positive]
     else:  # a class not seen yet
-        tp = actual = predicted = 0.0
+        tp = actual = predicted = actual_sq = predicted_sq = 0.0
     precision = _ratio(tp, predicted)
     recall = _ratio(tp, actual)
     if precision != precision or recall != recall:
         f1 = NAN
     else:
         f1 = 2 * tp / (actual + predicted)
-    return {"precision_positive": precision, "recall_positive": recall, "f1_positive": f1}
+    out = {"precision_positive": precision, "recall_positive": recall, "f1_positive": f1}
+    out["precision_positive_lo"], out["precision_positive_hi"] = wilson(
+        precision, kish(predicted, predicted_sq), z
+    )
+    out["recall_positive_lo"], out["recall_positive_hi"] = wilson(
+        recall, kish(actual, actual_sq), z
+    )
+    return out

@@ -29,7 +29,7 @@ from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.join import Outcome
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
-from streameval.core.measures import compute_measures
+from streameval.core.measures import DEFAULT_CONFIDENCE, compute_measures
 from streameval.core.normalize import normalize
 
 __all__ = ["NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator", "PairEvaluator"]
@@ -186,11 +186,14 @@ class ModelEvaluator:
         ]
         return sorted(alarms, key=lambda a: a.index)
 
-    def measures(self) -> dict[str, Any]:
+    def measures(
+        self, confidence: float = DEFAULT_CONFIDENCE, min_n: float = 0.0
+    ) -> dict[str, Any]:
         """``{"n", "views": {view: {estimator: {measure: value}}}, "delayed": {...},
         "latency_ms": {...}}``; the final view also carries ``normalized_*`` values for the
-        cumulative and window estimators when a positive label is configured."""
-        views = {view: ev.measures() for view, ev in self._views.items()}
+        cumulative and window estimators when a positive label is configured. Interval bounds
+        at ``confidence``; ``warming_up`` while an estimate's ``n_kish`` is below ``min_n``."""
+        views = {view: ev.measures(confidence, min_n) for view, ev in self._views.items()}
         if self.positive_label is not None:
             final = self._views["final"]
             positive = self._labels.index(self.positive_label)
@@ -421,11 +424,16 @@ class PairEvaluator:
         self.update_pairs(pairs)
         return len(pairs)
 
-    def measures(self) -> dict[str, dict[str, Any]]:
-        """Per estimator: n, q_statistic, mcnemar, n01, n10, significant and ``leader``."""
-        out = self._comparison.measures()
+    def measures(
+        self, confidence: float = DEFAULT_CONFIDENCE, min_n: float = 0.0
+    ) -> dict[str, dict[str, Any]]:
+        """Per estimator: n, q_statistic, mcnemar, n01, n10, significant, the accuracy
+        difference (B − A) with its bounds at ``confidence``, ``leader`` and ``warming_up``
+        (the pairs' effective number below ``min_n``)."""
+        out = self._comparison.measures(confidence)
         for values in out.values():
             values["leader"] = leader(values, self.model_a, self.model_b)
+            values["warming_up"] = values["n_kish"] < min_n
         return out
 
     def state(self) -> dict[str, Any]:
