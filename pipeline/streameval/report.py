@@ -104,6 +104,8 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
         console.print(
             f"comparison {key}: n={record.n} Q={_fmt(c.q_statistic)} "
             f"McNemar={_fmt(c.mcnemar)} "
+            f"accuracy difference={_fmt(c.accuracy_difference)} "
+            f"[{_fmt(c.accuracy_difference_lo)}, {_fmt(c.accuracy_difference_hi)}] "
             f"({'significant' if c.significant else 'not significant'} at 99 %), "
             f"leader: {c.leader or 'none'}"
         )
@@ -145,6 +147,9 @@ class MeasureHistory:
             if r.kind == "metrics" and r.view == "final":
                 m = r.estimators.get(self.estimator, {})
                 values = {k: _nan(m.get(k)) for k in self.MEASURES}
+                for k in self.MEASURES:  # the interval's bounds (docs/measures.md, "Intervals")
+                    for bound in (k + "_lo", k + "_hi"):
+                        values[bound] = _nan(m.get(bound))
                 self.points[r.model_id].append((r.n, values))
                 d = r.delayed.get(self.estimator, {})
                 self.psi[r.model_id].append((r.n, _nan(d.get("psi_accuracy"))))
@@ -184,6 +189,10 @@ def plot_history(history: MeasureHistory, path: Path) -> None:
             else:
                 ys = [values[measure] for _, values in history.points[model_id]]
             ax.plot(xs, ys, color=color, label=model_id, linewidth=1.4)
+            if measure != "psi":  # its interval, where the estimate has one
+                lows = [values[measure + "_lo"] for _, values in history.points[model_id]]
+                highs = [values[measure + "_hi"] for _, values in history.points[model_id]]
+                ax.fill_between(xs, lows, highs, color=color, alpha=0.15, linewidth=0)
             for n, change_n, detector in history.alarms[model_id]:
                 ax.axvline(
                     n,
@@ -200,7 +209,8 @@ def plot_history(history: MeasureHistory, path: Path) -> None:
     axes[2].axhline(0, color="black", linewidth=0.8)
     axes[-1].set_xlabel(
         f"outcomes per model, in label order ({history.estimator})\ndashed/dotted: drift alarms "
-        "of page_hinkley/ratio_page_hinkley; shaded: from where each estimates its change began"
+        "of page_hinkley/ratio_page_hinkley; shaded: from where each estimates its change began;"
+        " bands: each estimate's interval"
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     handles, labels = axes[0].get_legend_handles_labels()
