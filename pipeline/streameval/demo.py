@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from streameval.clients import QUIET
 from streameval.records import ComparisonRecord, DriftAlarmRecord, decode_record
 from streameval.simulate.produce import produce_events
 from streameval.simulate.system import SimulationConfig, simulate
@@ -266,7 +267,8 @@ def run_demo(
                 KafkaInstance.named("demo"), tie_to_parent=True, log=console.print
             )
             bootstrap = started_kafka.bootstrap
-    client = {"bootstrap.servers": bootstrap}
+    # librdkafka's own lines (a broker going away as the demo stops its Kafka) stay off the view
+    client = {"bootstrap.servers": bootstrap, "logger": QUIET}
     prefix = f"demo-{uuid.uuid4().hex[:6]}-"
     app_id = prefix + "app"
     admin = AdminClient(client)

@@ -329,9 +329,7 @@ class KafkaInstance:
         raise LauncherError(f"Kafka did not serve metadata within {timeout:.0f} s:\n{tail}")
 
     def _serves_metadata(self) -> bool:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        admin = _probe(self.bootstrap)
         try:
             metadata = admin.list_topics(timeout=2)
         except Exception:  # not ready yet, whatever the client says
@@ -343,9 +341,7 @@ class KafkaInstance:
         topic on the first such request and answers "coordinator not available" until it is
         loaded; librdkafka then asks again only once a second, so each client that came too
         early joins its group a second or more late (and a worker's processes one by one)."""
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+        admin = _probe(self.bootstrap)
         try:
             futures = admin.describe_consumer_groups(
                 ["streameval-launcher-probe"], request_timeout=2
@@ -430,3 +426,13 @@ class KafkaInstance:
 
 class _PortTaken(Exception):
     pass
+
+
+def _probe(bootstrap: str):
+    """A short-lived admin client asking whether the broker is up, its own log lines (refused
+    connections while the broker starts, a purge when it is dropped) kept off the terminal."""
+    from confluent_kafka.admin import AdminClient
+
+    from streameval.clients import QUIET
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "logger": QUIET})
