@@ -24,7 +24,11 @@ Two detectors are on by default for each model (:data:`DEFAULT_DETECTORS`):
     a_short = 0.997 (:class:`RatioPageHinkley`, Algorithm 4 of Gama et al.).
 
 Both use δ = 0.1 and λ = 100 on errors in [0, 1], and may alarm only after 30 PH updates since
-the last reset.
+the last reset. Three settings outside Gama et al. are off (0) by default: ``restart_threshold``
+(a mirrored PH test that restarts the test, silently, when the estimate has fallen
+significantly), ``warmup`` (outcomes before the PH test starts) and, for the ratio,
+``smoothing`` (ε in R = (M_short + ε)/(M_long + ε)); docs/measures.md ("How good the detectors
+are") gives what each changes on the drift benchmark and why the defaults stay off.
 
 References
 ----------
