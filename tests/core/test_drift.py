@@ -23,26 +23,37 @@ from streameval.core.drift import (
 # one outcome at a time
 
 
-def reference_page_hinkley(values, delta, threshold, min_instances, change=False):
+def reference_page_hinkley(
+    values, delta, threshold, min_instances, change=False, restart=0.0, warmup=0
+):
     """(1-based index, PH) of every alarm; ``None`` values are skipped (undefined R).
 
     With ``change``: (index, PH, index of the last value at which m_t = M_t, mean of the
     values since the reset through it, mean of those after it through the alarm) — Page
     (1954), Hinkley (1971): the minimum of the cumulative sum is the estimated change point.
+    With ``restart`` λ_down > 0: the mirrored test m'_t = Σ(x − x̄ + δ), M'_t = max m'_j
+    restarts the test, without an alarm, when M'_t − m'_t > λ_down (an alarm wins a tie).
+    Values at indices <= ``warmup`` are skipped.
     """
     alarms = []
-    t, mean, m, m_min = 0, 0.0, 0.0, math.inf
+    t, mean, m, m_min, up, up_max = 0, 0.0, 0.0, math.inf, 0.0, -math.inf
     seen = []  # the values since the reset
     for index, x in enumerate(values, start=1):
-        if x is None:
+        if x is None or index <= warmup:
             continue
         t += 1
         mean += (x - mean) / t
         m += x - mean - delta
+        up += x - mean + delta
+        up_max = max(up_max, up)
         seen.append(x)
         if m <= m_min:  # a tie moves the estimate to the later value
             m_min, at, at_t = m, index, t
-        if m - m_min > threshold and t >= min_instances:
+        fired = m - m_min > threshold and t >= min_instances
+        if not fired and restart and up_max - up > restart and t >= min_instances:
+            t, mean, m, m_min, up, up_max, seen = 0, 0.0, 0.0, math.inf, 0.0, -math.inf, []
+            continue
+        if fired:
             if change:
                 before, after = seen[:at_t], seen[at_t:]
                 alarms.append(
@@ -50,7 +61,7 @@ def reference_page_hinkley(values, delta, threshold, min_instances, change=False
                 )
             else:
                 alarms.append((index, m - m_min))
-            t, mean, m, m_min, seen = 0, 0.0, 0.0, math.inf, []
+            t, mean, m, m_min, up, up_max, seen = 0, 0.0, 0.0, math.inf, 0.0, -math.inf, []
     return alarms
 
 
@@ -65,10 +76,14 @@ def reference_fading(errors, fading_factor):
     return out
 
 
-def reference_ratio(errors, long_factor, short_factor):
-    """R(t) = M_short/M_long, ``None`` while M_long = 0."""
+def reference_ratio(errors, long_factor, short_factor, smoothing=0.0):
+    """R(t) = M_short/M_long, ``None`` while M_long = 0; (M_short + ε)/(M_long + ε) with
+    ``smoothing`` ε > 0."""
     long_term = reference_fading(errors, long_factor)
     short_term = reference_fading(errors, short_factor)
+    if smoothing:
+        return [(s + smoothing) / (g + smoothing) for s, g in zip(short_term, long_term,
+                                                                   strict=True)]  # fmt: skip
     return [s / g if g > 0 else None for s, g in zip(short_term, long_term, strict=True)]
 
 
@@ -243,6 +258,8 @@ DETECTORS = {
         delta=d(st.sampled_from([0.0, 0.01, 0.1])),
         threshold=d(st.sampled_from([0.5, 2.0, 10.0, 100.0])),
         min_instances=d(st.sampled_from([1, 5, 30])),
+        restart_threshold=d(st.sampled_from([0.0, 0.3, 2.0])),
+        warmup=d(st.sampled_from([0, 1, 150])),
     ),
     "ratio_page_hinkley": lambda d: RatioPageHinkley(
         long_factor=d(st.sampled_from([0.99, 0.999, 0.9994, 1.0])),
@@ -250,6 +267,9 @@ DETECTORS = {
         delta=d(st.sampled_from([0.0, 0.01, 0.1])),
         threshold=d(st.sampled_from([0.5, 2.0, 10.0, 100.0])),
         min_instances=d(st.sampled_from([1, 5, 30])),
+        restart_threshold=d(st.sampled_from([0.0, 0.5, 3.0])),
+        smoothing=d(st.sampled_from([0.0, 0.01, 0.2])),
+        warmup=d(st.sampled_from([0, 1, 150])),
     ),
 }
 
@@ -289,12 +309,16 @@ def _marks(n):
     n=st.integers(1, 1500),
     threshold=st.sampled_from([0.5, 3.0, 20.0]),
     min_instances=st.sampled_from([1, 10]),
+    restart=st.sampled_from([0.0, 0.5, 3.0]),
     cuts=st.lists(st.integers(0, 1500), max_size=8),
 )
-def test_raw_page_hinkley_any_split_equals_one_by_one(seed, n, threshold, min_instances, cuts):
+def test_raw_page_hinkley_any_split_equals_one_by_one(
+    seed, n, threshold, min_instances, restart, cuts
+):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=n) + np.where(np.arange(n) < n // 2, 0.0, 1.0)
-    batched = PageHinkley(delta=0.05, threshold=threshold, min_instances=min_instances)
+    batched = PageHinkley(delta=0.05, threshold=threshold, min_instances=min_instances,
+                          restart_threshold=restart)  # fmt: skip
     single = PageHinkley.from_state(batched.state())
     bounds = [0, *sorted(min(c, n) for c in cuts), n]
     split_alarms = []
@@ -338,6 +362,65 @@ def test_alarms_match_the_plain_recursions(seed):
     # many resets inside batches: batches of 7 give the same alarms, bit for bit
     chunked = RatioPageHinkley(0.999, 0.95, delta=0.01, threshold=2.0, min_instances=5)
     assert [a for lo in range(0, 3000, 7) for a in chunked.update(errors[lo : lo + 7])] == alarms
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_restart_smoothing_and_warmup_match_the_plain_recursions(seed):
+    """The same independent check with the settings added for the causes of misses and false
+    alarms: a restart on a significant fall, a smoothed ratio, a warm-up."""
+    rng = np.random.default_rng(seed)
+    rates = np.r_[np.full(1000, 0.4), np.full(1000, 0.05), np.full(1000, 0.3)]  # falls, rises
+    errors = (rng.random(3000) < rates).astype(int)
+    fading = reference_fading(errors, 0.99)
+    single = FadingErrorPageHinkley(0.99, delta=0.01, threshold=0.5, min_instances=5,
+                                    restart_threshold=0.3, warmup=40)  # fmt: skip
+    expected = reference_page_hinkley(fading, 0.01, 0.5, 5, change=True, restart=0.3, warmup=40)
+    alarms = single.update(errors)
+    assert [_alarm_tuple(a) for a in alarms] == [_approx(e) for e in expected]
+    without = reference_page_hinkley(fading, 0.01, 0.5, 5, warmup=40)
+    assert len(alarms) >= 5 and len(without) != len(alarms)  # the restarts change the alarms
+    ratio = RatioPageHinkley(0.999, 0.95, delta=0.01, threshold=2.0, min_instances=5,
+                             restart_threshold=1.0, smoothing=0.02, warmup=7)  # fmt: skip
+    ratios = reference_ratio(errors, 0.999, 0.95, smoothing=0.02)
+    expected = reference_page_hinkley(ratios, 0.01, 2.0, 5, change=True, restart=1.0, warmup=7)
+    alarms = ratio.update(errors)
+    assert len(alarms) >= 5
+    assert [_alarm_tuple(a) for a in alarms] == [_approx(e) for e in expected]
+    assert [a.estimate for a in alarms] == pytest.approx([ratios[e[0] - 1] for e in expected])
+    chunked = RatioPageHinkley(**{k: v for k, v in ratio.spec().items() if k != "type"})
+    assert [a for lo in range(0, 3000, 7) for a in chunked.update(errors[lo : lo + 7])] == alarms
+
+
+def test_a_restart_fires_no_alarm_and_starts_a_new_test():
+    """A signal at 1 that falls to 0 for good, then rises to 0.5: without a restart x̄ stays
+    at 0.2 and more and the rise to 0.5 is seen at its 27th value; after the restart (during the
+    fall, itself silent) x̄ is 0 and the rise is seen at its 13th."""
+    x = np.r_[np.ones(100), np.zeros(400), np.full(100, 0.5)]
+    plain = PageHinkley(delta=0.1, threshold=5.0, min_instances=1).update(x)
+    restarted = PageHinkley(delta=0.1, threshold=5.0, min_instances=1, restart_threshold=5.0)
+    alarms = restarted.update(x[:500])
+    assert alarms == [] and restarted.observations < 400  # restarted, silently
+    alarms = restarted.update(x[500:])
+    assert [position for position, _ in alarms][:1] == [
+        e[0] - 501 for e in reference_page_hinkley(x, 0.1, 5.0, 1, restart=5.0)
+    ][:1]
+    assert alarms[0][0] + 1 == 13 and plain[0][0] + 1 - 500 == 27
+
+
+def test_smoothing_keeps_a_near_error_free_model_quiet():
+    """One error after 2000 correct outcomes and 3 early errors (M_long ≈ 0.0006): the plain
+    ratio jumps to several units and fires; ε = 0.01 keeps R near 1."""
+    errors = np.zeros(3000)
+    errors[[10, 20, 30, 2500]] = 1
+    settings = {"long_factor": 0.9994, "short_factor": 0.997, "delta": 0.1, "threshold": 100.0}
+    plain = RatioPageHinkley(**settings)
+    assert [a.index for a in plain.update(errors)][-1] > 2500
+    smoothed = RatioPageHinkley(**settings, smoothing=0.01)
+    assert smoothed.update(errors) == []
+    assert smoothed.ratio == pytest.approx(
+        (reference_fading(errors, 0.997)[-1] + 0.01) / (reference_fading(errors, 0.9994)[-1]
+                                                        + 0.01), rel=1e-12
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,6 +493,27 @@ def test_a_state_without_the_change_point_restores(kind):
     assert unknowns  # (both cases are seen)
 
 
+@pytest.mark.parametrize("kind", DETECTORS)
+def test_a_state_without_the_later_settings_restores_with_them_off(kind):
+    """A checkpoint written before ``restart_threshold``, ``smoothing`` and ``warmup`` existed
+    lacks them: it restores with them off (0) and continues exactly as the detector did."""
+    rng = np.random.default_rng(9)
+    errors = (rng.random(4000) < np.r_[np.full(2000, 0.1), np.full(2000, 0.5)]).astype(int)
+    spec = {"page_hinkley": {"type": kind, "fading_factor": 0.99, "threshold": 0.5},
+            "ratio_page_hinkley": {"type": kind, "long_factor": 0.999, "short_factor": 0.95,
+                                   "threshold": 2.0}}[kind] | {"delta": 0.01}  # fmt: skip
+    whole = make_detector(spec)
+    whole.update(errors[:1500])
+    old = whole.state()
+    for key in ("restart_threshold", "smoothing", "warmup"):
+        old.pop(key, None)
+    old["test"] = {k: v for k, v in old["test"].items() if k not in ("rise", "maximum")}
+    restored = detector_from_state(old)
+    assert restored.restart_threshold == 0.0 and restored.warmup == 0
+    assert restored.state() == whole.state()
+    assert restored.update(errors[1500:]) == whole.update(errors[1500:])
+
+
 def test_marks_must_match_the_errors():
     detector = FadingErrorPageHinkley()
     before = detector.state()
@@ -450,7 +554,8 @@ def test_alarm_to_dict_is_json_ready():
         "estimate_before": alarm.estimate_before,
         "estimate_after": alarm.estimate_after,
         "settings": {"type": "ratio_page_hinkley", "long_factor": 0.99, "short_factor": 0.9,
-                     "delta": 0.1, "threshold": 10.0, "min_instances": 30},
+                     "delta": 0.1, "threshold": 10.0, "min_instances": 30,
+                     "restart_threshold": 0.0, "smoothing": 0.0, "warmup": 0},
         "at": None,
         "change_at": None,
     }  # fmt: skip
@@ -556,6 +661,14 @@ def test_bad_detector_specs(spec, message):
         (lambda: PageHinkley(min_instances=0), r"min_instances=0 .* integer >= 1"),
         (lambda: FadingErrorPageHinkley(min_instances=2.5), "min_instances=2.5"),
         (lambda: RatioPageHinkley(min_instances=30.0), "min_instances=30.0"),
+        (lambda: PageHinkley(restart_threshold=-1), r"restart_threshold=-1 .* > 0 .* or 0"),
+        (lambda: FadingErrorPageHinkley(restart_threshold=math.nan), "restart_threshold=nan"),
+        (lambda: RatioPageHinkley(restart_threshold=None), "restart_threshold=None"),
+        (lambda: RatioPageHinkley(smoothing=-0.01), r"smoothing=-0.01 .* >= 0"),
+        (lambda: RatioPageHinkley(smoothing=math.inf), "smoothing=inf"),
+        (lambda: FadingErrorPageHinkley(warmup=-1), r"warmup=-1 .* integer >= 0"),
+        (lambda: RatioPageHinkley(warmup=10.0), "warmup=10.0"),
+        (lambda: RatioPageHinkley(warmup=True), "warmup=True"),
     ],
 )
 def test_bad_settings_name_the_value_and_what_is_allowed(factory, message):
@@ -571,6 +684,8 @@ def test_settings_accept_numpy_numbers():
         "delta": 0.5,
         "threshold": 5.0,
         "min_instances": 3,
+        "restart_threshold": 0.0,
+        "warmup": 0,
     }
     json.dumps(detector.state(), allow_nan=False)
 

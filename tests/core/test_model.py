@@ -249,6 +249,35 @@ def test_detectors_under_new_settings_go_on_start_or_go():
     )
 
 
+def test_an_old_checkpoint_keeps_its_detectors_when_a_new_setting_is_on_by_default(
+    monkeypatch,
+):
+    """A checkpoint written before ``restart_threshold`` and ``warmup`` existed ran its
+    detectors without them. Were their defaults on, it would still restore its own detector
+    (with them off) and go on exactly as before, not replace it by a fresh one; and
+    streameval.app.evolve reads its settings the same way."""
+    from streameval.app.evolve import model_shape_of
+    from streameval.core.drift import FadingErrorPageHinkley
+
+    outcomes, n0 = _drifting(4000, seed=8, drift_at=2000), 1500
+    spec = {"type": "page_hinkley", "fading_factor": 0.99, "delta": 0.01, "threshold": 10.0,
+            "min_instances": 30}  # fmt: skip
+    whole = ModelEvaluator("m", estimators=["cumulative"], detectors=[spec])
+    expected = [a for a in whole.update(outcomes) if a.index > n0]
+    first = ModelEvaluator("m", estimators=["cumulative"], detectors=[spec])
+    first.update(outcomes[:n0])
+    old = json.loads(json.dumps(first.state()))
+    for detector in (*old["config"]["detectors"], *old["detectors"]):
+        detector.pop("restart_threshold", None), detector.pop("warmup", None)
+    assert old["config"]["detectors"] == [spec]
+    defaults = FadingErrorPageHinkley.__init__.__defaults__
+    monkeypatch.setattr(FadingErrorPageHinkley.__init__, "__defaults__", (*defaults[:4], 5.0, 0))
+    assert FadingErrorPageHinkley().restart_threshold == 5.0  # as if the default were on
+    restored = ModelEvaluator.from_state(old)
+    assert restored.update(outcomes[n0:]) == expected and expected
+    assert model_shape_of(old["config"])["detectors"][0]["restart_threshold"] == 0.0
+
+
 def test_a_pair_continued_under_more_estimators():
     a, b = _drifting(3000, seed=6, drift_at=2000, model="a"), _drifting(3000, 7, 1000, "b")
     outcomes = [o for pair in zip(a, b, strict=True) for o in pair]

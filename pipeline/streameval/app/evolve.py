@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streameval.config import EvaluationConfig
-from streameval.core.drift import canonical_spec
+from streameval.core.drift import canonical_spec, saved_spec
 
 __all__ = [
     "JOIN_SETTINGS",
@@ -131,7 +131,8 @@ def model_shape_of(settings: Mapping[str, Any]) -> dict[str, Any]:
         "bins": settings["bins"],
         "alpha": float(settings["alpha"]),
         "bin_rule": settings["bin_rule"],
-        "detectors": [canonical_spec(spec) for spec in settings["detectors"]],
+        # as the state ran them: a detector setting added since was off there
+        "detectors": [canonical_spec(saved_spec(spec)) for spec in settings["detectors"]],
     }
 
 

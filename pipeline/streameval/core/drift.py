@@ -24,7 +24,11 @@ Two detectors are on by default for each model (:data:`DEFAULT_DETECTORS`):
     a_short = 0.997 (:class:`RatioPageHinkley`, Algorithm 4 of Gama et al.).
 
 Both use δ = 0.1 and λ = 100 on errors in [0, 1], and may alarm only after 30 PH updates since
-the last reset.
+the last reset. Three settings outside Gama et al. are off (0) by default: ``restart_threshold``
+(a mirrored PH test that restarts the test, silently, when the estimate has fallen
+significantly), ``warmup`` (outcomes before the PH test starts) and, for the ratio,
+``smoothing`` (ε in R = (M_short + ε)/(M_long + ε)); docs/measures.md ("How good the detectors
+are") gives what each changes on the drift benchmark and why the defaults stay off.
 
 References
 ----------
@@ -37,6 +41,7 @@ docs/measures.md.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -57,6 +62,7 @@ __all__ = [
     "canonical_spec",
     "detector_from_state",
     "make_detector",
+    "saved_spec",
 ]
 
 #: Detectors of every model unless configured otherwise.
@@ -67,6 +73,8 @@ DEFAULT_DETECTORS = (
         "delta": 0.1,
         "threshold": 100.0,
         "min_instances": 30,
+        "restart_threshold": 0.0,
+        "warmup": 0,
     },
     {
         "type": "ratio_page_hinkley",
@@ -75,6 +83,9 @@ DEFAULT_DETECTORS = (
         "delta": 0.1,
         "threshold": 100.0,
         "min_instances": 30,
+        "restart_threshold": 0.0,
+        "smoothing": 0.0,
+        "warmup": 0,
     },
 )
 
@@ -150,6 +161,29 @@ class Alarm:
 
 # ---------------------------------------------------------------------------------------------
 # validation
+
+
+#: The value of each setting added after the first checkpoints that turns it off: a state
+#: written before the setting existed restores with it (and behaves as before).
+_OFF = {"restart_threshold": 0.0, "smoothing": 0.0, "warmup": 0}
+
+
+def _check_warmup(value: Any) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    raise ValueError(
+        f"warmup={value!r} is not allowed; use an integer >= 0 (outcomes over the detector's "
+        "life before its PH test starts, e.g. 1000; 0: from the first)"
+    )
+
+
+def _check_smoothing(value: Any) -> float:
+    if _is_real(value) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise ValueError(
+        f"smoothing={value!r} is not allowed; use a finite number >= 0 (ε added to both fading "
+        "errors of the ratio, e.g. 0.01; 0: the plain ratio)"
+    )
 
 
 def _check_factor(name: str, value: Any, below: float | None = None) -> float:
@@ -251,11 +285,20 @@ class _ErrorDetector:
     name: ClassVar[str]
     settings: ClassVar[tuple[str, ...]]
 
-    def __init__(self, delta: float, threshold: float, min_instances: int) -> None:
-        self._test = PageHinkley(delta, threshold, min_instances)
+    def __init__(
+        self,
+        delta: float,
+        threshold: float,
+        min_instances: int,
+        restart_threshold: float,
+        warmup: int,
+    ) -> None:
+        self.warmup = _check_warmup(warmup)
+        self._test = PageHinkley(delta, threshold, min_instances, restart_threshold)
         self.delta = self._test.delta
         self.threshold = self._test.threshold
         self.min_instances = self._test.min_instances
+        self.restart_threshold = self._test.restart_threshold
         self._n = 0
         # the outcome of the PH minimum t* since the last reset (index over the detector's
         # life, and its mark); None while there is none, or when a state did not keep it
@@ -301,6 +344,9 @@ class _ErrorDetector:
             return []
         first = self._n + 1
         positions, monitored = self._monitored(losses)
+        if self._n < self.warmup:  # outcome first + p enters the test once it is > warmup
+            keep = positions >= self.warmup - self._n
+            positions, monitored = positions[keep], monitored[keep]
         self._n += losses.size
         settings = self.spec()
         alarms = []
@@ -358,6 +404,12 @@ class _ErrorDetector:
         self._change_mark = None if mark is None else tuple(mark)
 
     @classmethod
+    def _settings_of(cls, state: dict[str, Any]) -> dict[str, Any]:
+        """The settings kept in a state; one added later is off when the state lacks it."""
+        return {key: state[key] if key in state or key not in _OFF else _OFF[key]
+                for key in cls.settings}  # fmt: skip
+
+    @classmethod
     def _check_state_type(cls, state: dict[str, Any]) -> None:
         if state.get("type") != cls.name:
             raise ValueError(
@@ -377,9 +429,11 @@ class FadingErrorPageHinkley(_ErrorDetector):
     fading_factor
         Gama's a in (0, 1], the weight kept by the old sum at each outcome (memory about
         1/(1 − a) outcomes).
-    delta, threshold, min_instances
+    delta, threshold, min_instances, restart_threshold
         Of the PH test: δ >= 0, λ > 0, PH updates since the last reset before an alarm may
-        fire (integer >= 1).
+        fire (integer >= 1), and λ_down >= 0 of the mirrored test that restarts the PH test
+        without an alarm when the fading error has fallen significantly (0: never;
+        :class:`PageHinkley`).
 
     Examples
     --------
@@ -399,7 +453,14 @@ class FadingErrorPageHinkley(_ErrorDetector):
     """
 
     name = "page_hinkley"
-    settings = ("fading_factor", "delta", "threshold", "min_instances")
+    settings = (
+        "fading_factor",
+        "delta",
+        "threshold",
+        "min_instances",
+        "restart_threshold",
+        "warmup",
+    )
 
     def __init__(
         self,
@@ -407,9 +468,11 @@ class FadingErrorPageHinkley(_ErrorDetector):
         delta: float = 0.1,
         threshold: float = 100.0,
         min_instances: int = 30,
+        restart_threshold: float = 0.0,
+        warmup: int = 0,
     ) -> None:
         self.fading_factor = _check_factor("fading_factor", fading_factor)
-        super().__init__(delta, threshold, min_instances)
+        super().__init__(delta, threshold, min_instances, restart_threshold, warmup)
         self._error = _FadingMean(self.fading_factor)
 
     @property
@@ -434,7 +497,7 @@ class FadingErrorPageHinkley(_ErrorDetector):
     def from_state(cls, state: dict[str, Any]) -> FadingErrorPageHinkley:
         """Rebuild a detector from :meth:`state`; it continues bit-identically."""
         cls._check_state_type(state)
-        detector = cls(**{key: state[key] for key in cls.settings})
+        detector = cls(**cls._settings_of(state))
         detector._restore(state)
         detector._error = _FadingMean.from_state(detector.fading_factor, state["error"])
         return detector
@@ -450,15 +513,25 @@ class RatioPageHinkley(_ErrorDetector):
     ``min_instances`` counts PH updates, the outcome index still advances). After an alarm the
     PH test resets; the fading errors do not.
 
+    With ``smoothing`` ε > 0 the ratio is R(t) = (M_short(t) + ε)/(M_long(t) + ε), defined from
+    the first outcome: for a nearly error-free model (M_long ≈ 0.001) one error would otherwise
+    lift R to several units and fire the test; with ε the same error moves R by about
+    (1 − a_short)/(M_long + ε), while for error rates well above ε R is nearly the plain ratio.
+    The paper is silent on M_long ≈ 0; docs/measures.md says why the default ε was chosen.
+
     Parameters
     ----------
     long_factor
         a_long in (0, 1], the fading factor of the long-term error (1 keeps all history).
     short_factor
         a_short in (0, long_factor), the fading factor of the short-term error.
-    delta, threshold, min_instances
+    delta, threshold, min_instances, restart_threshold
         Of the PH test: δ >= 0, λ > 0, PH updates since the last reset before an alarm may
-        fire (integer >= 1).
+        fire (integer >= 1), and λ_down >= 0 of the mirrored test that restarts the PH test
+        without an alarm when R has fallen significantly, as it does while a model learns
+        (0: never; :class:`PageHinkley`).
+    smoothing
+        ε >= 0 added to both fading errors (0: the plain ratio of Algorithm 4).
 
     Examples
     --------
@@ -468,7 +541,8 @@ class RatioPageHinkley(_ErrorDetector):
     >>> import numpy as np
     >>> i = np.arange(1, 401)
     >>> errors = np.where(i <= 200, i % 5 == 0, i % 5 != 0)
-    >>> detector = RatioPageHinkley(long_factor=0.99, short_factor=0.9, threshold=10.0)
+    >>> detector = RatioPageHinkley(long_factor=0.99, short_factor=0.9, threshold=10.0,
+    ...                             restart_threshold=0.0, smoothing=0.0)
     >>> [(a.index, round(a.estimate, 4), round(a.statistic, 4)) for a in detector.update(errors)]
     [(212, 2.3081, 11.1034)]
 
@@ -480,7 +554,16 @@ class RatioPageHinkley(_ErrorDetector):
     """
 
     name = "ratio_page_hinkley"
-    settings = ("long_factor", "short_factor", "delta", "threshold", "min_instances")
+    settings = (
+        "long_factor",
+        "short_factor",
+        "delta",
+        "threshold",
+        "min_instances",
+        "restart_threshold",
+        "smoothing",
+        "warmup",
+    )
 
     def __init__(
         self,
@@ -489,10 +572,14 @@ class RatioPageHinkley(_ErrorDetector):
         delta: float = 0.1,
         threshold: float = 100.0,
         min_instances: int = 30,
+        restart_threshold: float = 0.0,
+        smoothing: float = 0.0,
+        warmup: int = 0,
     ) -> None:
         self.long_factor = _check_factor("long_factor", long_factor)
         self.short_factor = _check_factor("short_factor", short_factor, below=self.long_factor)
-        super().__init__(delta, threshold, min_instances)
+        self.smoothing = _check_smoothing(smoothing)
+        super().__init__(delta, threshold, min_instances, restart_threshold, warmup)
         self._long = _FadingMean(self.long_factor)
         self._short = _FadingMean(self.short_factor)
 
@@ -508,8 +595,10 @@ class RatioPageHinkley(_ErrorDetector):
 
     @property
     def ratio(self) -> float:
-        """R = M_short/M_long after the latest outcome (NaN while undefined)."""
+        """R = (M_short + ε)/(M_long + ε) after the latest outcome (NaN while undefined)."""
         long_term = self._long.value
+        if self.smoothing:
+            return (self._short.value + self.smoothing) / (long_term + self.smoothing)
         if not long_term > 0:  # NaN before the first outcome, 0 before the first error
             return math.nan
         return self._short.value / long_term
@@ -517,6 +606,9 @@ class RatioPageHinkley(_ErrorDetector):
     def _monitored(self, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         long_term = self._long.advance(losses)
         short_term = self._short.advance(losses)
+        if self.smoothing:
+            ratio = (short_term + self.smoothing) / (long_term + self.smoothing)
+            return np.arange(losses.size), ratio
         defined = np.flatnonzero(long_term > 0)
         return defined, short_term[defined] / long_term[defined]
 
@@ -534,7 +626,7 @@ class RatioPageHinkley(_ErrorDetector):
     def from_state(cls, state: dict[str, Any]) -> RatioPageHinkley:
         """Rebuild a detector from :meth:`state`; it continues bit-identically."""
         cls._check_state_type(state)
-        detector = cls(**{key: state[key] for key in cls.settings})
+        detector = cls(**cls._settings_of(state))
         detector._restore(state)
         detector._long = _FadingMean.from_state(detector.long_factor, state["long_error"])
         detector._short = _FadingMean.from_state(detector.short_factor, state["short_error"])
@@ -601,6 +693,19 @@ def canonical_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """
     return {key: float(value) if isinstance(value, int | float) and not isinstance(value, bool)
             else value for key, value in make_detector(spec).spec().items()}  # fmt: skip
+
+
+def saved_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A detector's configuration as a checkpoint recorded it: a setting added after the
+    checkpoint was written is absent there and was off (its value in ``_OFF``), whatever its
+    default is now. A configuration from a user takes the defaults instead
+    (:func:`make_detector`).
+
+    >>> saved_spec({"type": "page_hinkley", "delta": 0.1})
+    {'restart_threshold': 0.0, 'warmup': 0, 'type': 'page_hinkley', 'delta': 0.1}
+    """
+    cls = _detector_class(spec.get("type"), "detector")
+    return {**{key: off for key, off in _OFF.items() if key in cls.settings}, **spec}
 
 
 def detector_from_state(state: Mapping[str, Any]) -> Detector:

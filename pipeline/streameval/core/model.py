@@ -23,6 +23,7 @@ from streameval.core.drift import (
     canonical_spec,
     detector_from_state,
     make_detector,
+    saved_spec,
 )
 from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
@@ -262,6 +263,8 @@ class ModelEvaluator:
         (2, 1, 0.0)
         """
         config = dict(state["config"])
+        # the state's own detectors as it ran them (a setting added since was off)
+        config["detectors"] = [saved_spec(d) for d in config["detectors"]]
         if estimators is not None:
             config["estimators"] = [spec.name for spec in parse_estimators(estimators)]
         if detectors is not None:

@@ -37,6 +37,15 @@ def _check_threshold(value: Any) -> float:
     raise ValueError(f"threshold={value!r} is not allowed; use a finite number > 0 (e.g. 100)")
 
 
+def _check_restart_threshold(value: Any) -> float:
+    if _is_real(value) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise ValueError(
+        f"restart_threshold={value!r} is not allowed; use a finite number > 0 (e.g. 50), or 0 "
+        "for no restart"
+    )
+
+
 def _check_min_instances(value: Any) -> int:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
         return int(value)
@@ -95,6 +104,15 @@ class PageHinkley:
     (so PH_1 = 0). An alarm fires when PH_t > λ and t >= ``min_instances``; the whole state
     (t, x̄, m, M) then resets and the next value starts a new test.
 
+    With a ``restart_threshold`` λ_down > 0 the test also runs the mirrored PH test for a decrease,
+    m'_t = Σ_{j≤t} (x_j − x̄_j + δ), M'_t = max_{j≤t} m'_j: when M'_t − m'_t > λ_down (and
+    t >= ``min_instances``) the mean has fallen significantly since the last reset, and the
+    whole state resets *without an alarm* (a restart). Without it a fall leaves x̄_t above the
+    new level for a long time, which hides a later increase back to the old level (a miss);
+    and when the signal itself is what fell (the ratio of a short- to a long-term error while
+    a model learns) its return to the usual level reads as an increase over the depressed x̄_t
+    (a false alarm). An alarm comes first when both fire at the same value.
+
     The test also keeps t*, the last t at which m_t = M_t (the last time PH_t was 0), and
     Σ_{j≤t*} x_j: at an alarm at T, t* estimates where the change began — the last value before
     it, as the argument of the minimum of the cumulative sum estimates the change point in Page
@@ -112,7 +130,10 @@ class PageHinkley:
     threshold
         λ > 0, the alarm threshold: larger means fewer false alarms and longer delays.
     min_instances
-        Values since the last reset before an alarm is allowed (integer >= 1).
+        Values since the last reset before an alarm (or a restart) is allowed (integer >= 1).
+    restart_threshold
+        λ_down of the mirrored test for a decrease that restarts the test; 0 (the default, and
+        the test of Gama et al.): no restart.
 
     Examples
     --------
@@ -140,11 +161,16 @@ class PageHinkley:
     """
 
     def __init__(
-        self, delta: float = 0.1, threshold: float = 100.0, min_instances: int = 30
+        self,
+        delta: float = 0.1,
+        threshold: float = 100.0,
+        min_instances: int = 30,
+        restart_threshold: float = 0.0,
     ) -> None:
         self.delta = _check_delta(delta)
         self.threshold = _check_threshold(threshold)
         self.min_instances = _check_min_instances(min_instances)
+        self.restart_threshold = _check_restart_threshold(restart_threshold)
         self._reset()
 
     def _reset(self) -> None:
@@ -154,6 +180,8 @@ class PageHinkley:
         self._minimum = math.inf  # M_t (no value yet)
         self._minimum_at = 0  # t*, the last t with m_t = M_t (0: no value yet, or not known)
         self._minimum_sum = 0.0  # Σ_{j≤t*} x_j
+        self._rise = 0.0  # m'_t of the mirrored test (with a restart_threshold)
+        self._maximum = -math.inf  # M'_t
 
     def reset(self) -> None:
         """Start a new test, as after an alarm."""
@@ -201,8 +229,18 @@ class PageHinkley:
             cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
             minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
             statistic = cumulative - minimum
-            hits = np.flatnonzero((statistic > self.threshold) & (t >= self.min_instances))
+            ready = t >= self.min_instances
+            hits = np.flatnonzero((statistic > self.threshold) & ready)
             end = int(hits[0]) if hits.size else values.size - 1
+            if self.restart_threshold:
+                rise = np.cumsum(np.concatenate(([self._rise], values - sums / t + self.delta)))[1:]
+                maximum = np.maximum.accumulate(np.concatenate(([self._maximum], rise)))[1:]
+                falls = np.flatnonzero((maximum - rise > self.restart_threshold) & ready)
+                if falls.size and falls[0] < end + (not hits.size):
+                    self._reset()  # the mean fell: start a new test, no alarm
+                    start += int(falls[0]) + 1
+                    chunk = _FIRST_CHUNK
+                    continue
             at = self._last_minimum(t, cumulative, minimum, end)
             at_sum = float(sums[at - t[0]]) if at >= t[0] else self._minimum_sum
             if hits.size:
@@ -221,6 +259,8 @@ class PageHinkley:
                 self._cumulative = float(cumulative[-1])
                 self._minimum = float(minimum[-1])
                 self._minimum_at, self._minimum_sum = at, at_sum
+                if self.restart_threshold:
+                    self._rise, self._maximum = float(rise[-1]), float(maximum[-1])
                 start += values.size
                 chunk *= 2
         return alarms
@@ -240,7 +280,7 @@ class PageHinkley:
         return int(t[first + ties[-1]]) if ties.size else self._minimum_at
 
     def _running_state(self) -> dict[str, Any]:
-        return {
+        state = {
             "observations": self._observations,
             "sum": self._sum,
             "cumulative": self._cumulative,
@@ -248,6 +288,10 @@ class PageHinkley:
             "minimum_at": self._minimum_at,
             "minimum_sum": self._minimum_sum,
         }
+        if self.restart_threshold:  # the mirrored test: kept only when it runs
+            state["rise"] = self._rise
+            state["maximum"] = self._maximum if self._observations else None
+        return state
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._observations = state["observations"]
@@ -258,6 +302,9 @@ class PageHinkley:
         # states written before t* was kept lack it: 0, not known until m falls to a new minimum
         self._minimum_at = state.get("minimum_at", 0)
         self._minimum_sum = state.get("minimum_sum", 0.0)
+        if self.restart_threshold:
+            self._rise = state["rise"]
+            self._maximum = -math.inf if state["maximum"] is None else state["maximum"]
 
     def state(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the settings and the running state."""
@@ -265,12 +312,18 @@ class PageHinkley:
             "delta": self.delta,
             "threshold": self.threshold,
             "min_instances": self.min_instances,
+            "restart_threshold": self.restart_threshold,
             **self._running_state(),
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> PageHinkley:
         """Rebuild a test from :meth:`state`; it continues bit-identically."""
-        test = cls(state["delta"], state["threshold"], state["min_instances"])
+        test = cls(
+            state["delta"],
+            state["threshold"],
+            state["min_instances"],
+            state.get("restart_threshold", 0.0),  # absent (written before it): no restart
+        )
         test._restore(state)
         return test
