@@ -49,7 +49,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from streameval.core.forgetting import BlockFading, block_size
-from streameval.core.page_hinkley import Change, PageHinkley, _as_values, _is_real
+from streameval.core.page_hinkley import (
+    Change,
+    PageHinkley,
+    _as_values,
+    _check_non_negative,
+    _is_real,
+)
 
 __all__ = [
     "DEFAULT_DETECTORS",
@@ -178,11 +184,11 @@ def _check_warmup(value: Any) -> int:
 
 
 def _check_smoothing(value: Any) -> float:
-    if _is_real(value) and math.isfinite(value) and value >= 0:
-        return float(value)
-    raise ValueError(
-        f"smoothing={value!r} is not allowed; use a finite number >= 0 (ε added to both fading "
-        "errors of the ratio, e.g. 0.01; 0: the plain ratio)"
+    return _check_non_negative(
+        "smoothing",
+        value,
+        "use a finite number >= 0 (ε added to both fading errors of the ratio, e.g. 0.01; 0: "
+        "the plain ratio)",
     )
 
 

@@ -22,12 +22,17 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _check_delta(value: Any) -> float:
+def _check_non_negative(name: str, value: Any, allowed: str) -> float:
+    """A finite real number >= 0, else ``ValueError`` naming the setting, the value and
+    ``allowed``."""
     if _is_real(value) and math.isfinite(value) and value >= 0:
         return float(value)
-    raise ValueError(
-        f"delta={value!r} is not allowed; use a finite number >= 0 (the tolerated increase, "
-        "e.g. 0.1)"
+    raise ValueError(f"{name}={value!r} is not allowed; {allowed}")
+
+
+def _check_delta(value: Any) -> float:
+    return _check_non_negative(
+        "delta", value, "use a finite number >= 0 (the tolerated increase, e.g. 0.1)"
     )
 
 
@@ -38,11 +43,8 @@ def _check_threshold(value: Any) -> float:
 
 
 def _check_restart_threshold(value: Any) -> float:
-    if _is_real(value) and math.isfinite(value) and value >= 0:
-        return float(value)
-    raise ValueError(
-        f"restart_threshold={value!r} is not allowed; use a finite number > 0 (e.g. 50), or 0 "
-        "for no restart"
+    return _check_non_negative(
+        "restart_threshold", value, "use a finite number > 0 (e.g. 50), or 0 for no restart"
     )
 
 
