@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Outcome
+from streameval.core.outcome import Outcome
 from streameval.engine import Engine
 
 

@@ -63,7 +63,7 @@ def _id(i: int) -> str:
 def _batches(first: int, count: int, pending: int, step: int = 200):
     """Event rows for instances ``first`` .. ``first + count``, ``step`` instances a batch:
     each instance and three predictions at its time, and the label of instance i − pending."""
-    from streameval.core.join import INSTANCE, LABEL, PREDICTION
+    from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
 
     rng = np.random.default_rng(first)
     for start in range(first, first + count, step):

@@ -184,7 +184,7 @@ def test_the_wire_layout_of_events_and_outcomes_is_fixed():
     would change these bytes must come with a new WIRE_VERSION (wire.py refuses to load)."""
     import msgspec
     from streameval.app.wire import EVENT_LAYOUT, OUTCOME_LAYOUT, OutcomeBatch
-    from streameval.core.join import Outcome
+    from streameval.core.outcome import Outcome
 
     event = (LABEL, "i1", "", 5, "cat", 0, 17)
     outcome = Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5)

@@ -29,7 +29,7 @@ from streameval.app.wire import (
     decode_outcomes,
     encode,
 )
-from streameval.core.join import Outcome
+from streameval.core.outcome import Outcome
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
 from streameval.schemas import StoredMessage, decode_event

@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.changelog import Restorer, checkpoint_records
-from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, queue_entries
+from streameval.core.join import Join
+from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
+from streameval.core.pending import queue_entries
 from streameval.store import DiskState
 
 _events = st.lists(

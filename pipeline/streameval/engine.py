@@ -20,8 +20,9 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.core.drift import Alarm
-from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome, join_partition
+from streameval.core.join import Join, join_partition
 from streameval.core.model import ModelEvaluator, PairEvaluator
+from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome
 from streameval.records import (
     ComparisonRecord,
     DriftAlarmRecord,

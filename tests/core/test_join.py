@@ -3,7 +3,8 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, Outcome
+from streameval.core.join import Join
+from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
 
 # events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
 # ("a", now) advances the clock. Each event arrives when the clock is at ``now``: stamped after
@@ -438,25 +439,6 @@ def test_memory_is_bounded_by_max_pending():
     assert all(len(heap) <= 2 * 100 + 4096 for heap in join.state.queues.values())
 
 
-def test_events_taken_one_at_a_time_wait_in_few_runs():
-    """Replay gives the join one event per call; out of order within a long grace, those that
-    wait must not each stay a run of their own, which every call would look at (a replay of
-    10⁶ pending instances took hours that way)."""
-    import math
-    import random
-
-    rng = random.Random(3)
-    join, out = Join(label_grace=5000), []
-    for i in range(20_000):
-        ts = i + rng.randrange(500)  # delivered up to 500 ms out of order
-        out += join.add_prediction(f"i{i}", "m", ts=ts, label="a", now=i)
-        out += join.add_label(f"i{i}", ts=ts + 1, label="a", now=i)
-        assert len(join._runs) <= 2 * math.log2(join.waiting + 2) + 2
-    assert join.waiting > 5000
-    out += join.flush()
-    assert len(out) == 20_000 and join.waiting == 0
-
-
 def test_clock_never_goes_backwards():
     join = Join(label_grace=100)
     join.add_prediction("i1", "m", ts=10, label="a", now=10)
@@ -526,33 +508,3 @@ def test_a_batch_of_events_is_its_events_taken_one_by_one(batches, grace, ttl, m
     assert got == want
     assert repeats == 0 and seen == last
     assert batch.changes() == one.changes()
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    predictions=st.lists(
-        st.tuples(st.sampled_from(["m", "n", "o"]), st.integers(0, 20), st.sampled_from("ab")),
-        max_size=6,
-    ),
-    has_record=st.booleans(),
-    t_instance=st.integers(0, 20),
-    label_ts=st.integers(0, 20),
-)
-def test_the_common_case_resolves_as_the_general_rule(predictions, has_record, t_instance,
-                                                      label_ts):  # fmt: skip
-    """One prediction per model, all in time, takes a shortcut in ``_resolve``: it gives the
-    outcomes and counters of the general rule (``_resolve_timelines``)."""
-    if not has_record:
-        t_instance = min((t for _, t, _ in predictions), default=None)
-    record = [0, t_instance, has_record, "a", label_ts, label_ts]
-    for prediction in predictions:
-        record += prediction
-    fast, general = Join(label_grace=0), Join(label_grace=0)
-    fast.state.records["i"] = list(record)
-    out_fast, out_general = [], []
-    fast._resolve("i", out_fast)
-    general._resolve_timelines("i", list(record), label_ts, out_general)
-    assert out_fast == out_general
-    assert [type(o) for o in out_fast] == [Outcome] * len(out_fast)
-    assert fast.counters == general.counters
-    assert fast.model_counters == general.model_counters

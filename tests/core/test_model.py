@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.core.join import Outcome
 from streameval.core.model import NORMALIZED_MEASURES, ModelEvaluator, PairEvaluator
 from streameval.core.normalize import normalize
+from streameval.core.outcome import Outcome
 
 
 def _outcomes(y_true, y_pred, model="m"):

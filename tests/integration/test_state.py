@@ -397,7 +397,7 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     from streameval.app.stages import EvalStage, JoinStage
     from streameval.app.stateops import Resets, StateError, preflight, reset, survey
     from streameval.app.wire import PREDICTION, WIRE_VERSION, EventBatch, OutcomeBatch, Source
-    from streameval.core.join import Outcome
+    from streameval.core.outcome import Outcome
     from streameval.topics import Topics, create_topics, load_topics
 
     prefix = f"s{uuid.uuid4().hex[:8]}-"

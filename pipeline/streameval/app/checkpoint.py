@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import queue_entries
+from streameval.core.pending import queue_entries
 from streameval.store import DiskState, StoreError
 
 from .changelog import Changelog, ChangelogError, live, watermarks

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from streameval.core.join import Outcome
+from streameval.core.outcome import Outcome
 from streameval.core.state import EVENT, MEMORY, META, RECORD, decode_value, encode_value
 
 from .evolve import model_shape_of

@@ -50,8 +50,10 @@ from typing import Any
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Join, Outcome, take_runs
+from streameval.core.join import Join
+from streameval.core.outcome import Outcome
 from streameval.core.state import META, decode_value, encode_value
+from streameval.core.waiting import take_runs
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
 from streameval.records import Record

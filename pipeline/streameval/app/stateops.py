@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Outcome
+from streameval.core.outcome import Outcome
 from streameval.core.state import MEMORY, RECORD, decode_value
 from streameval.topics import Topics
 

@@ -13,7 +13,8 @@ import confluent_kafka
 import orjson
 
 from streameval import __version__
-from streameval.core.join import Join, Outcome
+from streameval.core.join import Join
+from streameval.core.outcome import Outcome
 from streameval.engine import Engine
 from streameval.exporter import Exporter
 from streameval.records import Record

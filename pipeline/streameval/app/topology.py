@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Outcome
+from streameval.core.outcome import Outcome
 
 from .stages import JoinStage
 from .wire import OutcomeBatch

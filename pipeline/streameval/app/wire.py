@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import msgspec
 
-from streameval.core.join import INSTANCE, LABEL, PREDICTION, EventRow, Outcome
+from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, EventRow, Outcome
 
 __all__ = [
     "EVENT_LAYOUT",
@@ -59,7 +59,7 @@ OUTCOME_LAYOUT = (
 )
 if Outcome._fields != OUTCOME_LAYOUT:
     raise ImportError(
-        f"streameval.core.join.Outcome has the fields {Outcome._fields}, but wire version "
+        f"streameval.core.outcome.Outcome has the fields {Outcome._fields}, but wire version "
         f"{WIRE_VERSION} carries {OUTCOME_LAYOUT}: a new layout needs a new WIRE_VERSION"
     )
 

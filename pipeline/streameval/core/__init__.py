@@ -25,11 +25,13 @@ from streameval.core.estimators import (
 )
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
-from streameval.core.join import DROP_REASONS, Join, Outcome
+from streameval.core.join import Join
+from streameval.core.join_rules import DROP_REASONS
 from streameval.core.labels import DEFAULT_MAX_CLASSES, LabelEncoder
 from streameval.core.measures import SCALAR_MEASURES, compute_measures
 from streameval.core.model import ModelEvaluator, PairEvaluator
 from streameval.core.normalize import normalize
+from streameval.core.outcome import Outcome
 
 __all__ = [
     "DEFAULT_DETECTORS",

@@ -9,100 +9,28 @@ remembered) act at their own event times between the events. So every decision i
 of the events alone: the same for any keying of the input topics, any interleaving of their
 partitions, a replay of a file, or a restart. docs/replay.md states the rules for users.
 
-Where the instances live is the :class:`~streameval.core.state.MemoryState`'s business (or the
-worker's disk store's): the join asks it for records by instance id, a batch at a time.
+Here is the clock: which event applies when. What each event and each timed rule does is
+:mod:`streameval.core.join_rules`; a pending instance's record and the outcomes it resolves
+into, :mod:`streameval.core.pending`; the events waiting for the clock,
+:mod:`streameval.core.waiting`. Where the instances live is the state's business
+(:mod:`streameval.core.state`, or the worker's disk store): the join asks it for records by
+instance id, a batch at a time.
 """
 
 from __future__ import annotations
 
-import bisect
-import sys
 import zlib
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
-from streameval.core.state import EVENT, META, MemoryState, decode_value, encode_value, event_key
+from streameval.core.join_rules import JoinRules
+from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, EventRow, Label, Outcome
+from streameval.core.pending import PREDICTIONS
+from streameval.core.state import EVENT, META, decode_value
+from streameval.core.waiting import Waiting, WaitingEvents
 
-__all__ = [
-    "DROP_REASONS",
-    "INSTANCE",
-    "LABEL",
-    "PREDICTION",
-    "EventRow",
-    "Join",
-    "Outcome",
-    "join_partition",
-    "label_order",
-    "queue_entries",
-]
-
-#: Every reason a record is dropped or counted as odd, in the order the docs list them.
-DROP_REASONS = (
-    "leaky_prediction",  # stamped after its label: it could have seen the label
-    "late_prediction",  # arrived after its instance was resolved for that model
-    "duplicate_prediction",  # same model, same ts, same label as one already buffered
-    "duplicate_label",  # same label again
-    "conflicting_label",  # a different label for an instance that has one
-    "orphan_label",  # no model predicted the instance by the time it was resolved
-    "label_before_instance",  # label ts earlier than the instance time: data error
-    "duplicate_instance",  # a second instance record
-    "late_instance",  # instance record after the instance was resolved
-    "expired_unlabelled",  # no label within label_ttl (per model that predicted)
-    "evicted_max_pending",  # pushed out of a full buffer (per model that predicted)
-)
-
-Label = str | int
-#: The kinds of event, as :class:`EventRow` and the worker's wire format carry them
-INSTANCE, PREDICTION, LABEL = 0, 1, 2
-#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
-EventRow = tuple[int, str, str, int, Label, int, int]
-
-
-class Outcome(NamedTuple):
-    """One resolved instance for one model.
-
-    ``times`` and ``labels`` are the model's prediction timeline, oldest first, every entry
-    stamped at or before the label: ``labels[0]`` is the initial prediction, ``labels[-1]`` the
-    final one, anything between are re-predictions (the evolving predictions of Grzenda et al.).
-    A named tuple: cheap to build by the million, and it travels between the worker's stages
-    as a msgpack array as it is.
-    """
-
-    model_id: str
-    instance_id: str
-    y_true: Label
-    times: tuple[int, ...]
-    labels: tuple[Label, ...]
-    t_instance: int
-    t_label: int
-    #: when the join resolved it on its clock (the label's time; for a label that came late,
-    #: the clock when it came): with ``instance_id`` the key that orders outcomes
-    due: int = 0
-
-    @property
-    def initial(self) -> Label:
-        return self.labels[0]
-
-    @property
-    def final(self) -> Label:
-        return self.labels[-1]
-
-
-# What the join holds for one pending instance: one flat list, the fewest objects per instance
-#   [created, t_instance, has_record, label, label_ts, due, model, ts, label, model, ts, ...]
-# created is the time of its first event (its expiry and eviction order); t_instance is None
-# until the instance record or a prediction gives it; label, label_ts and due are set when the
-# label comes, which resolves the instance at once (its events up to then are all in).
-# The predictions follow as (model_id, ts, label) triples. Model ids and string labels are
-# interned, so a pending instance shares them with every other one.
-CREATED, T_INSTANCE, HAS_RECORD, LABEL_, LABEL_TS, DUE, PREDICTIONS = range(7)
-_intern = sys.intern
-#: builds an :class:`Outcome` from a tuple of its fields without the Python-level ``__new__``
-_new_outcome = tuple.__new__
-#: a waiting event: (ts, kind, instance_id, model_id, label is a string, label, sequence)
-_Waiting = tuple[int, int, str, str, bool, Label, int]
-_NEVER = 2**62
+__all__ = ["Join", "join_partition"]
 
 
 def join_partition(instance_id: str, partitions: int) -> int:
@@ -115,77 +43,7 @@ def join_partition(instance_id: str, partitions: int) -> int:
     return zlib.crc32(instance_id.encode()) % partitions
 
 
-def queue_entries(record: list, label_ttl: int) -> list[tuple[str, int]]:
-    """The time-queue entries (queue, time) a pending instance's record stands for: its
-    expiry."""
-    return [("expiry", record[CREATED] + label_ttl + 1)]
-
-
-def label_order(label: Label) -> tuple[int, Label]:
-    """A total order of labels, integers before strings: how the join orders records that are
-    alike but for their label (two labels of one instance stamped alike, two predictions of one
-    model stamped alike) — by content, never by which arrived first.
-
-    >>> sorted(["b", 2, "a", 1], key=label_order)
-    [1, 2, 'a', 'b']
-    """
-    return (1, label) if isinstance(label, str) else (0, label)
-
-
-def _by_time_then_label(entry: tuple[int, Label]) -> tuple[int, tuple[int, Label]]:
-    return entry[0], label_order(entry[1])
-
-
-def _timelines(record: list) -> dict[str, list[tuple[int, Label]]]:
-    """The predictions of a record per model (models in order of their first prediction),
-    each timeline sorted by ``ts``, ties by :func:`label_order`."""
-    timelines: dict[str, list[tuple[int, Label]]] = {}
-    for i in range(PREDICTIONS, len(record), 3):
-        entry = (record[i + 1], record[i + 2])
-        timeline = timelines.get(record[i])
-        if timeline is None:
-            timelines[record[i]] = [entry]
-        elif entry[0] <= timeline[-1][0]:  # out of order (a late event), or a tie: rare
-            timeline.append(entry)
-            timeline.sort(key=_by_time_then_label)
-        else:
-            timeline.append(entry)
-    return timelines
-
-
-def _models(record: list) -> list[str]:
-    """The models that predicted, in order of their first prediction."""
-    return list(dict.fromkeys(record[PREDICTIONS::3]))
-
-
-def take_runs(runs: dict[Any, list], key: tuple) -> tuple[list, list, list]:
-    """Cut sorted runs, named by the keys of ``runs``, at ``key``, in place: what comes before
-    it is taken (concatenated run by run, so not sorted as a whole), and each run keeps the
-    rest. Returns ``(taken, names of the runs cut short, names of the runs emptied)``.
-
-    >>> runs = {"a": [(1,), (5,)], "b": [(2,), (3,)], "c": [(7,)]}
-    >>> take_runs(runs, (4,)), runs
-    (([(1,), (2,), (3,)], ['a'], ['b']), {'a': [(5,)], 'c': [(7,)]})
-    """
-    taken: list = []
-    shortened, emptied = [], []
-    for name, run in runs.items():
-        if not run or run[0] >= key:  # the usual run: none of it is due yet
-            continue
-        cut = bisect.bisect_left(run, key)
-        if cut < len(run):
-            taken += run[:cut]
-            runs[name] = run[cut:]  # a new value, not a new key: iterating goes on
-            shortened.append(name)
-        else:
-            taken += run
-            emptied.append(name)
-    for name in emptied:
-        del runs[name]
-    return taken, shortened, emptied
-
-
-class Join:
+class Join(JoinRules):
     """Buffer predictions per instance and model until the label arrives; emit outcomes.
 
     Rules (docs/replay.md, "How events become outcomes"), applied in event-time order:
@@ -272,32 +130,10 @@ class Join:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} is not allowed; use an integer >= {low}")
         self.label_grace = label_grace
-        self.label_ttl = label_ttl
-        self.max_pending = max_pending
-        self.state = state = MemoryState() if state is None else state
-        #: whether a queue entry still stands (the state drops stale ones when it compacts)
-        state.valid = {"expiry": self._expiry_valid, "forget": self._forget_valid}
-        # the state's parts the hot path uses, bound once (the dicts never change identity)
-        self._records, self._memory, self._touch = state.records, state.memory, state.touch
-        #: whether the state wants stale queue entries discarded at once (a disk store does;
-        #: the in-memory heaps skip them when they come up)
-        self._discards = getattr(state, "discards", False)
-        self._clock = -(2**62)  # every event stamped <= clock is applied
+        super().__init__(label_ttl, max_pending, state)
         self._target = self._clock  # where the clock goes once the due events are applied
-        self._runs: dict[int, list[_Waiting]] = {}  # waiting events: sorted runs, numbered
-        self._run_number = 0
-        self._due: list[_Waiting] = []  # taken from the runs, sorted; applied from _pos on
-        self._pos = 0
-        # waiting events since the last commit: taken in (not in a checkpoint yet), and those
-        # of a checkpoint applied since (their keys go)
-        self._added: dict[int, _Waiting] = {}
-        self._applied: list[tuple[int, int]] = []
+        self._waiting = WaitingEvents()
         self._seq = 0
-        self._next = _NEVER  # the earliest queue time at which something is due
-        #: the latest conflicting labels (instance_id, kept, ignored), for an adapter to log
-        self.conflicts: deque[tuple[str, Label, Label]] = deque(maxlen=10)
-        self.counters: Counter[str] = Counter()
-        self.model_counters: Counter[tuple[str, str]] = Counter()  # (reason, model_id)
 
     # -- public API -----------------------------------------------------------------------
     @property
@@ -308,12 +144,12 @@ class Join:
     @property
     def changed(self) -> int:
         """How many keys :meth:`changes` would give now: what a checkpoint costs."""
-        return self.state.changed() + len(self._added) + len(self._applied)
+        return self.state.changed() + self._waiting.changed()
 
     @property
     def waiting(self) -> int:
         """Events received but not yet applied (stamped after the clock)."""
-        return sum(len(run) for run in self._runs.values()) + len(self._due) - self._pos
+        return len(self._waiting)
 
     @property
     def behind(self) -> bool:
@@ -352,8 +188,8 @@ class Join:
         if self.behind:  # events arriving now come after those already due
             self.advance(self._target + self.label_grace, out)
         clock = self._clock
-        run: list[_Waiting] = []
-        late: list[_Waiting] = []
+        run: list[Waiting] = []
+        late: list[Waiting] = []
         repeats = 0
         seq = self._seq
         for kind, instance_id, model_id, ts, label, source, offset in events:
@@ -374,13 +210,7 @@ class Join:
             self._apply(late, out)
         if run:
             run.sort()
-            self._runs[self._run_number] = run
-            self._run_number += 1
-            if len(self._runs) > 1:
-                self._merge_runs()
-            added = self._added
-            for entry in run:
-                added[entry[6]] = entry
+            self._waiting.add(run)
         self.advance(now, out, budget)
         return out, repeats
 
@@ -403,10 +233,12 @@ class Join:
         if now > self._target:
             self._target = now
         target = self._target
-        if self._runs:
-            self._take(target)
-        if self._due:
-            if not self._step(budget, out):
+        waiting = self._waiting
+        if waiting.runs:
+            waiting.take(target)
+        if waiting.due:
+            self._apply(waiting.step(budget), out)
+            if waiting.due:
                 return out  # behind: the rest comes with the next calls
         if self._next <= target + 1:
             self._rules(target + 1, out)
@@ -417,8 +249,8 @@ class Join:
         """The end of a finite stream (replay): apply every waiting event (nothing more can
         come). Instances without a label stay pending."""
         out: list[Outcome] = []
-        if self._runs or self.behind:
-            last = max([run[-1][0] for run in self._runs.values()], default=self._target)
+        if self._waiting.runs or self.behind:
+            last = self._waiting.latest(self._target)
             self.advance(max(last, self._target) + self.label_grace, out)
         return out
 
@@ -428,55 +260,7 @@ class Join:
         return self._clock
 
     # -- time order -------------------------------------------------------------------------
-    def _merge_runs(self) -> None:
-        """Keep the waiting runs few: every call of :meth:`advance` looks at the head of each.
-        The newest run joins the one before it when it continues it (events in time order, the
-        usual case) or is at least half its length (so a run's events are merged about log₂ of
-        the number waiting times, as in a merge sort). Replay adds one event per call: without
-        this, it held one run per event within ``label_grace`` and looked at each per event."""
-        runs = self._runs
-        while len(runs) > 1:
-            names = reversed(runs)
-            last, before = next(names), next(names)
-            newer, older = runs[last], runs[before]
-            if older[-1] < newer[0]:
-                older += newer
-            elif 2 * len(newer) >= len(older):
-                runs[before] = sorted(older + newer)  # two sorted runs: timsort merges them
-            else:
-                return
-            del runs[last]
-
-    def _take(self, now: int) -> None:
-        """Move the waiting events stamped up to ``now`` to the events due, in order."""
-        taken = take_runs(self._runs, (now + 1,))[0]
-        if not taken:
-            return
-        if self._pos:
-            del self._due[: self._pos]
-            self._pos = 0
-        due = self._due
-        due += taken  # all later than those already due
-        if len(due) > 1:
-            due.sort()  # sorted runs: timsort merges them
-
-    def _step(self, budget: int | None, out: list[Outcome]) -> bool:
-        """Apply the next ``budget`` events due (None: all); whether none is left."""
-        due, start = self._due, self._pos
-        end = len(due) if budget is None else min(len(due), start + max(budget, 1))
-        part = due[start:end] if start or end < len(due) else due
-        if end == len(due):
-            self._due, self._pos = [], 0
-        else:
-            self._pos = end
-        added, applied = self._added, self._applied
-        for entry in part:  # no longer waiting: a checkpoint that has it must drop it
-            if added.pop(entry[6], None) is None:
-                applied.append((entry[0], entry[6]))
-        self._apply(part, out)
-        return not self._due
-
-    def _apply(self, events: list[_Waiting], out: list[Outcome]) -> None:
+    def _apply(self, events: list[Waiting], out: list[Outcome]) -> None:
         """Apply events in the given order, the timed rules due before each in between."""
         state = self.state
         state.prefetch({e[2] for e in events})
@@ -499,233 +283,6 @@ class Join:
             if pending() > max_pending:  # the bound holds after every event
                 self._limit(out)
 
-    def _rules(self, until: int, out: list[Outcome]) -> None:
-        """Everything timed that acts before events stamped ``until``, in time order (at equal
-        times: expiries, then forgetting resolved instances)."""
-        state = self.state
-        peek, pop, prefetch, records = state.peek, state.pop, state.prefetch, self._records
-        expiry, forget = peek("expiry"), peek("forget")
-        while True:
-            if expiry is not None and expiry[0] <= until and (forget is None or expiry <= forget):
-                pop("expiry")
-                if expiry[1] not in records:
-                    prefetch((expiry[1],))
-                self._expire(expiry[0], expiry[1])
-                expiry = peek("expiry")
-            elif forget is not None and forget[0] <= until:
-                pop("forget")
-                prefetch((forget[1],))
-                self._forget(forget[0], forget[1])
-                forget = peek("forget")
-            else:
-                break
-        times = [entry[0] for entry in (expiry, forget) if entry is not None]
-        self._next = min(times) if times else _NEVER
-
-    def _schedule(self) -> None:
-        state = self.state
-        times = [entry[0] for entry in (state.peek("expiry"), state.peek("forget"))
-                 if entry is not None]  # fmt: skip
-        self._next = min(times, default=_NEVER)
-
-    # -- queue entries that still stand (stale ones are skipped) ------------------------------
-    def _expiry_valid(self, t: int, instance_id: str) -> bool:
-        record = self.state.records.get(instance_id)
-        return record is not None and record[CREATED] + self.label_ttl + 1 == t
-
-    def _forget_valid(self, t: int, instance_id: str) -> bool:
-        entry = self.state.memory.get(instance_id)
-        return entry is not None and entry[1] + 1 == t
-
-    def queue_entries(self, record: list) -> list[tuple[str, int]]:
-        """The time-queue entries a pending instance's record stands for."""
-        return queue_entries(record, self.label_ttl)
-
-    # -- one event ----------------------------------------------------------------------------
-    def _new(self, instance_id: str, ts: int, t_instance: int | None, has_record: bool) -> list:
-        record = [ts, t_instance, has_record, None, None, None]
-        expiry = ts + self.label_ttl + 1
-        self.state.create(instance_id, record, expiry)
-        if expiry < self._next:
-            self._next = expiry
-        return record
-
-    def _instance(self, instance_id: str, ts: int, out: list[Outcome]) -> None:
-        if self._memory.get(instance_id) is not None:
-            self._count("late_instance")
-            return
-        record = self._records.get(instance_id)
-        if record is None:
-            self._new(instance_id, ts, ts, True)
-        elif record[HAS_RECORD]:
-            self._count("duplicate_instance")
-        else:
-            record[HAS_RECORD] = True
-            record[T_INSTANCE] = ts
-            self._touch(instance_id)
-
-    def _prediction(
-        self, instance_id: str, model_id: str, ts: int, label: Label, out: list[Outcome]
-    ) -> None:
-        if self._memory.get(instance_id) is not None:
-            self._count("late_prediction", model_id)
-            return
-        record = self._records.get(instance_id)
-        if record is None:
-            record = self._new(instance_id, ts, None, False)
-        label_ts = record[LABEL_TS]
-        if label_ts is not None and ts > label_ts:
-            self._count("leaky_prediction", model_id)
-            return
-        t_instance = record[T_INSTANCE]
-        if t_instance is None or (not record[HAS_RECORD] and ts < t_instance):
-            record[T_INSTANCE] = ts  # the first prediction's time, until an instance record
-        elif ts == t_instance:
-            ts = t_instance  # one int object for both
-        if type(model_id) is str:
-            model_id = _intern(model_id)
-        if type(label) is str:
-            label = _intern(label)
-        for i in range(PREDICTIONS, len(record), 3):
-            if record[i] == model_id and record[i + 1] == ts and record[i + 2] == label:
-                self._count("duplicate_prediction", model_id)
-                return
-        record += (model_id, ts, label)
-        self._touch(instance_id)
-
-    def _label(self, instance_id: str, ts: int, label: Label, out: list[Outcome]) -> None:
-        known = self._memory.get(instance_id)
-        if known is not None:  # resolved already
-            self._second_label(instance_id, known[0], label)
-            return
-        record = self._records.get(instance_id)
-        if record is None:
-            record = self._new(instance_id, ts, None, False)
-        elif record[LABEL_] is not None:
-            self._second_label(instance_id, record[LABEL_], label)
-            return
-        if type(label) is str:
-            label = _intern(label)
-        clock = self._clock
-        record[LABEL_], record[LABEL_TS] = label, ts
-        record[DUE] = ts if ts > clock else clock + 1  # a late label: resolved when it comes
-        self._resolve(instance_id, out)
-
-    def _second_label(self, instance_id: str, kept: Label, other: Label) -> None:
-        """Count a label that came after ``kept``: a duplicate, or a conflict (logged)."""
-        if other == kept:
-            self._count("duplicate_label")
-        else:
-            self._count("conflicting_label")
-            self.conflicts.append((instance_id, kept, other))
-
-    # -- the timed rules ------------------------------------------------------------------------
-    def _expire(self, t: int, instance_id: str) -> None:
-        state = self.state
-        if not self._expiry_valid(t, instance_id):
-            return
-        record = state.records[instance_id]
-        state.drop(instance_id)
-        self._drop_pending(record, "expired_unlabelled")
-
-    def _forget(self, t: int, instance_id: str) -> None:
-        if self._forget_valid(t, instance_id):
-            self.state.forget(instance_id)
-
-    def _limit(self, out: list[Outcome]) -> None:
-        """At most ``max_pending`` instances held and remembered: the oldest go first."""
-        state = self.state
-        while state.pending_count() > self.max_pending:
-            t, instance_id = state.pop("expiry")
-            state.prefetch((instance_id,))
-            if not self._expiry_valid(t, instance_id):
-                continue
-            record = state.records[instance_id]
-            state.drop(instance_id)
-            self._drop_pending(record, "evicted_max_pending")
-        while state.memory_count() > self.max_pending:
-            t, instance_id = state.pop("forget")
-            state.prefetch((instance_id,))
-            self._forget(t, instance_id)
-        self._schedule()
-
-    def _count(self, reason: str, model_id: str | None = None) -> None:
-        self.counters[reason] += 1
-        if model_id is not None:
-            self.model_counters[reason, model_id] += 1
-
-    def _drop_pending(self, record: list, reason: str) -> None:
-        if len(record) > PREDICTIONS:
-            for model_id in _models(record):
-                self._count(reason, model_id)
-        else:
-            self._count(reason)
-
-    def _resolve(self, instance_id: str, out: list[Outcome]) -> None:
-        state = self.state
-        record = state.records[instance_id]
-        label, label_ts, due = record[LABEL_], record[LABEL_TS], record[DUE]
-        if self._discards:
-            state.discard("expiry", record[CREATED] + self.label_ttl + 1, instance_id)
-        # dropped, remembered until due + ttl (its queue entry is later than anything now)
-        state.resolved(instance_id, label, due + self.label_ttl)
-        if state.memory_count() > self.max_pending:
-            self._limit(out)
-        models = record[PREDICTIONS::3]
-        if models and len(set(models)) == len(models):
-            times = record[PREDICTIONS + 1 :: 3]
-            if max(times) <= label_ts:  # the common case: one prediction per model, in time
-                t_instance = self._t_instance(record, models, times)
-                if t_instance is None:
-                    return
-                labels = record[PREDICTIONS + 2 :: 3]
-                for model_id, t, y in zip(models, times, labels, strict=True):
-                    fields = (model_id, instance_id, label, (t,), (y,), t_instance, label_ts, due)
-                    out.append(_new_outcome(Outcome, fields))
-                return
-        self._resolve_timelines(instance_id, record, due, out)
-
-    def _resolve_timelines(self, instance_id: str, record: list, due: int,
-                           out: list[Outcome]) -> None:  # fmt: skip
-        """:meth:`_resolve` in general: any model may have predicted several times, some
-        predictions may be stamped after the label (late events)."""
-        label, label_ts = record[LABEL_], record[LABEL_TS]
-        kept_by_model: dict[str, list[tuple[int, Label]]] = {}
-        for model_id, timeline in _timelines(record).items():
-            if timeline[-1][0] <= label_ts:  # the common case: nothing stamped after the label
-                kept_by_model[model_id] = timeline
-                continue
-            kept = [(t, y) for t, y in timeline if t <= label_ts]
-            for _ in range(len(timeline) - len(kept)):
-                self._count("leaky_prediction", model_id)
-            if kept:
-                kept_by_model[model_id] = kept
-        if not kept_by_model:  # nobody predicted it (in time)
-            self._count("orphan_label")
-            return
-        firsts = [kept[0][0] for kept in kept_by_model.values()]
-        t_instance = self._t_instance(record, kept_by_model, firsts)
-        if t_instance is None:
-            return
-        for model_id, kept in kept_by_model.items():
-            if len(kept) == 1:
-                times, labels = (kept[0][0],), (kept[0][1],)
-            else:
-                times, labels = zip(*kept, strict=True)
-            fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due)
-            out.append(_new_outcome(Outcome, fields))
-
-    def _t_instance(self, record: list, models: Iterable[str], firsts: list[int]) -> int | None:
-        """The time of a resolved instance: its record's, else its first prediction that counts
-        (``firsts``: each model's first). None, counted per model, if the label precedes it."""
-        if not record[HAS_RECORD]:
-            return min(firsts)
-        if record[LABEL_TS] < record[T_INSTANCE]:
-            for model_id in models:
-                self._count("label_before_instance", model_id)
-            return None
-        return record[T_INSTANCE]
-
     # -- checkpoints --------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
         """What changed since the last :meth:`commit`, as the state's encoded key/value pairs
@@ -733,10 +290,7 @@ class Join:
         the clock under keys of their own: a checkpoint writes these, and the pairs of every
         checkpoint so far, latest value per key, restore the join."""
         changes = self.state.changes(self.meta())
-        for ts, seq in self._applied:
-            changes[event_key(ts, seq)] = None
-        for entry in self._added.values():
-            changes[event_key(entry[0], entry[6])] = encode_value(entry)
+        self._waiting.changes(changes)
         return changes
 
     def freeze(self, changes: dict[bytes, bytes | None]) -> Any:
@@ -745,8 +299,7 @@ class Join:
         returned cut to :meth:`written` once the checkpoint is durable; the join goes on
         meanwhile."""
         cut = self.state.freeze(changes)
-        self._added.clear()
-        self._applied.clear()
+        self._waiting.committed()
         return cut
 
     def written(self, cut: Any, *where: Any) -> None:
@@ -758,8 +311,7 @@ class Join:
         """The changes so far are durable (written to a checkpoint); ``where`` tells a disk
         store what to write with them."""
         self.state.commit(*where)
-        self._added.clear()
-        self._applied.clear()
+        self._waiting.committed()
 
     @classmethod
     def resume(cls, meta: dict[str, Any], state: Any, waiting: Iterable[list]) -> Join:
@@ -799,10 +351,7 @@ class Join:
         self._clock = meta["clock"]
         self._target = meta.get("target", self._clock)  # absent before slices existed
         self._seq = meta["seq"]
-        runs = sorted(tuple(e) for e in waiting)
-        self._runs = {0: runs} if runs else {}
-        self._run_number = 1
-        self._due, self._pos = [], 0
+        self._waiting = WaitingEvents.restored(waiting)
         self.counters = Counter(meta["counters"])
         self.model_counters = Counter({(r, m): c for r, m, c in meta["model_counters"]})
         self._schedule()

@@ -28,10 +28,10 @@ from streameval.core.drift import (
 from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
-from streameval.core.join import Outcome
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import DEFAULT_CONFIDENCE, compute_measures
 from streameval.core.normalize import normalize
+from streameval.core.outcome import Outcome
 
 __all__ = ["NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator", "PairEvaluator"]
 
@@ -78,7 +78,7 @@ class ModelEvaluator:
 
     Examples
     --------
-    >>> from streameval.core.join import Outcome
+    >>> from streameval.core.outcome import Outcome
     >>> ev = ModelEvaluator("fraud-v2", estimators=["cumulative"], bins=4)
     >>> alarms = ev.update([
     ...     Outcome("fraud-v2", "i1", "ok", (0, 5), ("fraud", "ok"), 0, 8),
@@ -253,7 +253,7 @@ class ModelEvaluator:
         decides what :meth:`measures` reads. The other settings shape the state and stay its
         own (streameval.app.evolve refuses a configuration that changes them).
 
-        >>> from streameval.core.join import Outcome
+        >>> from streameval.core.outcome import Outcome
         >>> ev = ModelEvaluator("m", estimators=["cumulative"], detectors=[])
         >>> _ = ev.update([Outcome("m", "i1", 1, (0,), (1,), 0, 5)])
         >>> more = ModelEvaluator.from_state(ev.state(), estimators=["cumulative", "window:5"])
@@ -355,7 +355,7 @@ class PairEvaluator:
 
     Examples
     --------
-    >>> from streameval.core.join import Outcome
+    >>> from streameval.core.outcome import Outcome
     >>> pair = PairEvaluator("champion", "challenger", estimators=["cumulative"])
     >>> pair.update([  # returns how many pairs it found
     ...     Outcome("champion", "i1", 1, (0,), (0,), 0, 5),

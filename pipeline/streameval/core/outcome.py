@@ -1,0 +1,55 @@
+"""What the join takes and gives: event rows in, outcomes out, and the order of labels by
+which it breaks ties between records alike but for their label."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["INSTANCE", "LABEL", "PREDICTION", "EventRow", "Outcome", "label_order"]
+
+Label = str | int
+#: The kinds of event, as :class:`EventRow` and the worker's wire format carry them
+INSTANCE, PREDICTION, LABEL = 0, 1, 2
+#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
+EventRow = tuple[int, str, str, int, Label, int, int]
+
+
+class Outcome(NamedTuple):
+    """One resolved instance for one model.
+
+    ``times`` and ``labels`` are the model's prediction timeline, oldest first, every entry
+    stamped at or before the label: ``labels[0]`` is the initial prediction, ``labels[-1]`` the
+    final one, anything between are re-predictions (the evolving predictions of Grzenda et al.).
+    A named tuple: cheap to build by the million, and it travels between the worker's stages
+    as a msgpack array as it is.
+    """
+
+    model_id: str
+    instance_id: str
+    y_true: Label
+    times: tuple[int, ...]
+    labels: tuple[Label, ...]
+    t_instance: int
+    t_label: int
+    #: when the join resolved it on its clock (the label's time; for a label that came late,
+    #: the clock when it came): with ``instance_id`` the key that orders outcomes
+    due: int = 0
+
+    @property
+    def initial(self) -> Label:
+        return self.labels[0]
+
+    @property
+    def final(self) -> Label:
+        return self.labels[-1]
+
+
+def label_order(label: Label) -> tuple[int, Label]:
+    """A total order of labels, integers before strings: how the join orders records that are
+    alike but for their label (two labels of one instance stamped alike, two predictions of one
+    model stamped alike) — by content, never by which arrived first.
+
+    >>> sorted(["b", 2, "a", 1], key=label_order)
+    [1, 2, 'a', 'b']
+    """
+    return (1, label) if isinstance(label, str) else (0, label)
