@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from streameval.config import EvaluationConfig
-from streameval.core.drift import Alarm
+from streameval.core.alarm import Alarm
 from streameval.core.join import Join, join_partition
 from streameval.core.model import ModelEvaluator, PairEvaluator
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streameval.core.alarm import Alarm
 from streameval.core.drift import (
     DEFAULT_DETECTORS,
-    Alarm,
     FadingErrorPageHinkley,
-    PageHinkley,
     RatioPageHinkley,
     detector_from_state,
     make_detector,
 )
+from streameval.core.page_hinkley import PageHinkley
 
 # ---------------------------------------------------------------------------------------------
 # plain references: [GSR]'s fading error (Algorithm 3) and Page-Hinkley (§5.1) written out,

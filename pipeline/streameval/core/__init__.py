@@ -5,13 +5,12 @@ where the papers live and where the speed comes from, and it is tested against i
 references without a broker.
 """
 
+from streameval.core.alarm import Alarm
 from streameval.core.compare import MCNEMAR_THRESHOLD, ModelComparison
 from streameval.core.delayed import DelayedBatch, DelayedEvaluator
 from streameval.core.drift import (
     DEFAULT_DETECTORS,
-    Alarm,
     FadingErrorPageHinkley,
-    PageHinkley,
     RatioPageHinkley,
     make_detector,
 )
@@ -32,6 +31,7 @@ from streameval.core.measures import SCALAR_MEASURES, compute_measures
 from streameval.core.model import ModelEvaluator, PairEvaluator
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
+from streameval.core.page_hinkley import PageHinkley
 
 __all__ = [
     "DEFAULT_DETECTORS",

@@ -3,10 +3,12 @@
 A detector consumes the loss of each outcome of one model (the 0-1 error indicator, 1 = the
 model was wrong; any finite non-negative loss is accepted), keeps its own fading error
 estimates and feeds them to a Page-Hinkley (PH) test for an increase of the mean. It returns an
-:class:`Alarm` for every outcome at which the test fires; the PH state then resets and the rest
-of the batch is processed from the reset state, exactly as if the outcomes had arrived one by
-one. The fading estimates themselves never reset. The test is
-:class:`~streameval.core.page_hinkley.PageHinkley`; the fading errors are
+:class:`~streameval.core.alarm.Alarm` for every outcome at which the test fires; the PH state
+then resets and the rest of the batch is processed from the reset state, exactly as if the
+outcomes had arrived one by one. The fading estimates themselves never reset. The test is
+:class:`~streameval.core.page_hinkley.PageHinkley`, run by what both detectors share
+(:class:`~streameval.core.error_detector.ErrorDetector`); the fading errors are
+:class:`~streameval.core.fading_mean.FadingMean` over
 :class:`~streameval.core.forgetting.BlockFading` sums.
 
 Batches are processed with numpy (cumulative sums and minima); the only Python loops run per
@@ -41,29 +43,19 @@ docs/measures.md.
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from streameval.core.forgetting import BlockFading, block_size
-from streameval.core.page_hinkley import (
-    Change,
-    PageHinkley,
-    _as_values,
-    _check_non_negative,
-    _is_real,
-)
+from streameval.core.error_detector import OFF_IF_ABSENT, ErrorDetector
+from streameval.core.fading_mean import FadingMean
+from streameval.core.page_hinkley import _check_non_negative, _is_real
 
 __all__ = [
     "DEFAULT_DETECTORS",
-    "Alarm",
-    "Change",
     "Detector",
     "FadingErrorPageHinkley",
-    "PageHinkley",
     "RatioPageHinkley",
     "canonical_spec",
     "detector_from_state",
@@ -96,91 +88,8 @@ DEFAULT_DETECTORS = (
 )
 
 
-@dataclass(frozen=True)
-class Alarm:
-    """A change detected by a detector.
-
-    Attributes
-    ----------
-    detector
-        Name of the detector (``page_hinkley``, ``ratio_page_hinkley``).
-    statistic
-        The PH statistic m_T − M_T at the alarm (it exceeds ``threshold``).
-    threshold
-        The detector's λ.
-    index
-        1-based index of the outcome at which the alarm fired, counted over the detector's
-        whole life (never reset).
-    estimate
-        The monitored estimate at that outcome: the fading error for ``page_hinkley``, the
-        ratio R of short- to long-term fading error for ``ratio_page_hinkley``.
-    change_index
-        Where the detector estimates the change began: the index (counted like ``index``) of
-        the last outcome at which the PH cumulative sum was at its minimum since the last
-        reset, m_t = M_T; the change begins with the outcome after it. None when the detector
-        was restored from a state that did not keep it and m has not fallen to a new minimum
-        since.
-    estimate_before, estimate_after
-        The mean of the monitored estimate over the PH updates from the last reset through
-        ``change_index``, and over those after it through ``index`` (None with
-        ``change_index``).
-    settings
-        The detector's settings, as :func:`make_detector` accepts them.
-    at, change_at
-        What the caller said of the outcome at ``index`` and at ``change_index`` (the
-        ``marks`` of :meth:`FadingErrorPageHinkley.update`), as tuples; None without marks.
-
-    Examples
-    --------
-    >>> Alarm("page_hinkley", 101.5, 100.0, 21042, 0.41).to_dict()["index"]
-    21042
-    """
-
-    detector: str
-    statistic: float
-    threshold: float
-    index: int
-    estimate: float
-    change_index: int | None = None
-    estimate_before: float | None = None
-    estimate_after: float | None = None
-    settings: dict[str, Any] | None = field(default=None, hash=False)
-    at: tuple[Any, ...] | None = None
-    change_at: tuple[Any, ...] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the fields (tuples as lists)."""
-        return {
-            "detector": self.detector,
-            "statistic": self.statistic,
-            "threshold": self.threshold,
-            "index": self.index,
-            "estimate": self.estimate,
-            "change_index": self.change_index,
-            "estimate_before": self.estimate_before,
-            "estimate_after": self.estimate_after,
-            "settings": None if self.settings is None else dict(self.settings),
-            "at": None if self.at is None else list(self.at),
-            "change_at": None if self.change_at is None else list(self.change_at),
-        }
-
-
 # ---------------------------------------------------------------------------------------------
 # validation
-
-
-#: The value of each setting added after the first checkpoints that turns it off: a state
-#: written before the setting existed restores with it (and behaves as before).
-_OFF = {"restart_threshold": 0.0, "smoothing": 0.0, "warmup": 0}
-
-
-def _check_warmup(value: Any) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:
-        return int(value)
-    raise ValueError(
-        f"warmup={value!r} is not allowed; use an integer >= 0 (outcomes over the detector's "
-        "life before its PH test starts, e.g. 1000; 0: from the first)"
-    )
 
 
 def _check_smoothing(value: Any) -> float:
@@ -206,224 +115,10 @@ def _check_factor(name: str, value: Any, below: float | None = None) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# the fading mean of Gama et al., Algorithm 3, computed identically for any batch split
-
-
-class _FadingMean:
-    """Bias-free fading mean M_a(t) = S_a(t)/N_a(t) of a stream (Gama et al. 2013, Alg. 3).
-
-    S ← e + a·S and N ← 1 + a·N are two bins of a
-    :class:`~streameval.core.forgetting.BlockFading`; M_a after every outcome is the ratio of
-    its running sums, in which the block's scale cancels.
-    """
-
-    def __init__(self, fading_factor: float) -> None:
-        self._sums = BlockFading(fading_factor, 2)
-        self._last = math.nan  # M_a after the latest outcome, as advance() returned it
-
-    @property
-    def n(self) -> int:
-        return self._sums.n
-
-    @property
-    def value(self) -> float:
-        """M_a after the latest outcome (NaN before the first)."""
-        return self._last
-
-    def advance(self, losses: np.ndarray) -> np.ndarray:
-        """Add a batch of losses; return M_a after each of them."""
-        sums = self._sums.running(np.column_stack([losses, np.ones(losses.size)]))
-        means = sums[:, 0] / sums[:, 1]
-        if means.size:
-            self._last = float(means[-1])
-        return means
-
-    def state(self) -> dict[str, Any]:
-        return {**self._sums.state(), "last": None if self._sums.n == 0 else self._last}
-
-    @classmethod
-    def from_state(cls, fading_factor: float, state: dict[str, Any]) -> _FadingMean:
-        mean = cls(fading_factor)
-        if "base_sum" in state:  # written before the forgetting module: same sums, kept apart
-            state = _upgraded(fading_factor, state)
-        mean._sums.load(state)
-        mean._last = math.nan if state["last"] is None else state["last"]
-        return mean
-
-
-def _upgraded(fading_factor: float, old: dict[str, Any]) -> dict[str, Any]:
-    """A fading mean's state of checkpoint version 1 as a BlockFading state (the same numbers).
-
-    Version 1 kept S and N apart, with the norm's in-block part read from a table of
-    Σ a^(−i), and closed a full block only at the next outcome.
-    """
-    block, n = old["block"], old["n"]
-    decay = np.cumprod(np.concatenate(([1.0], np.full(block, fading_factor))))
-    norms = np.cumsum(1.0 / decay[1:])  # Σ a^(−i), i = 1..k, added in order
-    norm_partial = float(norms[n % block - 1]) if n % block else 0.0
-    base = np.array([old["base_sum"], old["base_norm"]])
-    partial = np.array([old["partial"], norm_partial])
-    last = None
-    if n:  # M_a as version 1 computed it
-        k = n % block or block
-        last = (old["base_sum"] + old["partial"]) / (old["base_norm"] + float(norms[k - 1]))
-    if n and n % block == 0:  # a full block, not yet closed
-        base = decay[block] * (base + np.array([old["partial"], float(norms[-1])]))
-        partial = np.zeros(2)
-    state = {"n": n, "base": base.tolist(), "partial": partial.tolist(), "last": last}
-    if block != block_size(fading_factor):
-        state["block"] = block
-    return state
-
-
-# ---------------------------------------------------------------------------------------------
 # detectors on error streams
 
 
-def _mark(marks: Sequence[Sequence[Any]] | None, position: Any) -> tuple[Any, ...] | None:
-    """The mark of the outcome at ``position`` of the batch, as a tuple (None without marks)."""
-    return None if marks is None else tuple(marks[int(position)])
-
-
-class _ErrorDetector:
-    """Common machinery of the detectors on error streams (not used directly)."""
-
-    name: ClassVar[str]
-    settings: ClassVar[tuple[str, ...]]
-
-    def __init__(
-        self,
-        delta: float,
-        threshold: float,
-        min_instances: int,
-        restart_threshold: float,
-        warmup: int,
-    ) -> None:
-        self.warmup = _check_warmup(warmup)
-        self._test = PageHinkley(delta, threshold, min_instances, restart_threshold)
-        self.delta = self._test.delta
-        self.threshold = self._test.threshold
-        self.min_instances = self._test.min_instances
-        self.restart_threshold = self._test.restart_threshold
-        self._n = 0
-        # the outcome of the PH minimum t* since the last reset (index over the detector's
-        # life, and its mark); None while there is none, or when a state did not keep it
-        self._change_index: int | None = None
-        self._change_mark: tuple[Any, ...] | None = None
-
-    @property
-    def n(self) -> int:
-        """Outcomes seen over the detector's life."""
-        return self._n
-
-    @property
-    def statistic(self) -> float:
-        """The PH statistic after the latest outcome (0 right after a reset)."""
-        return self._test.statistic
-
-    @property
-    def change_index(self) -> int | None:
-        """The index of the outcome at the PH minimum since the last reset: where a change
-        would be estimated to begin if the test fired now (None: no value since the reset, or
-        not known)."""
-        return self._change_index
-
-    def spec(self) -> dict[str, Any]:
-        """The settings, as accepted by :func:`make_detector`."""
-        return {"type": self.name, **{key: getattr(self, key) for key in self.settings}}
-
-    def update(self, errors: Any, marks: Sequence[Sequence[Any]] | None = None) -> list[Alarm]:
-        """Add a batch of losses (1 = the model was wrong), oldest first; return the alarms.
-
-        ``marks``, if given, says what each outcome is (one tuple of JSON values per loss, e.g.
-        its instance id and times): an alarm carries the mark of the outcome at which it fired
-        and of the one where the change began, which may lie in an earlier batch — the
-        detector keeps that one mark. A batch with a NaN, infinite or negative loss, or with
-        a number of marks other than of losses, raises ``ValueError`` and changes nothing.
-        """
-        losses = _as_values(errors, "errors", non_negative=True)
-        if marks is not None and len(marks) != losses.size:
-            raise ValueError(
-                f"marks has {len(marks)} entries for {losses.size} errors; give one per error"
-            )
-        if not losses.size:
-            return []
-        first = self._n + 1
-        positions, monitored = self._monitored(losses)
-        if self._n < self.warmup:  # outcome first + p enters the test once it is > warmup
-            keep = positions >= self.warmup - self._n
-            positions, monitored = positions[keep], monitored[keep]
-        self._n += losses.size
-        settings = self.spec()
-        alarms = []
-        for change in self._test._scan(monitored):
-            if change.start is None:
-                change_index, change_mark = None, None
-            elif change.start >= 0:
-                change_index = first + int(positions[change.start])
-                change_mark = _mark(marks, positions[change.start])
-            else:  # before this batch: the minimum the detector kept
-                change_index, change_mark = self._change_index, self._change_mark
-            alarms.append(
-                Alarm(
-                    detector=self.name,
-                    statistic=change.statistic,
-                    threshold=self.threshold,
-                    index=first + int(positions[change.position]),
-                    estimate=float(monitored[change.position]),
-                    change_index=change_index,
-                    estimate_before=change.mean_before,
-                    estimate_after=change.mean_after,
-                    settings=settings,
-                    at=_mark(marks, positions[change.position]),
-                    change_at=change_mark,
-                )
-            )
-        # where the PH minimum is now: in this batch, before it, or nowhere (reset, unknown)
-        test = self._test
-        if test.observations == 0 or test.minimum_at == 0:
-            self._change_index, self._change_mark = None, None
-        else:
-            here = monitored.size - 1 - (test.observations - test.minimum_at)
-            if here >= 0:
-                self._change_index = first + int(positions[here])
-                self._change_mark = _mark(marks, positions[here])
-        return alarms
-
-    def _monitored(self, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-        """Positions in the batch whose estimate enters the PH test, and those estimates."""
-        raise NotImplementedError
-
-    def _running_state(self) -> dict[str, Any]:
-        return {
-            "n": self._n,
-            "change_index": self._change_index,
-            "change_mark": None if self._change_mark is None else list(self._change_mark),
-        }
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        self._n = state["n"]
-        self._test._restore(state["test"])
-        # states written before the change point was kept have neither (then not known)
-        self._change_index = state.get("change_index")
-        mark = state.get("change_mark")
-        self._change_mark = None if mark is None else tuple(mark)
-
-    @classmethod
-    def _settings_of(cls, state: dict[str, Any]) -> dict[str, Any]:
-        """The settings kept in a state; one added later is off when the state lacks it."""
-        return {key: state[key] if key in state or key not in _OFF else _OFF[key]
-                for key in cls.settings}  # fmt: skip
-
-    @classmethod
-    def _check_state_type(cls, state: dict[str, Any]) -> None:
-        if state.get("type") != cls.name:
-            raise ValueError(
-                f"detector state has type={state.get('type')!r}; expected {cls.name!r}"
-            )
-
-
-class FadingErrorPageHinkley(_ErrorDetector):
+class FadingErrorPageHinkley(ErrorDetector):
     """Page-Hinkley test on the fading error of a model (Gama et al. 2013, §5.2).
 
     After every outcome the bias-free fading error M_a(t) = S_a(t)/N_a(t), with
@@ -479,7 +174,7 @@ class FadingErrorPageHinkley(_ErrorDetector):
     ) -> None:
         self.fading_factor = _check_factor("fading_factor", fading_factor)
         super().__init__(delta, threshold, min_instances, restart_threshold, warmup)
-        self._error = _FadingMean(self.fading_factor)
+        self._error = FadingMean(self.fading_factor)
 
     @property
     def error(self) -> float:
@@ -505,11 +200,11 @@ class FadingErrorPageHinkley(_ErrorDetector):
         cls._check_state_type(state)
         detector = cls(**cls._settings_of(state))
         detector._restore(state)
-        detector._error = _FadingMean.from_state(detector.fading_factor, state["error"])
+        detector._error = FadingMean.from_state(detector.fading_factor, state["error"])
         return detector
 
 
-class RatioPageHinkley(_ErrorDetector):
+class RatioPageHinkley(ErrorDetector):
     """Page-Hinkley test on the ratio of a short- to a long-term fading error (Algorithm 4).
 
     Two fading errors of the same stream, M_long with ``long_factor`` and M_short with the
@@ -586,8 +281,8 @@ class RatioPageHinkley(_ErrorDetector):
         self.short_factor = _check_factor("short_factor", short_factor, below=self.long_factor)
         self.smoothing = _check_smoothing(smoothing)
         super().__init__(delta, threshold, min_instances, restart_threshold, warmup)
-        self._long = _FadingMean(self.long_factor)
-        self._short = _FadingMean(self.short_factor)
+        self._long = FadingMean(self.long_factor)
+        self._short = FadingMean(self.short_factor)
 
     @property
     def long_error(self) -> float:
@@ -634,8 +329,8 @@ class RatioPageHinkley(_ErrorDetector):
         cls._check_state_type(state)
         detector = cls(**cls._settings_of(state))
         detector._restore(state)
-        detector._long = _FadingMean.from_state(detector.long_factor, state["long_error"])
-        detector._short = _FadingMean.from_state(detector.short_factor, state["short_error"])
+        detector._long = FadingMean.from_state(detector.long_factor, state["long_error"])
+        detector._short = FadingMean.from_state(detector.short_factor, state["short_error"])
         return detector
 
 
@@ -697,21 +392,25 @@ def canonical_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     ...     DEFAULT_DETECTORS[0])
     True
     """
-    return {key: float(value) if isinstance(value, int | float) and not isinstance(value, bool)
-            else value for key, value in make_detector(spec).spec().items()}  # fmt: skip
+    return {
+        key: float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else value
+        for key, value in make_detector(spec).spec().items()
+    }
 
 
 def saved_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A detector's configuration as a checkpoint recorded it: a setting added after the
-    checkpoint was written is absent there and was off (its value in ``_OFF``), whatever its
-    default is now. A configuration from a user takes the defaults instead
+    checkpoint was written is absent there and was off (its value in ``OFF_IF_ABSENT``),
+    whatever its default is now. A configuration from a user takes the defaults instead
     (:func:`make_detector`).
 
     >>> saved_spec({"type": "page_hinkley", "delta": 0.1})
     {'restart_threshold': 0.0, 'warmup': 0, 'type': 'page_hinkley', 'delta': 0.1}
     """
     cls = _detector_class(spec.get("type"), "detector")
-    return {**{key: off for key, off in _OFF.items() if key in cls.settings}, **spec}
+    return {**{key: off for key, off in OFF_IF_ABSENT.items() if key in cls.settings}, **spec}
 
 
 def detector_from_state(state: Mapping[str, Any]) -> Detector:

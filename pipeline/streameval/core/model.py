@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from streameval.core.alarm import Alarm
 from streameval.core.compare import ModelComparison, leader
 from streameval.core.delayed import DelayedBatch, DelayedEvaluator
 from streameval.core.drift import (
     DEFAULT_DETECTORS,
-    Alarm,
     canonical_spec,
     detector_from_state,
     make_detector,
@@ -70,7 +70,7 @@ class ModelEvaluator:
         Drift detector configurations (:func:`~streameval.core.drift.make_detector`); they watch
         the final view's 0-1 errors. Their alarms' ``at`` and ``change_at`` are the
         ``(instance_id, t_instance, t_label)`` of the outcome that fired and of the one where
-        the change is estimated to begin (:class:`~streameval.core.drift.Alarm`).
+        the change is estimated to begin (:class:`~streameval.core.alarm.Alarm`).
     normalize_max_count
         Largest estimate (in outcomes) whose normalized measures are computed: the exact
         normalization costs O(N log P) per measure and read (about 130 ms for all eight at
