@@ -26,7 +26,8 @@ Exactness: cumulative and window loss sums are kept as exact binary fractions (e
 float is one), so any split of a stream into batches gives the very same state and measures,
 real-valued losses included, and a window never drifts when large losses leave it. Fading sums
 are floats kept with :class:`~streameval.core.forgetting.BlockFading`, bit-identical for any split
-(:mod:`streameval.core.exact` has the exact sums).
+(:mod:`streameval.core.exact` has the exact sums, :mod:`streameval.core.paired_tallies` the
+tallies that keep them).
 
 References
 ----------
@@ -43,29 +44,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
-
-from streameval.core.exact import (
-    ZERO,
-    Dyadic,
-    add,
-    canonical,
-    exact_sum,
-    float_log_ratio,
-    log_ratio,
-)
-from streameval.core.forgetting import (
-    BlockFading,
-    EstimatorSpec,
-    Ring,
-    check_continued,
-    geometric_sum,
-    parse_estimators,
-)
+from streameval.core.exact import canonical, float_log_ratio, log_ratio
+from streameval.core.forgetting import EstimatorSpec, check_continued, parse_estimators
 from streameval.core.measures import DEFAULT_CONFIDENCE, ROUNDING_NOISE, kish, normal_quantile
+from streameval.core.paired_tallies import (
+    PairBatch,
+    Tally,
+    make_tally,
+    tally_from_state,
+    validate_losses,
+)
 
 __all__ = [
     "COMPARISON_MEASURES",
@@ -78,9 +68,6 @@ __all__ = [
 
 #: χ² (1 d.f.) quantile at 0.99: ``|M|`` above it is a significant difference (Gama et al.).
 MCNEMAR_THRESHOLD = 6.635
-
-#: Largest loss accepted (a 0-1 loss is 1; anything near this is a unit error).
-MAX_LOSS = 1e100
 
 #: Keys of the measures of one estimator, in a stable order.
 COMPARISON_MEASURES = (
@@ -196,284 +183,28 @@ def leader(
     return b_name if value > 0 else a_name
 
 
-def validate_losses(errors_a: Any, errors_b: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Check two aligned batches of per-instance losses and return them as float64 arrays.
-
-    Raises ``ValueError`` naming the argument, the value and what is allowed.
-    """
-    arrays = []
-    for name, values in (("errors_a", errors_a), ("errors_b", errors_b)):
-        array = np.asarray(values)
-        if array.ndim != 1:
-            raise ValueError(
-                f"{name} has shape {array.shape}; a 1-D array of per-instance losses is needed"
-            )
-        if array.dtype.kind not in "biuf":
-            raise ValueError(
-                f"{name} has dtype {array.dtype}; losses must be numbers (0-1 loss: 1 = wrong)"
-            )
-        array = array.astype(np.float64)
-        if array.size:
-            finite = np.isfinite(array)
-            if not finite.all():
-                bad = array[~finite][0]
-                raise ValueError(f"{name} contains {bad}; losses must be finite and >= 0")
-            if array.min() < 0:
-                raise ValueError(f"{name} contains {array.min()}; losses must be >= 0")
-            if array.max() > MAX_LOSS:
-                raise ValueError(
-                    f"{name} contains {array.max()}; losses must be <= {MAX_LOSS:g} "
-                    "(fading sums scale them by up to 1e20 inside a block)"
-                )
-            array += 0.0  # −0.0 becomes 0.0: one representation of "right"
-        arrays.append(array)
-    if arrays[0].size != arrays[1].size:
-        raise ValueError(
-            f"errors_a has {arrays[0].size} losses but errors_b has {arrays[1].size}; they must "
-            "be aligned (the same instances, both predicted, in the same order)"
-        )
-    return arrays[0], arrays[1]
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """A validated batch, with what every estimator needs computed once."""
-
-    loss_a: np.ndarray
-    loss_b: np.ndarray
-    a_only: np.ndarray  # A wrong and B right
-    b_only: np.ndarray  # B wrong and A right
-    n01: int
-    n10: int
-    sum_a: Dyadic  # exact loss sums of the batch
-    sum_b: Dyadic
-
-    @classmethod
-    def of(cls, loss_a: np.ndarray, loss_b: np.ndarray) -> _Batch:
-        wrong_a, wrong_b = loss_a > 0, loss_b > 0
-        a_only, b_only = wrong_a & ~wrong_b, wrong_b & ~wrong_a
-        return cls(
-            loss_a,
-            loss_b,
-            a_only,
-            b_only,
-            int(np.count_nonzero(a_only)),
-            int(np.count_nonzero(b_only)),
-            exact_sum(loss_a),
-            exact_sum(loss_b),
-        )
-
-
-class _Tally:
-    """Loss sums and McNemar counts of one estimator (not used directly)."""
-
-    kind: ClassVar[str]
-
-    @property
-    def name(self) -> str:
-        return self.kind
-
-    def update(self, batch: _Batch) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def state(self) -> dict[str, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> _Tally:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def measures(self, z: float) -> dict[str, float]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    @staticmethod
-    def _measures(
-        n: int, q: float, n01: float, n10: float, z: float, weight=None, squares=None
-    ) -> dict[str, float]:
-        """``weight`` and ``squares``: Σw and Σw² of the pairs covered (n when omitted)."""
-        statistic = mcnemar(n01, n10)
-        weight = float(n) if weight is None else weight
-        size = float(n) if squares is None else kish(weight, squares)
-        difference, low, high = paired_difference(n01, n10, weight, size, z)
-        return {
-            "n": n,
-            "q_statistic": q,
-            "mcnemar": statistic,
-            "n01": float(n01),
-            "n10": float(n10),
-            "significant": 1.0 if abs(statistic) > MCNEMAR_THRESHOLD else 0.0,
-            "n_kish": size,
-            "accuracy_difference": difference,
-            "accuracy_difference_lo": low,
-            "accuracy_difference_hi": high,
-        }
-
-
-class _CumulativeTally(_Tally):
-    """Exact loss sums and integer counts over all pairs (Gama et al., Algorithm 1)."""
-
-    kind = "cumulative"
-
-    def __init__(self) -> None:
-        self._n = 0
-        self._sum_a = self._sum_b = ZERO
-        self._n01 = self._n10 = 0
-
-    def update(self, batch: _Batch) -> None:
-        self._n += batch.loss_a.size
-        self._sum_a = add(self._sum_a, batch.sum_a)
-        self._sum_b = add(self._sum_b, batch.sum_b)
-        self._n01 += batch.n01
-        self._n10 += batch.n10
-
-    def measures(self, z: float) -> dict[str, float]:
-        q = log_ratio(self._sum_a, self._sum_b)
-        return self._measures(self._n, q, self._n01, self._n10, z)
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "n": self._n,
-            "loss_sums": [list(self._sum_a), list(self._sum_b)],  # [m, e]: m·2**e, exact
-            "n01": self._n01,
-            "n10": self._n10,
-        }
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> _CumulativeTally:
-        tally = cls()
-        tally._n = state["n"]
-        (ma, ea), (mb, eb) = state["loss_sums"]
-        tally._sum_a, tally._sum_b = canonical(ma, ea), canonical(mb, eb)
-        tally._n01, tally._n10 = state["n01"], state["n10"]
-        return tally
-
-
-class _WindowTally(_Tally):
-    """Exact loss sums and counts over the last ``window_size`` pairs (Algorithm 2)."""
-
-    kind = "window"
-
-    def __init__(self, window_size: int) -> None:
-        self.window_size = window_size
-        self._ring = Ring(window_size, a=np.float64, b=np.float64)
-        self._sum_a = self._sum_b = ZERO
-        self._n01 = self._n10 = 0
-
-    @property
-    def name(self) -> str:
-        return f"window:{self.window_size}"
-
-    def _count(self, loss_a: np.ndarray, loss_b: np.ndarray, sign: int) -> None:
-        if loss_a.size:
-            self._sum_a = add(self._sum_a, exact_sum(loss_a), sign)
-            self._sum_b = add(self._sum_b, exact_sum(loss_b), sign)
-            wrong_a, wrong_b = loss_a > 0, loss_b > 0
-            self._n01 += sign * int(np.count_nonzero(wrong_a & ~wrong_b))
-            self._n10 += sign * int(np.count_nonzero(wrong_b & ~wrong_a))
-
-    def update(self, batch: _Batch) -> None:
-        entered, left = self._ring.push(a=batch.loss_a, b=batch.loss_b)
-        self._count(left["a"], left["b"], -1)
-        if entered["a"].size == batch.loss_a.size:  # the whole batch: its sums are known
-            self._sum_a = add(self._sum_a, batch.sum_a)
-            self._sum_b = add(self._sum_b, batch.sum_b)
-            self._n01 += batch.n01
-            self._n10 += batch.n10
-        else:
-            self._count(entered["a"], entered["b"], +1)
-
-    def measures(self, z: float) -> dict[str, float]:
-        q = log_ratio(self._sum_a, self._sum_b)
-        return self._measures(self._ring.n, q, self._n01, self._n10, z)
-
-    def state(self) -> dict[str, Any]:
-        """The window's losses oldest first; sums and counts are recomputed from them."""
-        held = self._ring.held()
-        return {
-            "kind": self.kind,
-            "window_size": self.window_size,
-            "seen": self._ring.seen,
-            "losses_a": held["a"].tolist(),
-            "losses_b": held["b"].tolist(),
-        }
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> _WindowTally:
-        tally = cls(window_size=state["window_size"])
-        tally._ring.restore(state["seen"], a=state["losses_a"], b=state["losses_b"])
-        held = tally._ring.held()
-        tally._count(held["a"], held["b"], +1)
-        return tally
-
-
-class _FadingTally(_Tally):
-    """Faded loss sums S ← L + a·S and faded counts n01 ← a·n01 + 1[...] (Algorithm 3), in a
-    :class:`~streameval.core.forgetting.BlockFading`: any batch split gives the same bits."""
-
-    kind = "fading"
-
-    def __init__(self, fading_factor: float) -> None:
-        self.fading_factor = fading_factor
-        self._fading = BlockFading(fading_factor, 4)  # bins: S_A, S_B, n01, n10
-
-    @property
-    def name(self) -> str:
-        return f"fading:{self.fading_factor!r}"
-
-    def update(self, batch: _Batch) -> None:
-        loss_a, loss_b, a_only, b_only = batch.loss_a, batch.loss_b, batch.a_only, batch.b_only
-
-        def contribute(rows: slice, weights: np.ndarray):
-            only_a, only_b = a_only[rows], b_only[rows]
-            index = np.concatenate(
-                [
-                    np.zeros(weights.size, dtype=np.intp),
-                    np.ones(weights.size, dtype=np.intp),
-                    np.full(int(only_a.sum()), 2),
-                    np.full(int(only_b.sum()), 3),
-                ]
-            )
-            values = np.concatenate(
-                [weights * loss_a[rows], weights * loss_b[rows], weights[only_a], weights[only_b]]
-            )
-            return index, values
-
-        self._fading.update(loss_a.size, contribute)
-
-    def measures(self, z: float) -> dict[str, float]:
-        sum_a, sum_b, n01, n10 = self._fading.value().tolist()
-        # every pair counts in the difference's denominator: Σw and Σw² are geometric sums
-        n, a = self._fading.n, self.fading_factor
-        weight, squares = geometric_sum(a, n), geometric_sum(a * a, n)
-        q = float_log_ratio(sum_a, sum_b)
-        return self._measures(n, q, n01, n10, z, weight, squares)
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "fading_factor": self.fading_factor,
-            "fading": self._fading.state(),
-        }
-
-    @classmethod
-    def _from_state(cls, state: dict[str, Any]) -> _FadingTally:
-        tally = cls(fading_factor=state["fading_factor"])
-        tally._fading.load(state["fading"])
-        return tally
-
-
-_TALLIES: dict[str, type[_Tally]] = {
-    tally.kind: tally for tally in (_CumulativeTally, _WindowTally, _FadingTally)
-}
-
-
-def _make_tally(spec: EstimatorSpec) -> _Tally:
-    if spec.kind == "window":
-        return _WindowTally(spec.window)
-    if spec.kind == "fading":
-        return _FadingTally(spec.factor)
-    return _CumulativeTally()
+def _measures(
+    z: float, n: int, q: float, n01: float, n10: float, weight=None, squares=None
+) -> dict[str, float]:
+    """The measures of one estimator from its tally's summary
+    (:meth:`~streameval.core.paired_tallies.Tally.summary`); ``weight`` and ``squares``: Σw and
+    Σw² of the pairs covered (n when omitted)."""
+    statistic = mcnemar(n01, n10)
+    weight = float(n) if weight is None else weight
+    size = float(n) if squares is None else kish(weight, squares)
+    difference, low, high = paired_difference(n01, n10, weight, size, z)
+    return {
+        "n": n,
+        "q_statistic": q,
+        "mcnemar": statistic,
+        "n01": float(n01),
+        "n10": float(n10),
+        "significant": 1.0 if abs(statistic) > MCNEMAR_THRESHOLD else 0.0,
+        "n_kish": size,
+        "accuracy_difference": difference,
+        "accuracy_difference_lo": low,
+        "accuracy_difference_hi": high,
+    }
 
 
 class ModelComparison:
@@ -552,7 +283,7 @@ class ModelComparison:
     ):
         specs = parse_estimators(estimators)
         self.estimators = tuple(spec.name for spec in specs)
-        self._tallies: dict[str, _Tally] = {spec.name: _make_tally(spec) for spec in specs}
+        self._tallies: dict[str, Tally] = {spec.name: make_tally(spec) for spec in specs}
 
     @property
     def names(self) -> list[str]:
@@ -567,7 +298,7 @@ class ModelComparison:
         loss_a, loss_b = validate_losses(errors_a, errors_b)
         if not loss_a.size:
             return
-        batch = _Batch.of(loss_a, loss_b)
+        batch = PairBatch.of(loss_a, loss_b)
         for tally in self._tallies.values():
             tally.update(batch)
 
@@ -575,7 +306,7 @@ class ModelComparison:
         """``{estimator: {name: value}}`` for the names of :data:`COMPARISON_MEASURES`; the
         interval of ``accuracy_difference`` at ``confidence`` (default 0.95)."""
         z = normal_quantile(confidence)
-        return {name: tally.measures(z) for name, tally in self._tallies.items()}
+        return {name: _measures(z, *tally.summary()) for name, tally in self._tallies.items()}
 
     def state(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the whole comparison (round-trips exactly)."""
@@ -601,11 +332,5 @@ class ModelComparison:
                 f"{sorted(state['estimators'])}; they must be the same"
             )
         for name, tally_state in saved.items():
-            kind = tally_state.get("kind")
-            if kind not in _TALLIES:
-                raise ValueError(
-                    f"comparison state of {name!r} has kind={kind!r}; "
-                    "expected cumulative, window or fading"
-                )
-            comparison._tallies[name] = _TALLIES[kind]._from_state(tally_state)
+            comparison._tallies[name] = tally_from_state(name, tally_state)
         return comparison
