@@ -15,21 +15,21 @@ matter of disk, not memory (docs/architecture.md has the measurements that chose
   checkpoints RAM holds what changed (bounded by the traffic of one checkpoint interval) and a
   cache of clean records (bounded by ``cache_mb``; dropped whole when it is over); RocksDB's
   block cache and write buffers take about as much again.
-* **Time queues are ordered keys.** The join's expiry and memory queues are keys
-  ``x|f`` + time + instance id; the smallest is a seek away, and entries that go are deleted
-  in the same batch as their records, so the database never holds more than the state.
+* **Time queues are ordered keys** (:mod:`streameval.store_queues`). The join's expiry and
+  memory queues are keys ``x|f`` + time + instance id; the smallest is a seek away, and entries
+  that go are deleted in the same batch as their records, so the database never holds more
+  than the state.
 """
 
 from __future__ import annotations
 
-import heapq
 import shutil
-import struct
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from streameval.core.pending import PREDICTIONS
 from streameval.core.state import (
     EVENT,
     MEMORY,
@@ -40,9 +40,9 @@ from streameval.core.state import (
     encode_changes,
     encode_value,
     intern_record,
-    split_time_key,
     time_key,
 )
+from streameval.store_queues import TimeQueue
 
 __all__ = ["FORMAT", "DiskState", "StoreError"]
 
@@ -51,107 +51,10 @@ FORMAT = 1
 _QUEUES = {"expiry": b"x", "forget": b"f"}
 _LOCAL = b"~"  # the store's own scalars: format, fingerprint, changelog position, counts
 _BYTES_PER_CACHED = 400  # a cached record in RAM, roughly (a list, its ints and strings)
-_U64 = struct.Struct(">Q")
 
 
 class StoreError(RuntimeError):
     """The store cannot be used: full disk, unreadable files (the message says what to do)."""
-
-
-class _Queue:
-    """A time queue over the database's ordered keys, with what changed since the last
-    commit in RAM: entries pushed (a heap) and entries taken or discarded (a set)."""
-
-    def __init__(self, db: Any, prefix: bytes) -> None:
-        self.db, self.prefix = db, prefix
-        self.heap: list[tuple[int, str]] = []
-        self.removed: set[tuple[int, str]] = set()
-        #: pushed again after being taken from the database: it may still be there
-        self.shadowed: set[tuple[int, str]] = set()
-        self._reset()
-
-    def _reset(self, start: tuple[int, str] | None = None) -> None:
-        self._it = self.db.iter()
-        # from the first live entry: the ones taken before it are deleted, and a seek from
-        # the prefix would step over all their tombstones until compaction drops them
-        self._it.seek(self.prefix if start is None else time_key(self.prefix, *start))
-        self._head: tuple[int, str] | None = None
-        self._advance()
-
-    def _advance(self) -> None:
-        it, prefix = self._it, self.prefix
-        while it.valid():
-            key = it.key()
-            if not key.startswith(prefix):
-                break
-            entry = split_time_key(key)
-            it.next()
-            if entry not in self.removed:
-                self._head = entry
-                return
-        self._head = None
-
-    def push(self, t: int, instance_id: str) -> None:
-        entry = (t, instance_id)
-        if entry in self.removed:  # taken from the database, and back: it may be there still
-            self.removed.discard(entry)
-            self.shadowed.add(entry)
-        heapq.heappush(self.heap, entry)
-
-    def discard(self, t: int, instance_id: str) -> None:
-        entry = (t, instance_id)
-        self.removed.add(entry)
-        if self._head == entry:
-            self._advance()
-
-    def peek(self) -> tuple[int, str] | None:
-        heap, removed = self.heap, self.removed
-        while heap and heap[0] in removed:
-            heapq.heappop(heap)
-        head = self._head
-        if heap and (head is None or heap[0] < head):
-            return heap[0]
-        return head
-
-    def pop(self) -> tuple[int, str]:
-        entry = self.peek()
-        if entry is None:
-            raise IndexError("pop from an empty queue")
-        if self.heap and self.heap[0] == entry:
-            heapq.heappop(self.heap)
-            if entry in self.shadowed:  # the database may have it: delete it there too
-                self.shadowed.discard(entry)
-                self.removed.add(entry)
-        else:
-            self.removed.add(entry)
-            self._advance()
-        return entry
-
-    def freeze(self) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:
-        """What the database lacks of the queue now: entries to put, entries to delete. The
-        queue goes on as it is until :meth:`written` says the database has them."""
-        removed = self.removed
-        return {e for e in self.heap if e not in removed}, set(removed)
-
-    @staticmethod
-    def write(batch: Any, prefix: bytes, puts: set, deletes: set) -> None:
-        for t, instance_id in deletes:
-            batch.delete(time_key(prefix, t, instance_id))
-        for t, instance_id in puts:
-            batch.put(time_key(prefix, t, instance_id), b"")
-
-    def written(self, puts: set, deletes: set) -> None:
-        """The database now holds ``puts`` and no longer ``deletes`` (a :meth:`freeze`'s):
-        keep in RAM only what it still lacks, and read it again from the live head."""
-        start = self.peek()  # everything before it is taken (deleted, or in ``removed``)
-        heap, removed = self.heap, self.removed
-        held = set(heap)
-        # taken since the freeze, but written by it: the next batch deletes them
-        self.removed = {e for e in removed if e not in deletes} | {e for e in puts if e not in held}
-        self.heap = [e for e in heap if e not in puts and e not in removed]
-        heapq.heapify(self.heap)
-        self.shadowed -= puts
-        self._reset(start)
 
 
 class DiskState:
@@ -188,15 +91,15 @@ class DiskState:
         self.path = Path(path)
         self.fingerprint = fingerprint
         self.accept = accept
-        self.cache_entries = (max(1_000, cache_mb * 1024 * 1024 // 2 // _BYTES_PER_CACHED)
-                              if cache_entries is None else cache_entries)  # fmt: skip
+        if cache_entries is None:
+            cache_entries = max(1_000, cache_mb * 1024 * 1024 // 2 // _BYTES_PER_CACHED)
+        self.cache_entries = cache_entries
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.set_compression_type(DBCompressionType.lz4())
         options.set_bottommost_compression_type(DBCompressionType.zstd())
         # RocksDB's own RAM is about cache_mb too: half a block cache, half two write buffers
-        # (with its default, two of 64 MB per database, they held 270 MB in a worker's process
-        # of six partitions, and could hold 768 MB)
+        # (its default is two of 64 MB per database, whatever cache_mb is)
         options.set_write_buffer_size(max(4, cache_mb // 4) * 1024 * 1024)
         options.set_max_write_buffer_number(2)
         table = BlockBasedOptions()
@@ -214,7 +117,7 @@ class DiskState:
         self._dirty_memory: set[str] = set()
         self._fresh_records: set[str] = set()
         self._fresh_memory: set[str] = set()
-        self.queues = {name: _Queue(self.db, prefix) for name, prefix in _QUEUES.items()}
+        self.queues = {name: TimeQueue(self.db, prefix) for name, prefix in _QUEUES.items()}
         self.valid: dict[str, Any] = {}
         #: stale queue entries go at once (the join asks): the database holds no dead keys
         self.discards = True
@@ -284,7 +187,9 @@ class DiskState:
         values = self.db.get(keys)
         n = len(missing)
         for instance_id, value in zip(missing, values[:n], strict=True):
-            records[instance_id] = None if value is None else intern_record(decode_value(value), 6)
+            records[instance_id] = (
+                None if value is None else intern_record(decode_value(value), PREDICTIONS)
+            )
         for instance_id, value in zip(missing, values[n:], strict=True):
             if instance_id in memory:  # changed since the database was written: RAM has it
                 continue
@@ -359,16 +264,17 @@ class DiskState:
         return len(self._dirty_records) + len(self._dirty_memory)
 
     def changes(self, meta: dict[str, Any]) -> dict[bytes, bytes | None]:
-        return encode_changes(self.records, self._dirty_records, self.memory,
-                              self._dirty_memory, meta)  # fmt: skip
+        return encode_changes(
+            self.records, self._dirty_records, self.memory, self._dirty_memory, meta
+        )
 
     def freeze(self, changes: dict[bytes, bytes | None]) -> Cut:
         """Close the changes since the last freeze: ``changes`` (those of :meth:`changes`,
         plus the stage's keys) and the time queues' changes, as they are now, make the next
         batch; what changes from now on goes into the one after. The join goes on while the
         checkpoint is written to Kafka, and :meth:`written` then writes the batch."""
-        cut = Cut(changes, {name: q.freeze() for name, q in self.queues.items()},
-                  (self._pending, self._remembered))  # fmt: skip
+        queues = {name: q.freeze() for name, q in self.queues.items()}
+        cut = Cut(changes, queues, (self._pending, self._remembered))
         self._dirty_records.clear()
         self._dirty_memory.clear()
         self._fresh_records.clear()
@@ -390,11 +296,16 @@ class DiskState:
             else:
                 batch.put(key, value)
         for name, (puts, deletes) in cut.queues.items():
-            _Queue.write(batch, _QUEUES[name], puts, deletes)
+            TimeQueue.write(batch, _QUEUES[name], puts, deletes)
         local = self._local()
         pending, remembered = cut.counts
-        local.update(format=FORMAT, fingerprint=self.fingerprint, pending=pending,
-                     remembered=remembered, at=time.time())  # fmt: skip
+        local.update(
+            format=FORMAT,
+            fingerprint=self.fingerprint,
+            pending=pending,
+            remembered=remembered,
+            at=time.time(),
+        )
         if position is not None:
             local["position"] = position
         if sealed is not None:
@@ -483,9 +394,8 @@ class DiskState:
     def settle(self, position: int | None, sealed: tuple[int, int] | None) -> None:
         """The changes applied so far make checkpoint ``sealed`` ending at changelog
         ``position``."""
-        for queue in self.queues.values():  # apply() wrote under iterators made before it:
-            queue.heap, queue.removed, queue.shadowed = [], set(), set()  # read them again
-            queue._reset()
+        for queue in self.queues.values():  # apply() wrote under iterators made before it
+            queue.reread()
         self.commit({}, position, sealed)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
@@ -515,8 +425,8 @@ class DiskState:
         return self.db.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0
 
     def close(self) -> None:
-        for queue in self.queues.values():  # an open iterator keeps the database (and its lock)
-            queue._it = None
+        for queue in self.queues.values():
+            queue.close()
         self.queues = {}
         self.db.close()
         del self.db
