@@ -54,7 +54,7 @@ class JoinRules:
     :class:`~streameval.core.join.Join`, whose parameters these are; not used alone).
 
     The clock (``_clock``) is the subclass's to move: every event stamped up to it is applied,
-    and a label that comes at or before it is resolved at its next tick.
+    and a label that comes at or before it is due at its next tick.
     """
 
     def __init__(self, label_ttl: int, max_pending: int, state: Any) -> None:
