@@ -98,8 +98,10 @@ def checkpoint_records(
         records: list[tuple[bytes, bytes | None]] = [(_intent_key(number, 0), encoded)]
     else:
         step = -(-len(pairs) // parts)
-        records = [(_intent_key(number, i), _encode(pairs[start : start + step]))
-                   for i, start in enumerate(range(0, len(pairs), step))]  # fmt: skip
+        records = [
+            (_intent_key(number, i), _encode(pairs[start : start + step]))
+            for i, start in enumerate(range(0, len(pairs), step))
+        ]
     chunks = len(records)
     records.append((SEAL, _encode({**seal, "n": number, "chunks": chunks})))
     records += [(STATE + key, value) for key, value in changes.items()]
@@ -184,8 +186,9 @@ class Restorer:
         else:
             current = self.lookup(list(intent)) if intent and self.lookup else []
             out = {}
-        self.carry = {k: v for (k, v), now in zip(intent.items(), current, strict=False)
-                      if now != v}  # fmt: skip
+        self.carry = {
+            k: v for (k, v), now in zip(intent.items(), current, strict=False) if now != v
+        }
         out.update(intent)
         return out
 
@@ -379,9 +382,16 @@ class Changelog:
         hears how many records are left to read, now and then."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-        reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
-                           "enable.auto.commit": False, "enable.partition.eof": True,
-                           "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 50})  # fmt: skip
+        reader = Consumer(
+            {
+                **self.client,
+                "group.id": f"{self.topic}-reader",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "fetch.queue.backoff.ms": 10,
+                "fetch.wait.max.ms": 50,
+            }
+        )
         restorer = Restorer(sink=sink, lookup=lookup)
         try:
             low, high = watermarks(reader, self.topic, partition)
@@ -454,9 +464,15 @@ class Changelog:
 
         own = reader is None
         if own:
-            reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
-                               "enable.auto.commit": False, "enable.partition.eof": True,
-                               "fetch.wait.max.ms": 50})  # fmt: skip
+            reader = Consumer(
+                {
+                    **self.client,
+                    "group.id": f"{self.topic}-reader",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 50,
+                }
+            )
         try:
             low, high = watermarks(reader, self.topic, partition)
             span = 2_000
@@ -506,8 +522,9 @@ def _missing_codes() -> frozenset[int]:
     """librdkafka's error codes for a topic or partition that does not exist."""
     from confluent_kafka import KafkaError
 
-    return frozenset((KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
-                      KafkaError._UNKNOWN_PARTITION))  # fmt: skip
+    return frozenset(
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
+    )
 
 
 def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:

@@ -71,16 +71,20 @@ def summarize_join(items: Items) -> dict[str, Any]:
     meta = decode_value(items[META]) if META in items else {}
     rules = None
     if meta.get("label_grace") is not None:
-        rules = {"label_grace_ms": meta["label_grace"], "label_ttl_ms": meta["label_ttl"],
-                 "max_pending": meta["max_pending"]}  # fmt: skip
+        rules = {
+            "label_grace_ms": meta["label_grace"],
+            "label_ttl_ms": meta["label_ttl"],
+            "max_pending": meta["max_pending"],
+        }
     return {
         "join": rules,
-        "offset": stage.get("offset", -1), "part": stage.get("part", 0),
+        "offset": stage.get("offset", -1),
+        "part": stage.get("part", 0),
         "frontier": stage.get("frontier"),
         "pending": sum(1 for k in items if k[:1] == RECORD),
         "remembered": sum(1 for k in items if k[:1] == MEMORY),
         "waiting": sum(1 for k in items if k[:1] == EVENT),
-    }  # fmt: skip
+    }
 
 
 # -- evaluation partitions --------------------------------------------------------------------
@@ -170,8 +174,7 @@ def _rewrite(items: Items, tag: bytes, part: str, state: dict) -> Changes:
 
 def waiting_outcomes(items: Items) -> dict[int, list[list]]:
     """The runs of outcomes waiting for the frontiers: run number -> rows (seq, *Outcome)."""
-    return {_RUN.unpack(k[1:])[0]: decode_value(v) for k, v in items.items()
-            if k[:1] == OUTCOME}  # fmt: skip
+    return {_RUN.unpack(k[1:])[0]: decode_value(v) for k, v in items.items() if k[:1] == OUTCOME}
 
 
 def unread(batches: Iterable[bytes], items: Items, models: set[str]) -> list[Outcome]:
@@ -208,8 +211,9 @@ def move(
     Returns the changes of the source and of the target."""
     pack = _RUN.pack
     out_source: Changes = {}
-    out_target: Changes = {k: None for k in target if k[:1] in (MODEL, PAIR)
-                           and _owner(k) in models | pairs}  # fmt: skip
+    out_target: Changes = {
+        k: None for k in target if k[:1] in (MODEL, PAIR) and _owner(k) in models | pairs
+    }
     for key, value in source.items():
         if key[:1] in (MODEL, PAIR) and _owner(key) in models | pairs:
             out_source[key] = None
@@ -267,10 +271,13 @@ def summarize_eval(items: Items) -> dict[str, Any]:
         "applied": meta.get("applied", []),
         "waiting": waiting,
         "models": summary_models,
-        "pairs": {k: [s["n"], s["model_a"], s["model_b"], list(s["estimators"])]
-                  for k, s in pairs.items() if s["n"]},
+        "pairs": {
+            k: [s["n"], s["model_a"], s["model_b"], list(s["estimators"])]
+            for k, s in pairs.items()
+            if s["n"]
+        },
         "shapes": shapes,
-    }  # fmt: skip
+    }
 
 
 def apply(items: Items, changes: Changes) -> dict[bytes, bytes]:

@@ -173,25 +173,35 @@ class Pipeline:
         self.join_partitions = counts[t.events]
         self.eval_partitions = counts[t.outcomes]
         self.topology = Topology(self.config, self.eval_partitions)
-        self.router = Router(t.inputs, self.join_partitions, idle_ms=s.idle_ms,
-                             rules=self.config.time_rules())  # fmt: skip
+        self.router = Router(
+            t.inputs, self.join_partitions, idle_ms=s.idle_ms, rules=self.config.time_rules()
+        )
         self.output = Output(self.client, self._kafka_errors)
         producer = self.output.producer
         make_room = self.output.make_room
-        self.join_changelog = Changelog(t.join_changelog, producer, self.client, self.fingerprint,
-                                        make_room)  # fmt: skip
-        self.eval_changelog = Changelog(t.eval_changelog, producer, self.client, self.fingerprint,
-                                        make_room)  # fmt: skip
-        self.consumer = Consumer(consumer_config(self.client, s, self._kafka_errors,
-                                                 self._on_stats))  # fmt: skip
+        self.join_changelog = Changelog(
+            t.join_changelog, producer, self.client, self.fingerprint, make_room
+        )
+        self.eval_changelog = Changelog(
+            t.eval_changelog, producer, self.client, self.fingerprint, make_room
+        )
+        self.consumer = Consumer(
+            consumer_config(self.client, s, self._kafka_errors, self._on_stats)
+        )
         self.checkpoints = Checkpoints(self.output, self.consumer, self.telemetry, self._durable)
         self.consumer.subscribe(
             [*t.inputs, t.events, t.outcomes],
-            on_assign=self._guarded(self._on_assign), on_revoke=self._guarded(self._on_revoke),
+            on_assign=self._guarded(self._on_assign),
+            on_revoke=self._guarded(self._on_revoke),
             on_lost=self._guarded(self._on_lost),
-        )  # fmt: skip
-        log.info("worker %s: %d input partitions, %d join and %d evaluation partitions", s.app_id,
-                 len(self.inputs), self.join_partitions, self.eval_partitions)  # fmt: skip
+        )
+        log.info(
+            "worker %s: %d input partitions, %d join and %d evaluation partitions",
+            s.app_id,
+            len(self.inputs),
+            self.join_partitions,
+            self.eval_partitions,
+        )
         try:
             self._loop()
         except (StoreError, ChangelogError) as err:  # no checkpoint can be written: stop
@@ -267,29 +277,35 @@ class Pipeline:
             if wall >= next_checkpoint:
                 next_checkpoint = wall + s.snapshot_interval_s
                 # one stage per turn of the loop: the pause of a cut is one stage's
-                self._due.extend([("join", q) for q in self.joins]
-                                 + [("eval", r) for r in self.evals])  # fmt: skip
+                self._due.extend(
+                    [("join", q) for q in self.joins] + [("eval", r) for r in self.evals]
+                )
             if self._queued:
                 self._catch_up()
             if self._due:
                 kind, p = self._due.popleft()
                 last = not self._due
-                self._begin([p] if kind == "join" else [], [p] if kind == "eval" else [],
-                            list(self._input_next) if last else [])  # fmt: skip
+                self._begin(
+                    [p] if kind == "join" else [],
+                    [p] if kind == "eval" else [],
+                    list(self._input_next) if last else [],
+                )
             if checkpoints.rounds:
                 checkpoints.advance()
 
     # -- stages ---------------------------------------------------------------------------
-    def _ingest(self, messages: list[Any], wall_ms: float, heartbeat: bool,
-                ends: list[tuple[str, int]]) -> None:  # fmt: skip
+    def _ingest(
+        self, messages: list[Any], wall_ms: float, heartbeat: bool, ends: list[tuple[str, int]]
+    ) -> None:
         router = self.router
         per_partition, letters = router.route(messages, int(time.time() * 1000))
         for topic, partition in ends:  # after the messages that came before the end
             router.at_end(topic, partition, wall_ms)
         self._input_next.update(router.consumed)
         for letter in letters:
-            self.output.produce(self.topics.dead_letters, letter.payload(), letter.key,
-                                headers=letter.headers())  # fmt: skip
+            self.output.produce(
+                self.topics.dead_letters, letter.payload(), letter.key, headers=letter.headers()
+            )
         self.telemetry.input(len(messages), [letter.code for letter in letters])
         if not router.owned:
             return
@@ -297,8 +313,9 @@ class Pipeline:
         events = self.topics.events
         for q, rows in enumerate(per_partition):
             if rows or heartbeat:
-                self.output.produce(events, encode(EventBatch(WIRE_VERSION, sources, rows)),
-                                    partition=q)  # fmt: skip
+                self.output.produce(
+                    events, encode(EventBatch(WIRE_VERSION, sources, rows)), partition=q
+                )
                 self.stats.event_batches += 1
 
     def _skip(self, stage: str, message: Any, error: BaseException | None) -> None:
@@ -358,8 +375,9 @@ class Pipeline:
                     try:
                         outcomes = stage.proceed()
                     except Exception:  # a defect: as for an event batch, say so and go on
-                        log.exception("join %d: a step of the events due failed; its "
-                                      "outcomes are lost", q)  # fmt: skip
+                        log.exception(
+                            "join %d: a step of the events due failed; its outcomes are lost", q
+                        )
                         self.telemetry.skipped("join")
                         break  # the next step in the next turn
                     self._emit(q, stage, self.topology.after_step(stage, clock, outcomes))
@@ -419,10 +437,17 @@ class Pipeline:
                     "drift alarm: model %s, detector %s, outcome %d, instance %s (statistic "
                     "%.1f > %.1f); change estimated to begin after outcome %s, instance %s; "
                     "estimate %s -> %s",
-                    record.model_id, record.detector, record.n, record.instance_id,
-                    record.statistic, record.threshold, record.change_n,
-                    record.change_instance_id, record.estimate_before, record.estimate_after,
-                )  # fmt: skip
+                    record.model_id,
+                    record.detector,
+                    record.n,
+                    record.instance_id,
+                    record.statistic,
+                    record.threshold,
+                    record.change_n,
+                    record.change_instance_id,
+                    record.estimate_before,
+                    record.estimate_after,
+                )
             else:
                 topic, key = t.metrics, record.model_id
             self.output.produce(topic, encode_record(record), key.encode())
@@ -447,9 +472,12 @@ class Pipeline:
         now = time.monotonic()
         if now - self._held_said >= 60:  # once a minute at most
             self._held_said = now
-            log.info("join %d: its last checkpoint is not acknowledged yet, and it has %d "
-                     "changes since: its events wait until it is", q,
-                     self.joins[q].join.changed)  # fmt: skip
+            log.info(
+                "join %d: its last checkpoint is not acknowledged yet, and it has %d "
+                "changes since: its events wait until it is",
+                q,
+                self.joins[q].join.changed,
+            )
 
     def _durable(self, changelog: Changelog, q: int) -> None:
         if changelog is self.join_changelog and q in self._held:
@@ -472,8 +500,13 @@ class Pipeline:
             self.consumer.resume([TopicPartition(self.topics.events, q)])
 
     # -- checkpoints -------------------------------------------------------------------------
-    def _begin(self, joins: list[int], evals: list[int], tps: list[tuple[str, int]] = (),
-               wait: bool = False) -> None:  # fmt: skip
+    def _begin(
+        self,
+        joins: list[int],
+        evals: list[int],
+        tps: list[tuple[str, int]] = (),
+        wait: bool = False,
+    ) -> None:
         """Cut the changes of these stages and start a checkpoint that writes them, then
         commits the offsets ``tps`` (:class:`~streameval.app.checkpoint.Checkpoints`)."""
         from confluent_kafka import TopicPartition
@@ -481,13 +514,18 @@ class Pipeline:
         stages = [(self.join_changelog, q, self.joins[q]) for q in joins if q in self.joins]
         stages += [(self.eval_changelog, r, self.evals[r]) for r in evals if r in self.evals]
         progress = self.router.progress
-        offsets = [TopicPartition(tp[0], tp[1], self._input_next[tp],
-                                  metadata=progress_metadata(progress(tp)))
-                   for tp in tps if tp in self._input_next]  # fmt: skip
+        offsets = [
+            TopicPartition(
+                tp[0], tp[1], self._input_next[tp], metadata=progress_metadata(progress(tp))
+            )
+            for tp in tps
+            if tp in self._input_next
+        ]
         self.checkpoints.begin(stages, offsets, wait=wait)
 
-    def _checkpoint(self, joins: list[int], evals: list[int],
-                    commit: list[tuple[str, int]]) -> None:  # fmt: skip
+    def _checkpoint(
+        self, joins: list[int], evals: list[int], commit: list[tuple[str, int]]
+    ) -> None:
         """A checkpoint of these stages and input offsets, waited for (revocation, shutdown):
         the checkpoints on their way first, then this one."""
         self.checkpoints.drain()
@@ -530,16 +568,26 @@ class Pipeline:
         for tp in partitions:
             if tp.topic == t.events:
                 stage = self.joins[tp.partition] = restore_join(
-                    self.join_changelog, tp.partition, self.settings, self.config, self.inputs,
-                    self.fingerprint, self.telemetry.restore_lag("join"),
-                )  # fmt: skip
+                    self.join_changelog,
+                    tp.partition,
+                    self.settings,
+                    self.config,
+                    self.inputs,
+                    self.fingerprint,
+                    self.telemetry.restore_lag("join"),
+                )
                 if stage.behind:  # checkpointed between two steps: the rest comes first
                     self._queued[tp.partition] = deque()
             elif tp.topic == t.outcomes:
                 stage = self.evals[tp.partition] = restore_eval(
-                    self.eval_changelog, tp.partition, self.config, self.join_partitions,
-                    consumer, t.outcomes, self.telemetry.restore_lag("evaluate"),
-                )  # fmt: skip
+                    self.eval_changelog,
+                    tp.partition,
+                    self.config,
+                    self.join_partitions,
+                    consumer,
+                    t.outcomes,
+                    self.telemetry.restore_lag("evaluate"),
+                )
                 self.telemetry.restored(stage.engine)
             else:
                 inputs.append((tp.topic, tp.partition))
@@ -557,13 +605,18 @@ class Pipeline:
         joins = [tp for tp in partitions if tp.topic == t.events]
         if joins:
             consumer.resume(joins)
-        log.info("assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
-                 len(inputs), sorted(self.joins), sorted(self.evals),
-                 time.monotonic() - started)  # fmt: skip
+        log.info(
+            "assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
+            len(inputs),
+            sorted(self.joins),
+            sorted(self.evals),
+            time.monotonic() - started,
+        )
         self.ready.set()
 
-    def _committed_progress(self, consumer: Any, inputs: list[tuple[str, int]]
-                            ) -> dict[tuple[str, int], int]:  # fmt: skip
+    def _committed_progress(
+        self, consumer: Any, inputs: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
         """The progress each input partition had at its committed offset (kept in the commit's
         metadata), so that the router's time rules decide after a restart as before it."""
         from confluent_kafka import TopicPartition
@@ -599,14 +652,19 @@ class Pipeline:
         self._checkpoint(joins, evals, inputs)
         self._drop(joins, evals, inputs)
         consumer.unassign()
-        log.info("revoked %d partitions; checkpoint taken in %.2f s", len(partitions),
-                 time.monotonic() - started)  # fmt: skip
+        log.info(
+            "revoked %d partitions; checkpoint taken in %.2f s",
+            len(partitions),
+            time.monotonic() - started,
+        )
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         log.warning("partitions lost (this worker was too slow or cut off); dropping them")
         joins, evals, inputs = self._split(partitions)
-        self.checkpoints.lost({(self.join_changelog.topic, q) for q in joins}
-                              | {(self.eval_changelog.topic, r) for r in evals})  # fmt: skip
+        self.checkpoints.lost(
+            {(self.join_changelog.topic, q) for q in joins}
+            | {(self.eval_changelog.topic, r) for r in evals}
+        )
         self._drop(joins, evals, inputs)
 
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
@@ -650,8 +708,9 @@ class Pipeline:
                     "Kafka did not answer within shutdown_timeout_s (%g s; %s): stopping "
                     "without a final checkpoint. Nothing is lost: the last checkpoint stands, "
                     "and a restart reads on from it and computes the rest again, exactly",
-                    self.settings.shutdown_timeout_s, err,
-                )  # fmt: skip
+                    self.settings.shutdown_timeout_s,
+                    err,
+                )
             self._drop(list(self.joins), list(self.evals), list(self._input_next))
         finally:
             self._close_consumer()
@@ -662,10 +721,11 @@ class Pipeline:
         """Leave the group (the partitions move on at once) — or, with Kafka away, give up at
         the time limit: librdkafka's close then waits out the session timeout, and the group
         notices the worker's absence after that timeout anyway."""
-        closing = threading.Thread(target=self.consumer.close, name="streameval-close",
-                                   daemon=True)  # fmt: skip
+        closing = threading.Thread(target=self.consumer.close, name="streameval-close", daemon=True)
         closing.start()
         closing.join(max(0.0, self.stop_by - time.monotonic()))
         if closing.is_alive():
-            log.warning("Kafka did not answer the worker's leaving the group; the group will "
-                        "notice within session_timeout_ms")  # fmt: skip
+            log.warning(
+                "Kafka did not answer the worker's leaving the group; the group will "
+                "notice within session_timeout_ms"
+            )

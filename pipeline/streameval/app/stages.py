@@ -206,23 +206,26 @@ class JoinStage:
     def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
         """The outcomes of the latest step, with the join's clock as the frontier: every
         outcome this partition sends later has a later ``due``."""
-        return OutcomeBatch(WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes,
-                            self.part)  # fmt: skip
+        return OutcomeBatch(
+            WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes, self.part
+        )
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
         """What changed since the last :meth:`cut` (streameval.app.changelog), with the
         stage's own scalars: the offset it covers, its frontier, progress and dedup marks."""
         changes = self.join.changes()
-        changes[STAGE] = encode_value({
-            "partition": self.partition,
-            "offset": self.offset,
-            "part": self.part,
-            "frontier": self.frontier,
-            "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
-            "applied": [[t, p, o] for (t, p), o in self.applied.items()],
-            "duplicates": self.duplicates,
-        })  # fmt: skip
+        changes[STAGE] = encode_value(
+            {
+                "partition": self.partition,
+                "offset": self.offset,
+                "part": self.part,
+                "frontier": self.frontier,
+                "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
+                "applied": [[t, p, o] for (t, p), o in self.applied.items()],
+                "duplicates": self.duplicates,
+            }
+        )
         return changes
 
     def cut(self) -> Any:
@@ -236,12 +239,18 @@ class JoinStage:
         holds."""
         join = self.join
         return {
-            "join": {"label_grace_ms": join.label_grace, "label_ttl_ms": join.label_ttl,
-                     "max_pending": join.max_pending},
-            "offset": self.offset, "part": self.part, "frontier": self.frontier,
-            "pending": join.pending, "remembered": join.state.memory_count(),
+            "join": {
+                "label_grace_ms": join.label_grace,
+                "label_ttl_ms": join.label_ttl,
+                "max_pending": join.max_pending,
+            },
+            "offset": self.offset,
+            "part": self.part,
+            "frontier": self.frontier,
+            "pending": join.pending,
+            "remembered": join.state.memory_count(),
             "waiting": join.waiting,
-        }  # fmt: skip
+        }
 
     def written(self, cut: Any, *where: Any) -> None:
         self.join.written(cut, *where)
@@ -285,8 +294,9 @@ class JoinStage:
         meta = decode_value(next(v for k, v in items if k == STAGE))
         stage = cls(meta["partition"], config, inputs, slice_events=slice_events)
         stage._take(meta)
-        join_meta = _adopt(decode_value(next(v for k, v in items if k == META)), config,
-                           meta["partition"])  # fmt: skip
+        join_meta = _adopt(
+            decode_value(next(v for k, v in items if k == META)), config, meta["partition"]
+        )
         items = [(k, encode_value(join_meta) if k == META else v) for k, v in items if k != STAGE]
         stage.join = Join.restore(items, state)
         return stage
@@ -298,8 +308,12 @@ def _adopt(meta: dict[str, Any], config: EvaluationConfig, partition: int) -> di
     shape = join_shape_of_meta(meta)
     if shape is None:
         want = join_shape(config)
-        return {**meta, "label_grace": want["label_grace_ms"], "label_ttl": want["label_ttl_ms"],
-                "max_pending": want["max_pending"]}  # fmt: skip
+        return {
+            **meta,
+            "label_grace": want["label_grace_ms"],
+            "label_ttl": want["label_ttl_ms"],
+            "max_pending": want["max_pending"],
+        }
     verdict = judge(Stored(joins={partition: shape}), config)
     if verdict.refusals:
         raise Refused(verdict, f"join partition {partition}")
@@ -383,8 +397,16 @@ class EvalStage:
                 self._moved = None
         if outcomes:
             models, instances, *_, dues = zip(*outcomes, strict=True)  # columns, at C speed
-            run = list(zip(dues, instances, models, range(seq + 1, seq + len(outcomes) + 1),
-                           outcomes, strict=True))  # fmt: skip
+            run = list(
+                zip(
+                    dues,
+                    instances,
+                    models,
+                    range(seq + 1, seq + len(outcomes) + 1),
+                    outcomes,
+                    strict=True,
+                )
+            )
             run.sort()  # in due order already but for ties: nearly free
             self._runs[seq + 1] = run
             self._dirty.add(seq + 1)
@@ -466,15 +488,17 @@ class EvalStage:
                     whole.add(name)
                     # JSON, as every state() is made to round-trip exactly through
                     parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
-        parts[STAGE] = encode_value({
-            "partition": self.partition,
-            "offset": self.offset,
-            "frontiers": [[q, f] for q, f in self.frontiers.items()],
-            "applied": [[q, o, part] for q, (o, part) in self.applied.items()],
-            "seq": self._seq,
-            "engine": engine.scalars(),
-            **({"moved": [sorted(self._moved[0]), self._moved[1]]} if self._moved else {}),
-        })  # fmt: skip
+        parts[STAGE] = encode_value(
+            {
+                "partition": self.partition,
+                "offset": self.offset,
+                "frontiers": [[q, f] for q, f in self.frontiers.items()],
+                "applied": [[q, o, part] for q, (o, part) in self.applied.items()],
+                "seq": self._seq,
+                "engine": engine.scalars(),
+                **({"moved": [sorted(self._moved[0]), self._moved[1]]} if self._moved else {}),
+            }
+        )
         written = self._written
         changes: dict[bytes, bytes | None] = {}
         for key, value in parts.items():
@@ -524,11 +548,20 @@ class EvalStage:
                 index[key] = len(shapes)
                 shapes.append(shape)
             models[name] = [model.n, index[key]]
-        pairs = {key: [pair.n, pair.model_a, pair.model_b, list(pair.estimators)]
-                 for key, pair in self.engine.pairs.items() if pair.n}  # fmt: skip
+        pairs = {
+            key: [pair.n, pair.model_a, pair.model_b, list(pair.estimators)]
+            for key, pair in self.engine.pairs.items()
+            if pair.n
+        }
         applied = [[q, o, part] for q, (o, part) in self.applied.items()]
-        return {"offset": self.offset, "applied": applied, "waiting": self._waiting,
-                "models": models, "pairs": pairs, "shapes": shapes}  # fmt: skip
+        return {
+            "offset": self.offset,
+            "applied": applied,
+            "waiting": self._waiting,
+            "models": models,
+            "pairs": pairs,
+            "shapes": shapes,
+        }
 
     def _settle(self, parts: dict[bytes, bytes], touched: set[str]) -> None:
         """``parts`` (of the models and pairs in ``touched``, and the buffer) are durable."""
@@ -572,9 +605,12 @@ class EvalStage:
         models, pairs = engine_state["models"], engine_state["pairs"]
         stored = Stored(
             models={m: model_shape_of(s["config"]) for m, s in models.items() if s["n"]},
-            pairs={k: (s["model_a"], s["model_b"], {"estimators": s["estimators"]})
-                   for k, s in pairs.items() if s["n"]},
-        )  # fmt: skip
+            pairs={
+                k: (s["model_a"], s["model_b"], {"estimators": s["estimators"]})
+                for k, s in pairs.items()
+                if s["n"]
+            },
+        )
         verdict = judge(stored, config)
         if verdict.refusals:
             raise Refused(verdict, f"evaluation partition {meta['partition']}")
@@ -602,8 +638,16 @@ class EvalStage:
         for number, rows in waiting.items():
             run = []
             for seq, model_id, instance_id, y_true, times, labels, t_instance, t_label, due in rows:
-                outcome = Outcome(model_id, instance_id, y_true, tuple(times), tuple(labels),
-                                  t_instance, t_label, due)  # fmt: skip
+                outcome = Outcome(
+                    model_id,
+                    instance_id,
+                    y_true,
+                    tuple(times),
+                    tuple(labels),
+                    t_instance,
+                    t_label,
+                    due,
+                )
                 run.append((due, instance_id, model_id, seq, outcome))
             stage._runs[number] = run
             stage._waiting += len(run)

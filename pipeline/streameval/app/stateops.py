@@ -100,11 +100,19 @@ def survey(client: dict[str, str], topics: Topics, app_id: str) -> Survey:
     found = Survey(app_id, topics, members=group_members(admin, app_id))
     if topics.outcomes in metadata:
         found.eval_partitions = len(metadata[topics.outcomes].partitions)
-    reader = Consumer({**client, "group.id": f"{app_id}-state-reader",
-                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    reader = Consumer(
+        {
+            **client,
+            "group.id": f"{app_id}-state-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     try:
-        for topic, seals in ((topics.join_changelog, found.joins),
-                             (topics.eval_changelog, found.evals)):  # fmt: skip
+        for topic, seals in (
+            (topics.join_changelog, found.joins),
+            (topics.eval_changelog, found.evals),
+        ):
             if topic not in metadata or metadata[topic].error is not None:
                 continue
             changelog = Changelog(topic, None, client)
@@ -208,8 +216,10 @@ def _move(
     """Move models and pairs between evaluation partitions, exactly (streameval.app.edits):
     possible when no partition is ahead of the join checkpoints it was fed from, as after a
     worker's SIGTERM; else StateError."""
-    joins = {q: (seal["summary"]["offset"], seal["summary"]["part"]) if seal else (-1, 0)
-             for q, seal in found.joins.items()}  # fmt: skip
+    joins = {
+        q: (seal["summary"]["offset"], seal["summary"]["part"]) if seal else (-1, 0)
+        for q, seal in found.joins.items()
+    }
     for r in {r for pair in moves for r in pair}:
         seal = found.evals.get(r)
         if seal is None:
@@ -233,15 +243,18 @@ def _move(
         items = {r: writer.read(r) for pair in moves for r in pair}
         for (source, target), (models, pairs) in sorted(moves.items()):
             unread, until = _unread(client, topics.outcomes, source, items[source], models)
-            out_source, out_target = edits.move(items[source], items[target], models, pairs,
-                                                unread, until)  # fmt: skip
+            out_source, out_target = edits.move(
+                items[source], items[target], models, pairs, unread, until
+            )
             writer.change(source, out_source)
             writer.change(target, out_target)
             items[source] = edits.apply(items[source], out_source)
             items[target] = edits.apply(items[target], out_target)
             moving = ", ".join(sorted(models | pairs))
-            say(f"moved {moving} from evaluation partition {source} to {target} (with "
-                f"{len(unread)} of their outcomes it had not read yet)")  # fmt: skip
+            say(
+                f"moved {moving} from evaluation partition {source} to {target} (with "
+                f"{len(unread)} of their outcomes it had not read yet)"
+            )
         writer.commit({r: edits.summarize_eval(items[r]) for r in items})
 
 
@@ -252,8 +265,14 @@ def _unread(
     to apply (edits.unread), and the offset the outcomes topic's partition ends at."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    reader = Consumer({**client, "group.id": f"{topic}-state-reader",
-                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    reader = Consumer(
+        {
+            **client,
+            "group.id": f"{topic}-state-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     batches: list[bytes] = []
     try:
         low, high = watermarks(reader, topic, r)
@@ -308,15 +327,24 @@ def reset(
         )
     holders = found.holders()
     targets: dict[int, list[tuple[str, str]]] = {}  # eval partition -> (kind, name)
-    models = sorted(m.removeprefix("model ") for m in holders if m.startswith("model ")) \
-        if asked.all_models else list(asked.models)  # fmt: skip
+    models = (
+        sorted(m.removeprefix("model ") for m in holders if m.startswith("model "))
+        if asked.all_models
+        else list(asked.models)
+    )
     for name in models:
         if f"model {name}" not in holders:
             raise StateError(_unknown("model", name, holders, app_id))
         targets.setdefault(holders[f"model {name}"], []).append(("model", name))
     for text in asked.pairs:
-        key = next((k.removeprefix("pair ") for k in holders if k.startswith("pair ")
-                    and text in (k[5:], k[5:].replace("|", ":", 1))), None)  # fmt: skip
+        key = next(
+            (
+                k.removeprefix("pair ")
+                for k in holders
+                if k.startswith("pair ") and text in (k[5:], k[5:].replace("|", ":", 1))
+            ),
+            None,
+        )
         if key is None:
             raise StateError(_unknown("pair", text, holders, app_id))
         targets.setdefault(holders[f"pair {key}"], []).append(("pair", key))
@@ -330,10 +358,13 @@ def reset(
                 items = writer.read(r)
                 for kind, name in names:
                     changes = (edits.reset_model if kind == "model" else edits.reset_pair)(
-                        items, name)  # fmt: skip
+                        items, name
+                    )
                     items = edits.apply(items, writer.change(r, changes))
-                    say(f"reset {kind} {name} (evaluation partition {r}): it starts over at "
-                        "its next outcome")  # fmt: skip
+                    say(
+                        f"reset {kind} {name} (evaluation partition {r}): it starts over at "
+                        "its next outcome"
+                    )
                 for estimator in asked.estimators:
                     changes, touched = edits.reset_estimator(items, estimator)
                     items = edits.apply(items, writer.change(r, changes))
@@ -348,14 +379,19 @@ def reset(
 
 def _unknown(kind: str, name: str, holders: dict[str, int], app_id: str) -> str:
     known = sorted(h.removeprefix(f"{kind} ") for h in holders if h.startswith(f"{kind} "))
-    return (f"app {app_id!r} has no {kind} {name!r} in its checkpoints (it has: "
-            f"{', '.join(known) or 'none'}); nothing has been changed")  # fmt: skip
+    return (
+        f"app {app_id!r} has no {kind} {name!r} in its checkpoints (it has: "
+        f"{', '.join(known) or 'none'}); nothing has been changed"
+    )
 
 
 def _reset_join(
-    client: dict[str, str], topics: Topics, app_id: str, found: Survey,
+    client: dict[str, str],
+    topics: Topics,
+    app_id: str,
+    found: Survey,
     say: Callable[[str], None],
-) -> None:  # fmt: skip
+) -> None:
     """Every join partition forgets its instances and rules (streameval.app.edits.reset_join).
     Their records are deleted as they stream by, never all held."""
     with _Writer(client, topics.join_changelog, app_id) as writer:
@@ -406,10 +442,14 @@ class _Writer:
     def __enter__(self) -> _Writer:
         from confluent_kafka import Producer
 
-        self.producer = Producer({
-            **self.client, "transactional.id": f"{self.topic}-state",
-            "transaction.timeout.ms": 900_000, "linger.ms": 20,
-        })  # fmt: skip
+        self.producer = Producer(
+            {
+                **self.client,
+                "transactional.id": f"{self.topic}-state",
+                "transaction.timeout.ms": 900_000,
+                "linger.ms": 20,
+            }
+        )
         try:
             self.producer.init_transactions(60)
         except Exception as err:  # KafkaException
