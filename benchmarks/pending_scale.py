@@ -88,9 +88,10 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
     import gc
 
     from streameval.app.changelog import checkpoint_records
+    from streameval.app.eval_stage import EvalStage
+    from streameval.app.join_stage import JoinStage
     from streameval.app.runner import GC_THRESHOLDS
     from streameval.app.settings import WorkerSettings
-    from streameval.app.stages import EvalStage, JoinStage
     from streameval.app.wire import WIRE_VERSION, EventBatch, Source
     from streameval.config import load_config
     from streameval.store import DiskState

@@ -32,9 +32,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from streameval.app.eval_stage import EvalStage  # noqa: E402
+from streameval.app.join_stage import JoinStage  # noqa: E402
 from streameval.app.router import Router  # noqa: E402
 from streameval.app.runner import GC_THRESHOLDS  # noqa: E402
-from streameval.app.stages import EvalStage, JoinStage  # noqa: E402
 from streameval.app.topology import Topology  # noqa: E402
 from streameval.app.wire import (  # noqa: E402
     WIRE_VERSION,

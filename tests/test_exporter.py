@@ -391,9 +391,9 @@ def test_build_info_says_what_each_worker_runs():
     import confluent_kafka
     from streameval import __version__
     from streameval.app.changelog import CHECKPOINT_VERSION
+    from streameval.app.evolve import config_fingerprint
     from streameval.app.faust_app import create_app
     from streameval.app.settings import load_settings
-    from streameval.app.stages import config_fingerprint
     from streameval.app.wire import WIRE_VERSION
 
     settings, config = load_settings(

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.changelog import Restorer, checkpoint_records, live
+from streameval.app.eval_stage import EvalStage
+from streameval.app.join_stage import JoinStage
 from streameval.app.router import Router
-from streameval.app.stages import STAGE, EvalStage, JoinStage
+from streameval.app.statekeys import STAGE
 from streameval.app.topology import Topology
 from streameval.app.wire import (
     INSTANCE,
@@ -597,7 +599,7 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     shrank since the last one and deletes those that went, never the whole buffer; a stage
     restored from it holds the same outcomes, and so does one restored from a checkpoint of
     before the runs had keys (their chunks are deleted)."""
-    from streameval.app.stages import BUFFER, OUTCOME, STAGE, _chunks
+    from streameval.app.statekeys import BUFFER, OUTCOME, STAGE, state_chunks
     from streameval.core.state import decode_value, encode_value
 
     def runs(changes):
@@ -649,7 +651,7 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     del meta["seq"]
     meta["applied"] = [[q, o] for q, o, _ in meta["applied"]]
     items[STAGE] = encode_value(meta)
-    items.update(_chunks(BUFFER, encode_value([list(o) for o in _outcomes(100)])))
+    items.update(state_chunks(BUFFER, encode_value([list(o) for o in _outcomes(100)])))
     upgraded = EvalStage.restore(items.items(), config, 2)
     assert upgraded.waiting == 100
     changes = _checkpoint(upgraded)
@@ -739,9 +741,9 @@ def test_a_window_size_refused_then_reset_starts_just_that_estimator_over(stream
 def test_a_state_that_shrinks_under_a_new_configuration_leaves_no_stale_chunk(monkeypatch):
     """A model continued without a detector has a smaller state: the checkpoint that writes
     it deletes the chunks it no longer has, so the next restore reads it whole."""
-    import streameval.app.stages as stages
+    import streameval.app.statekeys as statekeys
 
-    monkeypatch.setattr(stages, "STATE_CHUNK", 64)  # many chunks: one fewer is sure
+    monkeypatch.setattr(statekeys, "STATE_CHUNK", 64)  # many chunks: one fewer is sure
     config = make_config()
     stage = EvalStage(0, config, join_partitions=1)
     stage.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 10_000, _outcomes(30)))

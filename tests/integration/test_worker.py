@@ -6,7 +6,7 @@ starts, each record keyed by its instance id. Every input partition then carries
 delivery order; labels overtake predictions by at most 500 ms of event time, less than the
 1000 ms label grace, so the watermark join sees every prediction replay sees, and outcomes are
 released in (due, instance_id) order in both: the same outcome order per model, hence identical
-numbers (pipeline/streameval/app/stages.py explains the ordering).
+numbers (docs/architecture.md, "Ordering", says why).
 """
 
 from __future__ import annotations

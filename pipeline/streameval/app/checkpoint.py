@@ -41,10 +41,11 @@ from streameval.core.join import queue_entries
 from streameval.store import DiskState, StoreError
 
 from .changelog import Changelog, ChangelogError, live, watermarks
+from .eval_stage import EvalStage
 from .evolve import Refused, join_shape
+from .join_stage import SLICE_EVENTS, JoinStage
 from .output import Output
 from .settings import WorkerSettings
-from .stages import SLICE_EVENTS, EvalStage, JoinStage
 from .telemetry import Telemetry
 
 __all__ = [

@@ -30,10 +30,13 @@ docs/worker.md has the table of settings.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from streameval.config import EvaluationConfig
 from streameval.core.drift import canonical_spec, saved_spec
@@ -45,6 +48,7 @@ __all__ = [
     "Refused",
     "Stored",
     "Verdict",
+    "config_fingerprint",
     "join_shape",
     "join_shape_of_meta",
     "judge",
@@ -100,6 +104,15 @@ _MODEL_SETTINGS = {
     "alpha": ("delayed.alpha", "its Ψ weights were the old ones"),
     "bin_rule": ("delayed.bin_rule", "its delayed-label bins were filled by the old rule"),
 }
+
+
+def config_fingerprint(config: EvaluationConfig) -> str:
+    """A short hash of the whole evaluation configuration, as checkpoints of version 1
+    recorded it (those are continued only under the configuration they were taken under;
+    later ones record each part's own settings). Not ``[time]``: it came later, says how input
+    is read, and every time a checkpoint holds is milliseconds."""
+    data = orjson.dumps(config.model_dump(exclude={"time"}), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def join_shape(config: EvaluationConfig) -> dict[str, int]:

@@ -54,10 +54,12 @@ from .checkpoint import (
     restore_eval,
     restore_join,
 )
+from .eval_stage import EvalStage
+from .evolve import config_fingerprint
+from .join_stage import JoinStage
 from .output import KafkaErrors, NoAnswer, Output, connect, consumer_config
 from .router import Router
 from .settings import WorkerSettings
-from .stages import EvalStage, JoinStage, config_fingerprint
 from .telemetry import Telemetry
 from .topology import Topology
 from .wire import (

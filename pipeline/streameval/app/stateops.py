@@ -30,7 +30,7 @@ from streameval.topics import Topics
 from . import edits
 from .changelog import Changelog, ChangelogError, live, watermarks
 from .evolve import Stored, Verdict, judge
-from .stages import STAGE
+from .statekeys import STAGE
 from .topology import model_partitioner
 
 __all__ = ["StateError", "Survey", "preflight", "reset", "survey"]

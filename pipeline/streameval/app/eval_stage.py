@@ -1,48 +1,15 @@
-"""The worker's join and evaluation stages as plain classes: no Kafka, no threads, no clock.
+"""Stage 2 of the worker, one evaluation partition: the join partitions' outcomes merged in
+event order and evaluated by the :class:`~streameval.engine.Engine`, as a plain class (no
+Kafka, no threads, no clock; ``tests/test_stages.py`` drives it without a broker).
 
-:mod:`streameval.app.runner` moves bytes between Kafka and these classes (and the ingest stage,
-:class:`~streameval.app.router.Router`); everything that decides a number is in the three, so
-it is tested without a broker (``tests/test_stages.py``).
-
-Ordering — why streaming gives the numbers replay gives
---------------------------------------------------------
-The numbers under windows, fading factors and the persistent baseline depend on the order of a
-model's outcomes, and a worker group reads three topics and many partitions at uneven speeds.
-The stages therefore order outcomes by **event time**, never by arrival:
-
-* :class:`~streameval.app.router.Router` (ingest) reports, with every batch it sends to a join
-  partition, the progress of each input partition it reads: the largest ``ts`` read so far,
-  and whether the partition is idle (read to its end and quiet for ``idle_ms``).
-* :class:`JoinStage` computes a watermark W — the smallest progress over every input partition
-  that is not idle — so every event with ``ts < W`` has arrived (each input partition carries
-  non-decreasing ``ts``; events that break this are *late*, counted by the join). Its join
-  clock is W − 1: a label at ``t`` resolves at ``t + label_grace`` on that clock, i.e. after
-  every prediction stamped ≤ ``t`` has arrived, whatever the interleaving of topics. Outcomes
-  carry ``due`` (the label's time plus the grace) and the join partition publishes its clock as
-  its *frontier*: every later outcome it sends has ``due`` ≥ the frontier.
-* :class:`EvalStage` merges the outcome batches of every join partition and releases, in order of
-  ``(due, instance_id, model_id)``, exactly the outcomes with ``due`` below the smallest
-  frontier. That order is a function of the events alone, the same for any partitioning,
-  consumption interleaving, rebalance or restart, and the same as replay's (whose clock is the
-  largest ``ts`` read and whose join resolves in ``(due, instance_id)`` order).
-
-When every input partition is idle the watermark moves past the largest ``ts`` plus the grace:
-labels waiting out their grace resolve, as at the end of a replay.
-
-Exactly once
-------------
-Every event carries its input partition and offset, every outcome batch the offset of the event
-batch that caused it; a stage skips what it has already applied. A stage restored from a
-snapshot re-reads its input from the snapshot's offset and re-sends identical outcome batches,
-which the next stage skips. Nothing is lost or counted twice.
+Outcomes wait until every join partition's frontier has passed them, and are then released in
+``(due, instance_id, model_id)`` order: a function of the events alone (docs/architecture.md,
+"Ordering"). An outcome batch already applied (by event-batch offset and step) is skipped.
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
-import logging
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -50,38 +17,30 @@ from typing import Any
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.join import Join, Outcome, take_runs
-from streameval.core.state import META, decode_value, encode_value
+from streameval.core.join import Outcome, take_runs
+from streameval.core.state import decode_value, encode_value
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
 from streameval.records import Record
 
-from .evolve import (
-    Refused,
-    Stored,
-    join_shape,
-    join_shape_of_meta,
-    judge,
-    model_shape_of,
+from .evolve import Refused, Stored, judge, model_shape_of
+from .statekeys import (
+    BUFFER,
+    CHUNK_INDEX,
+    MODEL,
+    OUTCOME,
+    PAIR,
+    RUN,
+    STAGE,
+    WHOLE,
+    encode_name,
+    owner_of,
+    state_chunks,
 )
-from .wire import (
-    WIRE_VERSION,
-    EventBatch,
-    OutcomeBatch,
-)
+from .wire import OutcomeBatch
 
-__all__ = [
-    "EvalStage",
-    "JoinStage",
-    "config_fingerprint",
-]
+__all__ = ["EVALUATE_CHUNK", "RELEASE_MIN", "EvalCut", "EvalStage"]
 
-log = logging.getLogger("streameval.worker")
-
-#: a stage's own scalars among its checkpoint's keys (the join's use other first bytes)
-STAGE = b"t"
-
-TopicPartition = tuple[str, int]
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
 EVALUATE_CHUNK = 4096
 #: Outcomes an evaluation stage gathers before it evaluates them, unless its :meth:`tick`
@@ -89,238 +48,8 @@ EVALUATE_CHUNK = 4096
 #: slower than 4 096), and a join that applies its due events in steps sends them a few dozen
 #: at a time. The numbers do not depend on it.
 RELEASE_MIN = 2_048
-#: The most waiting events the worker's join applies in one step: what one event batch sets
-#: off, and so a checkpoint's size, stays bounded. A constant, not a setting: the steps'
-#: outcome batches are numbered, and a restarted stage must number them as before.
-SLICE_EVENTS = 500
-#: An evaluation checkpoint from before outcome batches were numbered: the whole batch applied
-_WHOLE = 2**62
 
 
-def config_fingerprint(config: EvaluationConfig) -> str:
-    """A short hash of the whole evaluation configuration, as checkpoints of version 1
-    recorded it (those are continued only under the configuration they were taken under;
-    later ones record each part's own settings: streameval.app.evolve). Not ``[time]``: it
-    came later, says how input is read, and every time a checkpoint holds is milliseconds."""
-    data = orjson.dumps(config.model_dump(exclude={"time"}), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-# ------------------------------------------------------------------------------------------
-class JoinStage:
-    """Stage 1, one join partition: the core :class:`~streameval.core.join.Join` on an event-time
-    watermark, with duplicate events (by input partition and offset) skipped.
-
-    Parameters
-    ----------
-    partition
-        The join partition (events-topic partition) this stage owns.
-    config
-        The evaluation configuration (its ``join`` settings are used).
-    inputs
-        Every input partition that exists: the watermark waits for each one.
-    slice_events
-        The most waiting events one step applies (None: all). With a bound, an event batch
-        that moves the clock past more of them leaves the stage :attr:`behind`, and
-        :meth:`proceed` applies the rest, a step at a time; each step's outcome batch is
-        numbered (:attr:`part`).
-    """
-
-    def __init__(
-        self,
-        partition: int,
-        config: EvaluationConfig,
-        inputs: Iterable[TopicPartition],
-        state: Any = None,
-        slice_events: int | None = None,
-    ) -> None:
-        j = config.join
-        self.partition = partition
-        self.grace = j.label_grace_ms
-        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, state)
-        self.inputs = set(inputs)
-        self.slice_events = slice_events
-        self.progress: dict[TopicPartition, tuple[int, bool]] = {}
-        self.applied: dict[TopicPartition, int] = {}
-        self.offset = -1  # last events-topic offset applied
-        self.part = 0  # steps taken since that batch (its outcome batches' numbers)
-        self.frontier = NO_TS
-        self.duplicates = 0
-
-    @property
-    def behind(self) -> bool:
-        """Whether events are due that :meth:`proceed` has yet to apply (take no event batch
-        until they are: the outcomes must come in the order of one step)."""
-        return self.join.behind
-
-    def proceed(self) -> list[Outcome]:
-        """The next step of what the latest event batch set off; its outcomes."""
-        self.part += 1
-        return self.join.advance(self.frontier, budget=self.slice_events)
-
-    def apply(self, offset: int, batch: EventBatch) -> list[Outcome]:
-        """Apply the event batch at ``offset`` (the first step of what it sets off, if the
-        stage has a ``slice_events``); return the outcomes it resolved, in order."""
-        if offset <= self.offset:
-            return []
-        self.offset = offset
-        self.part = 0
-        applied = self.applied
-        sources = [(s.topic, s.partition) for s in batch.sources]
-        seen = [applied.get(tp, -1) for tp in sources]
-        budget = self.slice_events
-        out, repeats = self.join.add_events(batch.events, self.frontier, seen, budget)
-        for tp, offset in zip(sources, seen, strict=True):
-            if offset >= 0:
-                applied[tp] = offset
-        self.duplicates += repeats
-        progress = self.progress
-        for source in batch.sources:
-            tp = (source.topic, source.partition)
-            before = progress.get(tp)
-            ts = source.ts if before is None or source.ts > before[0] else before[0]
-            progress[tp] = (ts, source.idle)
-        frontier = self._watermark() - 1
-        if frontier > self.frontier:
-            self.frontier = frontier
-            self.join.advance(frontier, out, budget)
-        return out
-
-    def _watermark(self) -> int:
-        low, high, all_idle = None, NO_TS, True
-        for tp in self.inputs:
-            seen = self.progress.get(tp)
-            if seen is None:
-                return NO_TS  # no word yet from this input partition: wait for it
-            ts, idle = seen
-            if ts > high:
-                high = ts
-            if not idle:
-                all_idle = False
-                if low is None or ts < low:
-                    low = ts
-        if all_idle:  # nothing more is coming now: let labels past their grace resolve
-            return high + self.grace + 2 if high > NO_TS else NO_TS
-        return low
-
-    def batch(self, outcomes: list[Outcome]) -> OutcomeBatch:
-        """The outcomes of the latest step, with the join's clock as the frontier: every
-        outcome this partition sends later has a later ``due``."""
-        return OutcomeBatch(
-            WIRE_VERSION, self.partition, self.offset, self.join.clock, outcomes, self.part
-        )
-
-    # -- checkpoints ------------------------------------------------------------------------
-    def changes(self) -> dict[bytes, bytes | None]:
-        """What changed since the last :meth:`cut` (streameval.app.changelog), with the
-        stage's own scalars: the offset it covers, its frontier, progress and dedup marks."""
-        changes = self.join.changes()
-        changes[STAGE] = encode_value(
-            {
-                "partition": self.partition,
-                "offset": self.offset,
-                "part": self.part,
-                "frontier": self.frontier,
-                "progress": [[t, p, ts, idle] for (t, p), (ts, idle) in self.progress.items()],
-                "applied": [[t, p, o] for (t, p), o in self.applied.items()],
-                "duplicates": self.duplicates,
-            }
-        )
-        return changes
-
-    def cut(self) -> Any:
-        """Close a checkpoint while the stage goes on: its changes are the cut's
-        ``changes``; :meth:`written` once they are durable."""
-        return self.join.freeze(self.changes())
-
-    def summary(self) -> dict[str, Any]:
-        """What a checkpoint's seal says of this join partition (``streameval state show``
-        and a worker's start read the seals): the rules it joins under, where it is, what it
-        holds."""
-        join = self.join
-        return {
-            "join": {
-                "label_grace_ms": join.label_grace,
-                "label_ttl_ms": join.label_ttl,
-                "max_pending": join.max_pending,
-            },
-            "offset": self.offset,
-            "part": self.part,
-            "frontier": self.frontier,
-            "pending": join.pending,
-            "remembered": join.state.memory_count(),
-            "waiting": join.waiting,
-        }
-
-    def written(self, cut: Any, *where: Any) -> None:
-        self.join.written(cut, *where)
-
-    @classmethod
-    def resume(
-        cls,
-        scalars: dict[bytes, bytes],
-        config: EvaluationConfig,
-        inputs: Iterable[TopicPartition],
-        state: Any,
-        slice_events: int | None = None,
-    ) -> JoinStage:
-        """The stage over a disk store that holds its instances, from their scalars."""
-        meta = decode_value(scalars[STAGE])
-        stage = cls(meta["partition"], config, inputs, state, slice_events)
-        stage._take(meta)
-        join_meta = _adopt(decode_value(scalars[META]), config, meta["partition"])
-        stage.join = Join.resume(join_meta, state, state.waiting())
-        return stage
-
-    def _take(self, meta: dict[str, Any]) -> None:
-        self.offset = meta["offset"]
-        self.part = meta.get("part", 0)  # absent before steps were numbered
-        self.frontier = meta["frontier"]
-        self.progress = {(t, p): (ts, idle) for t, p, ts, idle in meta["progress"]}
-        self.applied = {(t, p): o for t, p, o in meta["applied"]}
-        self.duplicates = meta["duplicates"]
-
-    @classmethod
-    def restore(
-        cls,
-        items: Iterable[tuple[bytes, bytes]],
-        config: EvaluationConfig,
-        inputs: Iterable[TopicPartition],
-        state: Any = None,
-        slice_events: int | None = None,
-    ) -> JoinStage:
-        """The stage from the latest value of every key its checkpoints wrote."""
-        items = list(items)
-        meta = decode_value(next(v for k, v in items if k == STAGE))
-        stage = cls(meta["partition"], config, inputs, slice_events=slice_events)
-        stage._take(meta)
-        join_meta = _adopt(
-            decode_value(next(v for k, v in items if k == META)), config, meta["partition"]
-        )
-        items = [(k, encode_value(join_meta) if k == META else v) for k, v in items if k != STAGE]
-        stage.join = Join.restore(items, state)
-        return stage
-
-
-def _adopt(meta: dict[str, Any], config: EvaluationConfig, partition: int) -> dict[str, Any]:
-    """A join's scalars under ``config``: the configured rules if a reset cleared its own
-    (``streameval state reset --join``), else its own, which must be the configured ones."""
-    shape = join_shape_of_meta(meta)
-    if shape is None:
-        want = join_shape(config)
-        return {
-            **meta,
-            "label_grace": want["label_grace_ms"],
-            "label_ttl": want["label_ttl_ms"],
-            "max_pending": want["max_pending"],
-        }
-    verdict = judge(Stored(joins={partition: shape}), config)
-    if verdict.refusals:
-        raise Refused(verdict, f"join partition {partition}")
-    return meta
-
-
-# ------------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class EvalCut:
     """What one checkpoint of an evaluation partition writes (``changes``), and what its
@@ -487,7 +216,9 @@ class EvalStage:
                     self._shown.add(name)
                     whole.add(name)
                     # JSON, as every state() is made to round-trip exactly through
-                    parts.update(_chunks(tag + _name(name), orjson.dumps(evaluator.state())))
+                    parts.update(
+                        state_chunks(tag + encode_name(name), orjson.dumps(evaluator.state()))
+                    )
         parts[STAGE] = encode_value(
             {
                 "partition": self.partition,
@@ -506,9 +237,9 @@ class EvalStage:
                 changes[key] = value
         for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
             # (and the waiting outcomes' chunks of a checkpoint from before they had keys)
-            if key[:1] == BUFFER or _owner(key) in whole:
+            if key[:1] == BUFFER or owner_of(key) in whole:
                 changes[key] = None
-        pack, runs = _SEQ.pack, self._runs
+        pack, runs = RUN.pack, self._runs
         for number in self._gone:
             changes[OUTCOME + pack(number)] = None
         for number in self._dirty:
@@ -566,7 +297,7 @@ class EvalStage:
     def _settle(self, parts: dict[bytes, bytes], touched: set[str]) -> None:
         """``parts`` (of the models and pairs in ``touched``, and the buffer) are durable."""
         written = self._written
-        for key in [k for k in written if k[:1] == BUFFER or _owner(k) in touched]:
+        for key in [k for k in written if k[:1] == BUFFER or owner_of(k) in touched]:
             if key not in parts:
                 del written[key]
         written.update(parts)
@@ -582,16 +313,16 @@ class EvalStage:
         stage.offset = meta["offset"]
         stage.frontiers = {q: f for q, f in meta["frontiers"]}
         # (before steps were numbered, one outcome batch held all that an event batch set off)
-        stage.applied = {q: (o, part[0] if part else _WHOLE) for q, o, *part in meta["applied"]}
+        stage.applied = {q: (o, part[0] if part else WHOLE) for q, o, *part in meta["applied"]}
         engine_state = dict(meta["engine"])
         engine_state["models"], engine_state["pairs"] = {}, {}
         whole: dict[bytes, list[tuple[int, bytes]]] = {}
         waiting = {}
         for key, value in items.items():
             if key[:1] == OUTCOME:
-                waiting[_SEQ.unpack(key[1:])[0]] = decode_value(value)
+                waiting[RUN.unpack(key[1:])[0]] = decode_value(value)
             elif key[:1] in (MODEL, PAIR, BUFFER):
-                head, index = key[:-4], _INDEX.unpack(key[-4:])[0]
+                head, index = key[:-4], CHUNK_INDEX.unpack(key[-4:])[0]
                 whole.setdefault(head, []).append((index, value))
         buffer: list = []
         for head, chunks in whole.items():
@@ -653,31 +384,3 @@ class EvalStage:
             stage._waiting += len(run)
         stage._stored = set(waiting) - stage._dirty
         return stage
-
-
-#: keys of an evaluation stage's checkpoint: a model's, a pair's state, a run of waiting
-#: outcomes (by the arrival number of its first); the waiting outcomes in chunks, before that
-MODEL, PAIR, OUTCOME, BUFFER = b"M", b"P", b"O", b"B"
-_SEQ = struct.Struct(">Q")
-#: bytes per chunk of a model's encoded state
-STATE_CHUNK = 16 * 1024
-_INDEX = struct.Struct(">I")
-_LENGTH = struct.Struct(">H")
-
-
-def _name(name: str) -> bytes:
-    data = name.encode()
-    return _LENGTH.pack(len(data)) + data
-
-
-def _owner(key: bytes) -> str | None:
-    """The model or pair a chunk key belongs to."""
-    if key[:1] not in (MODEL, PAIR):
-        return None
-    return key[3:-4].decode()
-
-
-def _chunks(head: bytes, data: bytes) -> Iterable[tuple[bytes, bytes]]:
-    """``data`` cut into chunks under ``head`` + chunk number (at least one chunk)."""
-    for i, start in enumerate(range(0, max(len(data), 1), STATE_CHUNK)):
-        yield head + _INDEX.pack(i), data[start : start + STATE_CHUNK]
