@@ -87,7 +87,7 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
     """Phase 1 for one store and N, in this process."""
     import gc
 
-    from streameval.app.changelog import checkpoint_records
+    from streameval.app.changelog_format import checkpoint_records
     from streameval.app.eval_stage import EvalStage
     from streameval.app.join_stage import JoinStage
     from streameval.app.runner import GC_THRESHOLDS

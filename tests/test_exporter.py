@@ -390,7 +390,7 @@ def test_build_info_says_what_each_worker_runs():
 
     import confluent_kafka
     from streameval import __version__
-    from streameval.app.changelog import CHECKPOINT_VERSION
+    from streameval.app.changelog_format import CHECKPOINT_VERSION
     from streameval.app.evolve import config_fingerprint
     from streameval.app.faust_app import create_app
     from streameval.app.settings import load_settings

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.app.changelog import Restorer, checkpoint_records, live
+from streameval.app.changelog_format import Restorer, checkpoint_records, live
 from streameval.app.eval_stage import EvalStage
 from streameval.app.join_stage import JoinStage
 from streameval.app.router import Router

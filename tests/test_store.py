@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.app.changelog import Restorer, checkpoint_records
+from streameval.app.changelog_format import Restorer, checkpoint_records
 from streameval.core.join import INSTANCE, LABEL, PREDICTION, Join, queue_entries
 from streameval.store import DiskState
 

@@ -393,7 +393,8 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
 
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient
-    from streameval.app.changelog import Changelog, checkpoint_records, live
+    from streameval.app.changelog import Changelog
+    from streameval.app.changelog_format import checkpoint_records, live
     from streameval.app.eval_stage import EvalStage
     from streameval.app.join_stage import JoinStage
     from streameval.app.stateops import Resets, StateError, preflight, reset, survey

@@ -28,7 +28,8 @@ from streameval.core.state import MEMORY, RECORD, decode_value
 from streameval.topics import Topics
 
 from . import edits
-from .changelog import Changelog, ChangelogError, live, watermarks
+from .changelog import Changelog, ChangelogError, watermarks
+from .changelog_format import live
 from .evolve import Stored, Verdict, judge
 from .statekeys import STAGE
 from .topology import model_partitioner
