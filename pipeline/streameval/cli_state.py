@@ -197,7 +197,7 @@ def _describe(found: Any) -> list[str]:
             f"  join partition {q}: {counts}; events offset {summary['offset']}, "
             f"checkpoint {found.joins[q]['n']}{own}"
         )
-    for r, summary in found._evals():
+    for r, summary in found.eval_summaries():
         lines.append(
             f"evaluation partition {r}: checkpoint {found.evals[r]['n']}, outcomes offset "
             f"{summary['offset']}, {summary['waiting']:,} outcomes waiting"
@@ -279,8 +279,8 @@ def reset(
     The worker's message names the options to use when a new configuration changes what a
     part's numbers mean. A restarted worker starts the named parts afresh at its next outcome.
     """
-    from streameval.app.stateops import Resets
-    from streameval.app.stateops import reset as run
+    from streameval.app.state_reset import Resets
+    from streameval.app.state_reset import reset as run
 
     asked = Resets(join, list(models), all_models, list(pairs), list(estimators))
     if not asked:

@@ -397,7 +397,8 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     from streameval.app.changelog_format import checkpoint_records, live
     from streameval.app.eval_stage import EvalStage
     from streameval.app.join_stage import JoinStage
-    from streameval.app.stateops import Resets, StateError, preflight, reset, survey
+    from streameval.app.state_reset import Resets, reset
+    from streameval.app.stateops import StateError, preflight, survey
     from streameval.app.wire import PREDICTION, WIRE_VERSION, EventBatch, OutcomeBatch, Source
     from streameval.core.join import Outcome
     from streameval.topics import Topics, create_topics, load_topics

@@ -15,8 +15,8 @@ every key, as a restore folds it) to the changes of one more checkpoint.
   source had received but not yet read; the source skips those when it reads them.
 
 :func:`summarize_eval` and :func:`summarize_join` give the seal of the checkpoint that writes
-such changes. streameval.app.stateops reads the partitions and writes the changes, in one
-Kafka transaction.
+such changes. streameval.app.stateops (moves) and streameval.app.state_reset read the
+partitions and write the changes, in one Kafka transaction.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ model whose predictions stop keeps its history as it is (dormant) until they res
 ``state reset --model`` drops it. A pair is configured: one that is no longer listed is
 refused rather than dropped silently.
 
-Pure (no Kafka): :mod:`streameval.app.stateops` reads the seals and writes resets;
-docs/worker.md has the table of settings.
+Pure (no Kafka): :mod:`streameval.app.stateops` reads the seals, and
+:mod:`streameval.app.state_reset` writes resets; docs/worker.md has the table of settings.
 """
 
 from __future__ import annotations
