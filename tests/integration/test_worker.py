@@ -387,12 +387,12 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     worker runs in this process, with the bounds made tiny so that they bind all the time."""
     import threading
 
-    from streameval.app import checkpoint, runner
+    from streameval.app import checkpoint, join_pacing, runner
     from streameval.app.settings import load_settings
 
     monkeypatch.setattr(checkpoint, "SLICE_EVENTS", 2)  # behind after nearly every event batch
-    monkeypatch.setattr(runner, "QUEUED_MAX", 1)
-    monkeypatch.setattr(runner, "QUEUED_RESUME", 0)
+    monkeypatch.setattr(join_pacing, "QUEUED_MAX", 1)
+    monkeypatch.setattr(join_pacing, "QUEUED_RESUME", 0)
     pauses: list[int] = []  # for a full queue (a checkpoint on its way also pauses)
     paused_at_revocation: list[set[int]] = []
     pause, revoke = runner.Pipeline._pause, runner.Pipeline._on_revoke
