@@ -63,9 +63,8 @@ class Changelog:
     client
         librdkafka settings for the consumers that read a partition back.
     fingerprint
-        Not used: a changelog of version 1 recorded the fingerprint of the whole evaluation
-        configuration it was written under, and was refused under another; its parts are now
-        judged one by one, as those of later versions (streameval.app.evolve).
+        Not used: the parts of a changelog of any version are judged one by one, by their own
+        settings (streameval.app.evolve).
     make_room
         Called while the producer's queue is full (default: wait for deliveries a moment).
     """

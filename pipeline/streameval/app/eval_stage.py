@@ -44,9 +44,8 @@ __all__ = ["EVALUATE_CHUNK", "RELEASE_MIN", "EvalCut", "EvalStage"]
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
 EVALUATE_CHUNK = 4096
 #: Outcomes an evaluation stage gathers before it evaluates them, unless its :meth:`tick`
-#: comes first: the models' numpy updates cost per call (30 outcomes at a time are 14 times
-#: slower than 4 096), and a join that applies its due events in steps sends them a few dozen
-#: at a time. The numbers do not depend on it.
+#: comes first: the models' numpy updates cost per call, and a join that applies its due
+#: events in steps sends them a few dozen at a time. The numbers do not depend on it.
 RELEASE_MIN = 2_048
 
 

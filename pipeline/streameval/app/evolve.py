@@ -107,10 +107,9 @@ _MODEL_SETTINGS = {
 
 
 def config_fingerprint(config: EvaluationConfig) -> str:
-    """A short hash of the whole evaluation configuration, as checkpoints of version 1
-    recorded it (those are continued only under the configuration they were taken under;
-    later ones record each part's own settings). Not ``[time]``: it came later, says how input
-    is read, and every time a checkpoint holds is milliseconds."""
+    """A short hash of the whole evaluation configuration: what the build-info series shows,
+    and what checkpoints of version 1 and disk stores of that time recorded. Not ``[time]``:
+    it says how input is read, and every time a checkpoint holds is milliseconds."""
     data = orjson.dumps(config.model_dump(exclude={"time"}), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(data).hexdigest()[:16]
 

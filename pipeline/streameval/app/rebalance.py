@@ -24,12 +24,11 @@ class Rebalancing:
     def _guarded(self, handler: Any) -> Any:
         """A rebalance callback whose exception is raised again after ``consume`` returns.
 
-        Upstream: confluent-kafka 2.16 re-raises an exception from a rebalance callback out of
-        ``consume()`` as a ``KafkaError`` object that no ``except`` clause matches (seen with a
-        ``KafkaException`` from ``get_watermark_offsets``): the data-path thread died without
-        the worker noticing. The callback therefore keeps its exception, and the loop raises
-        it as it is (a ChangelogError stops the worker cleanly; anything else is a crash that
-        the worker reports with its exit status)."""
+        confluent-kafka (2.16) re-raises an exception from a rebalance callback out of
+        ``consume()`` as a ``KafkaError`` object that no ``except`` clause matches, so the
+        data-path thread would die unnoticed. The callback keeps its exception instead, and the
+        loop raises it as it is (a ChangelogError stops the worker cleanly; anything else is a
+        crash, reported by the exit status)."""
 
         def call(consumer: Any, partitions: list[Any]) -> None:
             try:
