@@ -57,7 +57,7 @@ from .wire import (
     encode,
 )
 
-__all__ = ["Pipeline"]
+__all__ = ["GC_THRESHOLDS", "Pipeline"]
 
 log = logging.getLogger("streameval.worker")
 
