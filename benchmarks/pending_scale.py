@@ -87,18 +87,22 @@ def inner(store: str, pending: int, events: int, checkpoint_s: float, state_dir:
     """Phase 1 for one store and N, in this process."""
     import gc
 
-    from streameval.app.changelog import checkpoint_records
+    from streameval.app.changelog_format import checkpoint_records
+    from streameval.app.eval_stage import EvalStage
+    from streameval.app.join_stage import JoinStage
     from streameval.app.runner import GC_THRESHOLDS
     from streameval.app.settings import WorkerSettings
-    from streameval.app.stages import EvalStage, JoinStage
     from streameval.app.wire import WIRE_VERSION, EventBatch, Source
     from streameval.config import load_config
     from streameval.store import DiskState
 
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    config = load_config(publish_every=100_000, join={"label_grace_ms": 0},
-                         comparisons=[{"a": "champion", "b": "challenger"}])  # fmt: skip
+    config = load_config(
+        publish_every=100_000,
+        join={"label_grace_ms": 0},
+        comparisons=[{"a": "champion", "b": "challenger"}],
+    )
     assert config.join.max_pending > 2 * pending  # the bound must not bind here
     budget = WorkerSettings.model_fields["checkpoint_max_changes"].default
     inputs = [("instances", 0), ("labels", 0)]
@@ -213,16 +217,21 @@ def store_only(pending: int, events: int, state_dir: str) -> dict:
     steady = time.perf_counter() - started
     join.commit(join.changes(), number, (number, 1))
     state.db.flush()
-    out = {"pending": join.pending, "fill_s": fill, "events_per_s": events / steady,
-           "bytes_per_pending": state.disk_bytes() / max(1, join.pending),
-           "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
+    out = {
+        "pending": join.pending,
+        "fill_s": fill,
+        "events_per_s": events / steady,
+        "bytes_per_pending": state.disk_bytes() / max(1, join.pending),
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     state.close()
     return out
 
 
 def _run_inner(args: list[str]) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--inner", *args], capture_output=True,
-                          text=True, cwd=ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, __file__, "--inner", *args], capture_output=True, text=True, cwd=ROOT
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -238,16 +247,25 @@ def restore(pending: int, tmp: Path) -> dict:
 
     boot = bootstrap()
     prefix = make_topics(boot, partitions=1)  # the inputs; then the worker's, one partition each
-    create_topics(AdminClient({"bootstrap.servers": boot}),
-                  load_topics(prefix, app_id=prefix + "app", partitions=1))  # fmt: skip
+    create_topics(
+        AdminClient({"bootstrap.servers": boot}),
+        load_topics(prefix, app_id=prefix + "app", partitions=1),
+    )
     start_ms = int(time.time() * 1000) - pending - 60_000
-    stream = ScriptedStream(instances=pending, models=dict.fromkeys(MODELS, (0.8, 0.8)),
-                            max_repredictions=0, unlabelled=1.0, interval_ms=1,
-                            start_ms=start_ms, seed=4)  # fmt: skip
+    stream = ScriptedStream(
+        instances=pending,
+        models=dict.fromkeys(MODELS, (0.8, 0.8)),
+        max_repredictions=0,
+        unlabelled=1.0,
+        interval_ms=1,
+        start_ms=start_ms,
+        seed=4,
+    )
     produce(boot, prefix, stream.records())
     config = tmp / "restore.toml"
-    config.write_text("[join]\nlabel_grace_ms = 0\n[worker]\nidle_ms = 500\n"
-                      "snapshot_interval_s = 5.0\n")  # fmt: skip
+    config.write_text(
+        "[join]\nlabel_grace_ms = 0\n[worker]\nidle_ms = 500\nsnapshot_interval_s = 5.0\n"
+    )
     state = tmp / "state"
     logs = []
 
@@ -257,13 +275,22 @@ def restore(pending: int, tmp: Path) -> dict:
         log = tmp / f"{name}.log"
         logs.append(log)
         ports.append(free_port())
-        env = {**os.environ, "STREAMEVAL_BOOTSTRAP": boot, "STREAMEVAL_TOPIC_PREFIX": prefix,
-               "STREAMEVAL_APP_ID": prefix + "app", "STREAMEVAL_METRICS_PORT": str(ports[-1]),
-               "STREAMEVAL_METRICS_HOST": "127.0.0.1",
-               "STREAMEVAL_STATE_DIR": str(state)}  # fmt: skip
-        return subprocess.Popen([sys.executable, "-m", "streameval.cli", "worker", "--config",
-                                 str(config)], env=env, stdout=log.open("wb"),
-                                stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
+        env = {
+            **os.environ,
+            "STREAMEVAL_BOOTSTRAP": boot,
+            "STREAMEVAL_TOPIC_PREFIX": prefix,
+            "STREAMEVAL_APP_ID": prefix + "app",
+            "STREAMEVAL_METRICS_PORT": str(ports[-1]),
+            "STREAMEVAL_METRICS_HOST": "127.0.0.1",
+            "STREAMEVAL_STATE_DIR": str(state),
+        }
+        return subprocess.Popen(
+            [sys.executable, "-m", "streameval.cli", "worker", "--config", str(config)],
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
 
     def wait_for(log, pattern, timeout=1800):
         deadline = time.monotonic() + timeout
@@ -299,8 +326,11 @@ def restore(pending: int, tmp: Path) -> dict:
     held = wait_for(logs[-1], r"join 0: (\d+) pending instances")[0]
     empty.send_signal(signal.SIGTERM)
     empty.wait(120)
-    return {"pending": int(held), "restore_own_disk_s": ready_own,
-            "restore_empty_disk_s": ready_empty}  # fmt: skip
+    return {
+        "pending": int(held),
+        "restore_own_disk_s": ready_own,
+        "restore_empty_disk_s": ready_empty,
+    }
 
 
 def main() -> None:
@@ -309,8 +339,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="of the steady phase")
     parser.add_argument("--stores", nargs="+", default=["disk", "memory"])
     parser.add_argument("--memory-max", type=int, default=2_000_000)
-    parser.add_argument("--checkpoint-s", type=float, default=1.0,
-                        help="checkpoint period (the worker's default is 5 s)")  # fmt: skip
+    parser.add_argument(
+        "--checkpoint-s",
+        type=float,
+        default=1.0,
+        help="checkpoint period (the worker's default is 5 s)",
+    )
     parser.add_argument("--store-only", type=int, nargs="*", default=[])
     parser.add_argument("--restore", type=int, nargs="*", default=[1_000_000])
     parser.add_argument("--inner", nargs="+", help=argparse.SUPPRESS)
@@ -327,37 +361,48 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="pending-scale-"))
     rows = []
-    print(f"{'store':7} {'pending':>11} {'events/s':>9} {'RSS MB':>7} {'B/pend':>7} "
-          f"{'pause p50':>9} {'p99':>6} {'max ms':>7} {'outcomes':>9} {'end MB':>7} "
-          f"{'remembered':>10}")  # fmt: skip
+    print(
+        f"{'store':7} {'pending':>11} {'events/s':>9} {'RSS MB':>7} {'B/pend':>7} "
+        f"{'pause p50':>9} {'p99':>6} {'max ms':>7} {'outcomes':>9} {'end MB':>7} "
+        f"{'remembered':>10}"
+    )
     for n in args.pending:
         for store in args.stores:
             if store == "memory" and n > args.memory_max:
                 continue
             state_dir = tmp / f"{store}-{n}"
-            r = _run_inner(["path", store, str(n), str(args.events), str(args.checkpoint_s),
-                            str(state_dir)])  # fmt: skip
+            r = _run_inner(
+                ["path", store, str(n), str(args.events), str(args.checkpoint_s), str(state_dir)]
+            )
             shutil.rmtree(state_dir, ignore_errors=True)
             rows.append(r)
             p50, p99, worst = r["checkpoint_ms"]
-            print(f"{store:7} {r['pending']:>11,} {r['events_per_s']:>9,.0f} {r['rss_mb']:>7,.0f} "
-                  f"{r.get('bytes_per_pending') or float('nan'):>7.1f} {p50:>9.1f} {p99:>6.1f} "
-                  f"{worst:>7.1f} {r['outcomes']:>9,} {r.get('bytes_at_end', 0) / 1e6:>7.0f} "
-                  f"{r.get('remembered', 0):>10,}", flush=True)  # fmt: skip
+            print(
+                f"{store:7} {r['pending']:>11,} {r['events_per_s']:>9,.0f} {r['rss_mb']:>7,.0f} "
+                f"{r.get('bytes_per_pending') or float('nan'):>7.1f} {p50:>9.1f} {p99:>6.1f} "
+                f"{worst:>7.1f} {r['outcomes']:>9,} {r.get('bytes_at_end', 0) / 1e6:>7.0f} "
+                f"{r.get('remembered', 0):>10,}",
+                flush=True,
+            )
     memory = [r for r in rows if r["store"] == "memory"]
     disk = [r for r in rows if r["store"] == "disk"]
     if memory and disk:
         base = min(memory, key=lambda r: r["pending"])
         top = max(disk, key=lambda r: r["pending"])
-        print(f"disk store at {top['pending']:,} pending: {top['events_per_s']:,.0f} events/s, "
-              f"{top['events_per_s'] / base['events_per_s']:.0%} of the in-memory store at "
-              f"{base['pending']:,}")  # fmt: skip
+        print(
+            f"disk store at {top['pending']:,} pending: {top['events_per_s']:,.0f} events/s, "
+            f"{top['events_per_s'] / base['events_per_s']:.0%} of the in-memory store at "
+            f"{base['pending']:,}"
+        )
     for n in args.store_only:
         r = _run_inner(["store", str(n), str(args.events), str(tmp / f"store-{n}")])
         shutil.rmtree(tmp / f"store-{n}", ignore_errors=True)
-        print(f"store alone, {r['pending']:,} pending: fill {r['fill_s']:.0f} s, "
-              f"{r['events_per_s']:,.0f} events/s, {r['bytes_per_pending']:.1f} B/pending, "
-              f"RSS {r['rss_mb']:,.0f} MB", flush=True)  # fmt: skip
+        print(
+            f"store alone, {r['pending']:,} pending: fill {r['fill_s']:.0f} s, "
+            f"{r['events_per_s']:,.0f} events/s, {r['bytes_per_pending']:.1f} B/pending, "
+            f"RSS {r['rss_mb']:,.0f} MB",
+            flush=True,
+        )
     for n in args.restore:
         r = restore(n, tmp)
         print(

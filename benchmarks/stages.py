@@ -32,9 +32,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from streameval.app.eval_stage import EvalStage  # noqa: E402
+from streameval.app.join_stage import JoinStage  # noqa: E402
 from streameval.app.router import Router  # noqa: E402
 from streameval.app.runner import GC_THRESHOLDS  # noqa: E402
-from streameval.app.stages import EvalStage, JoinStage  # noqa: E402
 from streameval.app.topology import Topology  # noqa: E402
 from streameval.app.wire import (  # noqa: E402
     WIRE_VERSION,
@@ -54,9 +55,15 @@ MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7,
 def messages(events: int, partitions: int) -> list[StoredMessage]:
     """The benchmark's stream as input messages, in delivery order."""
     instances = events // 5
-    stream = ScriptedStream(instances=instances, models=MODELS, max_repredictions=0,
-                            drift_at=instances // 2, interval_ms=2, mean_delay_ms=2000,
-                            seed=3)  # fmt: skip
+    stream = ScriptedStream(
+        instances=instances,
+        models=MODELS,
+        max_repredictions=0,
+        drift_at=instances // 2,
+        interval_ms=2,
+        mean_delay_ms=2000,
+        seed=3,
+    )
     offsets: dict[tuple[str, int], int] = defaultdict(int)
     out = []
     for _, _, event in stream.events():
@@ -69,8 +76,11 @@ def messages(events: int, partitions: int) -> list[StoredMessage]:
 
 
 def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[str, float], str]:
-    config = load_config(publish_every=100_000, join={"label_grace_ms": 1000},
-                         comparisons=[{"a": "champion", "b": "challenger"}])  # fmt: skip
+    config = load_config(
+        publish_every=100_000,
+        join={"label_grace_ms": 1000},
+        comparisons=[{"a": "champion", "b": "challenger"}],
+    )
     inputs = sorted((t, p) for t in INPUT_KINDS for p in range(partitions))
     router = Router(INPUT_KINDS, partitions, idle_ms=200)
     router.assign(inputs)
@@ -157,10 +167,11 @@ def main() -> None:
     outcomes = int(seconds.pop("outcomes"))
     for name, value in seconds.items():
         print(f"{name:<30} {value:6.2f} s  {value / total:4.0%}")
-    print(f"{'total':<30} {total:6.2f} s  {len(msgs) / total:,.0f} events/s "
-          f"({len(msgs):,} events, {outcomes:,} outcomes); records digest {digest}")  # fmt: skip
-    print(f"garbage collections (generations 0, 1, 2): {collections} at thresholds "
-          f"{GC_THRESHOLDS}")  # fmt: skip
+    print(
+        f"{'total':<30} {total:6.2f} s  {len(msgs) / total:,.0f} events/s "
+        f"({len(msgs):,} events, {outcomes:,} outcomes); records digest {digest}"
+    )
+    print(f"garbage collections (generations 0, 1, 2): {collections} at thresholds {GC_THRESHOLDS}")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
 

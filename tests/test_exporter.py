@@ -39,8 +39,21 @@ def _replayed():
 
 def _alarm(model, n=7, change_n=4, detector="page_hinkley"):
     change = (change_n, 2000, "i4", 1000, 0.25, 0.5) if change_n else (None,) * 6
-    return DriftAlarmRecord("drift_alarm", model, 3000 + n, "final", detector, 101.0, 100.0, n,
-                            0.5, f"i{n}", 2000 + n, *change, {"type": detector})  # fmt: skip
+    return DriftAlarmRecord(
+        "drift_alarm",
+        model,
+        3000 + n,
+        "final",
+        detector,
+        101.0,
+        100.0,
+        n,
+        0.5,
+        f"i{n}",
+        2000 + n,
+        *change,
+        {"type": detector},
+    )
 
 
 def _series(registry):
@@ -68,33 +81,78 @@ def test_series_equal_the_latest_records():
             for name, value in values.items():
                 if "[" in name:
                     measure, cls = name[:-1].split("[")
-                    key = ("streameval_class_measure", tuple(sorted({
-                        "model": model, "view": view, "estimator": estimator_label(estimator),
-                        "measure": measure, "class": cls}.items())))  # fmt: skip
+                    key = (
+                        "streameval_class_measure",
+                        tuple(
+                            sorted(
+                                {
+                                    "model": model,
+                                    "view": view,
+                                    "estimator": estimator_label(estimator),
+                                    "measure": measure,
+                                    "class": cls,
+                                }.items()
+                            )
+                        ),
+                    )
                 elif name in COUNTS:
-                    key = (COUNTS[name], tuple(sorted({
-                        "model": model, "view": view,
-                        "estimator": estimator_label(estimator)}.items())))  # fmt: skip
+                    key = (
+                        COUNTS[name],
+                        tuple(
+                            sorted(
+                                {
+                                    "model": model,
+                                    "view": view,
+                                    "estimator": estimator_label(estimator),
+                                }.items()
+                            )
+                        ),
+                    )
                 else:
-                    key = ("streameval_measure", tuple(sorted({
-                        "model": model, "view": view, "estimator": estimator_label(estimator),
-                        "measure": name}.items())))  # fmt: skip
+                    key = (
+                        "streameval_measure",
+                        tuple(
+                            sorted(
+                                {
+                                    "model": model,
+                                    "view": view,
+                                    "estimator": estimator_label(estimator),
+                                    "measure": name,
+                                }.items()
+                            )
+                        ),
+                    )
                 want = math.nan if value is None else value
                 assert _same(series[key], want), (key, series[key], want)
-    labels = (("estimator", "cumulative"), ("measure", "accuracy"), ("model", "champion"),
-              ("stage", "psi"))  # fmt: skip
+    labels = (
+        ("estimator", "cumulative"),
+        ("measure", "accuracy"),
+        ("model", "champion"),
+        ("stage", "psi"),
+    )
     psi = series["streameval_delayed_measure", labels]
     assert psi == final["champion", "final"].delayed["cumulative"]["psi_accuracy"]
-    assert series["streameval_drift_alarms_total", (("detector", "ratio_page_hinkley"),
-                                                    ("model", "champion"))] == 1.0  # fmt: skip
-    mcnemar = [v for (name, labels), v in series.items()
-               if name == "streameval_comparison" and ("statistic", "mcnemar") in labels
-               and ("estimator", "window_1000") in labels]  # fmt: skip
+    assert (
+        series[
+            "streameval_drift_alarms_total",
+            (("detector", "ratio_page_hinkley"), ("model", "champion")),
+        ]
+        == 1.0
+    )
+    mcnemar = [
+        v
+        for (name, labels), v in series.items()
+        if name == "streameval_comparison"
+        and ("statistic", "mcnemar") in labels
+        and ("estimator", "window_1000") in labels
+    ]
     last = [r for r in records if r.kind == "comparison"][-1]
     assert mcnemar == [last.estimators["window:1000"].mcnemar]
-    disagreements = {dict(labels)["only_wrong"]: v for (name, labels), v in series.items()
-                     if name == "streameval_comparison_disagreements"
-                     and ("estimator", "window_1000") in labels}  # fmt: skip
+    disagreements = {
+        dict(labels)["only_wrong"]: v
+        for (name, labels), v in series.items()
+        if name == "streameval_comparison_disagreements" and ("estimator", "window_1000") in labels
+    }
     window = last.estimators["window:1000"]
     assert disagreements == {"model_a": window.n01, "model_b": window.n10}
 
@@ -125,10 +183,16 @@ def _latest(model="champion"):
 def _with_classes(record, classes):
     """The record as if its model had seen ``classes`` more classes (c1, c2 ...)."""
     estimators = {
-        name: {**values, **{f"{m}[c{i}]": 0.5 for i in range(1, classes + 1)
-                            for m in ("precision", "recall", "f1")}}
+        name: {
+            **values,
+            **{
+                f"{m}[c{i}]": 0.5
+                for i in range(1, classes + 1)
+                for m in ("precision", "recall", "f1")
+            },
+        }
         for name, values in record.estimators.items()
-    }  # fmt: skip
+    }
     return msgspec.structs.replace(record, estimators=estimators)
 
 
@@ -142,21 +206,31 @@ def test_the_default_selection_exports_what_the_dashboards_and_alerts_use():
     Exporter(registry).observe([initial, final])
     series = _series(registry)
     estimators = [estimator_label(e) for e in final.estimators]
-    measures = {(dict(k)["view"], dict(k)["estimator"], dict(k)["measure"]): v
-                for (name, k), v in series.items() if name == "streameval_measure"}  # fmt: skip
+    measures = {
+        (dict(k)["view"], dict(k)["estimator"], dict(k)["measure"]): v
+        for (name, k), v in series.items()
+        if name == "streameval_measure"
+    }
     scalars = set(DEFAULT_MEASURES) - {"n", "n_effective", "precision", "recall"}
     assert measures.keys() == {("final", e, m) for e in estimators for m in scalars} | {
         ("initial", e, "accuracy") for e in estimators
     }
-    assert measures["final", "window_1000", "kappa_plus"] == (
-        final.estimators["window:1000"]["kappa_plus"])  # fmt: skip
-    counts = {name: {dict(k)["estimator"] for (n, k) in series if n == name and
-                     ("view", "final") in k} for name in COUNTS.values()}  # fmt: skip
+    assert (
+        measures["final", "window_1000", "kappa_plus"]
+        == (final.estimators["window:1000"]["kappa_plus"])
+    )
+    counts = {
+        name: {dict(k)["estimator"] for (n, k) in series if n == name and ("view", "final") in k}
+        for name in COUNTS.values()
+    }
     assert counts == {name: set(estimators) for name in COUNTS.values()}
     assert not any(n in COUNTS.values() and ("view", "initial") in k for n, k in series)
     # per-class precision and recall of the model's first two classes (its 10 are on the topic)
-    classes = {(dict(k)["class"], dict(k)["measure"]) for (n, k) in series
-               if n == "streameval_class_measure"}  # fmt: skip
+    classes = {
+        (dict(k)["class"], dict(k)["measure"])
+        for (n, k) in series
+        if n == "streameval_class_measure"
+    }
     assert classes == {(c, m) for c in ("yes", "no") for m in ("precision", "recall")}
     # ten bins of a hundred, the first and the last among them
     bins = sorted({dict(k)["bin"] for (n, k) in series if n == "streameval_binned_accuracy"})
@@ -171,21 +245,37 @@ def test_the_default_selection_exports_what_the_dashboards_and_alerts_use():
 def test_a_selection_narrows_each_dimension():
     initial, final = _latest()
     registry = CollectorRegistry()
-    selection = Selection(frozenset({"kappa", "n", "recall"}), frozenset(),
-                          frozenset({"window:1000"}), classes=1, bins=3)  # fmt: skip
+    selection = Selection(
+        frozenset({"kappa", "n", "recall"}),
+        frozenset(),
+        frozenset({"window:1000"}),
+        classes=1,
+        bins=3,
+    )
     Exporter(registry, selection=selection).observe([initial, final])
     labels = dict(model="champion", estimator="window_1000", view="final")
     assert _keys(registry, "champion") == {
         ("streameval_measure", tuple(sorted({**labels, "measure": "kappa"}.items()))),
         ("streameval_estimate_outcomes", tuple(sorted(labels.items()))),
-        ("streameval_class_measure", tuple(sorted({**labels, "measure": "recall",
-                                                   "class": "yes"}.items()))),
-        *(("streameval_delayed_measure", (("estimator", "window_1000"), ("measure", "kappa"),
-                                          ("model", "champion"), ("stage", stage)))
-          for stage in ("initial", "psi", "final")),
+        (
+            "streameval_class_measure",
+            tuple(sorted({**labels, "measure": "recall", "class": "yes"}.items())),
+        ),
+        *(
+            (
+                "streameval_delayed_measure",
+                (
+                    ("estimator", "window_1000"),
+                    ("measure", "kappa"),
+                    ("model", "champion"),
+                    ("stage", stage),
+                ),
+            )
+            for stage in ("initial", "psi", "final")
+        ),
         ("streameval_model_outcomes", (("model", "champion"),)),
         ("streameval_label_latency_mean_seconds", (("model", "champion"),)),
-    }  # fmt: skip
+    }
 
 
 def _hundred_models(selection, classes=0):
@@ -195,8 +285,9 @@ def _hundred_models(selection, classes=0):
 
     initial, final = (_with_classes(r, classes) for r in _latest())
     registry = CollectorRegistry()
-    exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"],
-                        selection=selection)  # fmt: skip
+    exporter = Exporter(
+        registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"], selection=selection
+    )
     alone = len(_series(registry))
     for i in range(100):
         model = f"model-{i:03d}"
@@ -267,8 +358,10 @@ def test_the_latest_alarm_says_where_its_change_began_without_new_series_per_ala
     assert before["streameval_drift_alarm_timestamp_seconds", (*key, ("point", "alarm"))] == 3.007
     assert before["streameval_drift_alarm_estimate", (*key, ("span", "before"))] == 0.25
     assert before["streameval_drift_alarm_estimate", (*key, ("span", "after"))] == 0.5
-    assert not any(name.startswith("streameval_drift_alarm_") and ("detector",
-                   "ratio_page_hinkley") in labels for name, labels in before)  # fmt: skip
+    assert not any(
+        name.startswith("streameval_drift_alarm_") and ("detector", "ratio_page_hinkley") in labels
+        for name, labels in before
+    )
     exporter.observe([_alarm("m", n=900, change_n=None)])  # restored without its change point
     after = _series(registry)
     assert after.keys() == before.keys()
@@ -324,19 +417,25 @@ def test_consumer_lag_shows_only_the_partitions_being_fetched():
     telemetry = Telemetry(Exporter(registry), [topic])
 
     def stats(states):
-        partitions = {str(p): {"consumer_lag": 100 * (p + 1), "fetch_state": state}
-                      for p, state in enumerate(states)}  # fmt: skip
+        partitions = {
+            str(p): {"consumer_lag": 100 * (p + 1), "fetch_state": state}
+            for p, state in enumerate(states)
+        }
         partitions["-1"] = {"consumer_lag": -1, "fetch_state": "none"}
         return orjson.dumps({"topics": {topic: {"partitions": partitions}}}).decode()
 
     telemetry.on_stats(stats(["active", "active", "offset-query"]))
     lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
-    assert lag == {(("partition", "0"), ("topic", topic)): 100.0,
-                   (("partition", "1"), ("topic", topic)): 200.0}  # fmt: skip
+    assert lag == {
+        (("partition", "0"), ("topic", topic)): 100.0,
+        (("partition", "1"), ("topic", topic)): 200.0,
+    }
     telemetry.on_stats(stats(["none", "active", "active"]))  # partition 0 moved away
     lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
-    assert lag == {(("partition", "1"), ("topic", topic)): 200.0,
-                   (("partition", "2"), ("topic", topic)): 300.0}  # fmt: skip
+    assert lag == {
+        (("partition", "1"), ("topic", topic)): 200.0,
+        (("partition", "2"), ("topic", topic)): 300.0,
+    }
 
 
 def test_a_child_process_series_reach_the_parent_exporter_in_order():
@@ -375,8 +474,11 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
     assert relayed_series.pop(pending) == 42.0  # 12 here + 30 in the child
     direct_series.pop(pending)
     assert direct_series.keys() == relayed_series.keys()
-    assert all(_same(direct_series[k], relayed_series[k]) for k in direct_series
-               if not k[0].endswith("_created"))  # fmt: skip
+    assert all(
+        _same(direct_series[k], relayed_series[k])
+        for k in direct_series
+        if not k[0].endswith("_created")
+    )
     # a forgotten model's series go at once (not at the next flush): no rebalance race
     proxy.forget_models(["champion"])
     children._receive(timeout=5)
@@ -390,10 +492,10 @@ def test_build_info_says_what_each_worker_runs():
 
     import confluent_kafka
     from streameval import __version__
-    from streameval.app.changelog import CHECKPOINT_VERSION
+    from streameval.app.changelog_format import CHECKPOINT_VERSION
+    from streameval.app.evolve import config_fingerprint
     from streameval.app.faust_app import create_app
     from streameval.app.settings import load_settings
-    from streameval.app.stages import config_fingerprint
     from streameval.app.wire import WIRE_VERSION
 
     settings, config = load_settings(

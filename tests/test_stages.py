@@ -12,9 +12,11 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.app.changelog import Restorer, checkpoint_records, live
+from streameval.app.changelog_format import Restorer, checkpoint_records, live
+from streameval.app.eval_stage import EvalStage
+from streameval.app.join_stage import JoinStage
 from streameval.app.router import Router
-from streameval.app.stages import STAGE, EvalStage, JoinStage
+from streameval.app.statekeys import STAGE
 from streameval.app.topology import Topology
 from streameval.app.wire import (
     INSTANCE,
@@ -56,8 +58,19 @@ class Harness:
     """Input partitions, routers, join and evaluation stages, and the internal "topics" as
     lists, driven in a random order with random crashes."""
 
-    def __init__(self, stream, config, *, inputs=3, joins=4, evals=3, routers=2, seed=0,
-                 records=None, slice_events=None):  # fmt: skip
+    def __init__(
+        self,
+        stream,
+        config,
+        *,
+        inputs=3,
+        joins=4,
+        evals=3,
+        routers=2,
+        seed=0,
+        records=None,
+        slice_events=None,
+    ):
         self.rng = random.Random(seed)
         # how many outcomes an evaluation stage gathers before it evaluates them
         self.release_min = self.rng.choice([1, 40, 2048])
@@ -68,18 +81,23 @@ class Harness:
         self.inputs = {}
         if records is None:  # the stream, keyed by instance id, no Kafka timestamps
             records = [
-                Record(TOPIC_OF[e["type"]], (e.get("instance_id") or "?").encode(),
-                       orjson.dumps(e), None)
+                Record(
+                    TOPIC_OF[e["type"]],
+                    (e.get("instance_id") or "?").encode(),
+                    orjson.dumps(e),
+                    None,
+                )
                 for _, _, e in stream.events()
-            ]  # fmt: skip
+            ]
         self.expect = {}  # (topic, partition, offset) -> the dead-letter code it must get
         for record in records:
             key = record.key
             p = zlib.crc32(key) % inputs if key is not None else self.rng.randrange(inputs)
             log = self.inputs.setdefault((record.topic, p), [])
             self.expect[record.topic, p, len(log)] = record.expect
-            log.append(StoredMessage(record.topic, p, len(log), key, record.value,
-                                     record.timestamp))  # fmt: skip
+            log.append(
+                StoredMessage(record.topic, p, len(log), key, record.value, record.timestamp)
+            )
         for topic in INPUT_KINDS:
             for p in range(inputs):
                 self.inputs.setdefault((topic, p), [])
@@ -204,14 +222,20 @@ class Harness:
             self.sealed[kind, index] = (restorer.seal["n"], restorer.seal["chunks"])
         if kind == "join":
             slices = self.slice_events
-            stage = (JoinStage.restore(items, self.config, tps, slice_events=slices) if items
-                     else JoinStage(index, self.config, tps, slice_events=slices))  # fmt: skip
+            stage = (
+                JoinStage.restore(items, self.config, tps, slice_events=slices)
+                if items
+                else JoinStage(index, self.config, tps, slice_events=slices)
+            )
             self.joins[index] = stage
             self.join_pos[index] = stage.offset + 1
         else:
             joins = len(self.joins)
-            stage = (EvalStage.restore(items, self.config, joins) if items
-                     else EvalStage(index, self.config, joins))  # fmt: skip
+            stage = (
+                EvalStage.restore(items, self.config, joins)
+                if items
+                else EvalStage(index, self.config, joins)
+            )
             stage.release_min = self.release_min
             self.evals[index] = stage
             self.eval_pos[index] = stage.offset + 1
@@ -420,9 +444,13 @@ def test_the_router_before_and_after_its_partitions():
     router.assign([("labels", 0)])
     t0 = 1_767_225_600_000
     label = orjson.dumps({"instance_id": "i1", "ts": t0, "label": "a"})
-    per_partition, letters = router.route([StoredMessage("labels", 0, 3, None, label),
-                                           StoredMessage("labels", 1, 0, None, label),
-                                           StoredMessage("labels", 0, 4, None, b"{")])  # fmt: skip
+    per_partition, letters = router.route(
+        [
+            StoredMessage("labels", 0, 3, None, label),
+            StoredMessage("labels", 1, 0, None, label),
+            StoredMessage("labels", 0, 4, None, b"{"),
+        ]
+    )
     assert [row for rows in per_partition for row in rows] == [(LABEL, "i1", "", t0, "a", 0, 3)]
     assert [letter.offset for letter in letters] == [4]
     assert router.consumed == {("labels", 0): 5}
@@ -472,8 +500,17 @@ def _through_join_stage(logs, config, seed):
                 if read[tp] < len(logs[tp]):
                     kind, iid, model, ts, label, _ = logs[tp][read[tp]]
                     code = {"instance": INSTANCE, "prediction": PREDICTION, "label": LABEL}[kind]
-                    rows.append((code, iid, model if code == PREDICTION else "",
-                                 ts, label if code != INSTANCE else "", src, read[tp]))  # fmt: skip
+                    rows.append(
+                        (
+                            code,
+                            iid,
+                            model if code == PREDICTION else "",
+                            ts,
+                            label if code != INSTANCE else "",
+                            src,
+                            read[tp],
+                        )
+                    )
                     read[tp] += 1
         outcomes += stage.apply(
             offset, EventBatch(WIRE_VERSION, [progress(tp) for tp in tps], rows)
@@ -532,8 +569,9 @@ def test_the_router_holds_event_times_to_when_they_were_sent_and_to_their_partit
 
     def route(offset, ts, sent):
         value = orjson.dumps({"instance_id": f"i{offset}", "ts": ts, "label": "a"})
-        rows, letters = router.route([StoredMessage("labels", 0, offset, None, value, sent)],
-                                     now_ms=t0 + 30 * day)  # fmt: skip
+        rows, letters = router.route(
+            [StoredMessage("labels", 0, offset, None, value, sent)], now_ms=t0 + 30 * day
+        )
         return [d.code for d in letters] or len(rows[0])
 
     assert route(0, t0, t0) == 1
@@ -546,8 +584,18 @@ def test_the_router_holds_event_times_to_when_they_were_sent_and_to_their_partit
     assert router.progress(("labels", 0)) == t0 + 3 * day
     assert route(6, t0 + 20 * day, None) == 1  # no Kafka timestamp: held to now (t0 + 30 d)
     assert route(7, t0 + 31 * day, None) == ["ts_in_future"]
-    letter = router.route([StoredMessage("labels", 0, 8, None, orjson.dumps(
-        {"instance_id": "x", "ts": t0 - 20 * day, "label": "a"}), t0)])[1][0]  # fmt: skip
+    letter = router.route(
+        [
+            StoredMessage(
+                "labels",
+                0,
+                8,
+                None,
+                orjson.dumps({"instance_id": "x", "ts": t0 - 20 * day, "label": "a"}),
+                t0,
+            )
+        ]
+    )[1][0]
     assert "labels[0]" in letter.reason and "label_ttl_ms" in letter.reason
 
     restarted = Router(INPUT_KINDS, 1, rules=config.time_rules())
@@ -580,8 +628,12 @@ def test_the_router_reads_event_time_as_the_settings_say():
 
 
 def _outcomes(n, due=1_000):
-    return [Outcome("champion", f"i{i:03}", "yes", (10,), ("yes" if i % 3 else "no",), 10,
-                    due + i, due + i) for i in range(n)]  # fmt: skip
+    return [
+        Outcome(
+            "champion", f"i{i:03}", "yes", (10,), ("yes" if i % 3 else "no",), 10, due + i, due + i
+        )
+        for i in range(n)
+    ]
 
 
 def _checkpoint(stage):
@@ -597,7 +649,7 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     shrank since the last one and deletes those that went, never the whole buffer; a stage
     restored from it holds the same outcomes, and so does one restored from a checkpoint of
     before the runs had keys (their chunks are deleted)."""
-    from streameval.app.stages import BUFFER, OUTCOME, STAGE, _chunks
+    from streameval.app.statekeys import BUFFER, OUTCOME, STAGE, state_chunks
     from streameval.core.state import decode_value, encode_value
 
     def runs(changes):
@@ -649,7 +701,7 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     del meta["seq"]
     meta["applied"] = [[q, o] for q, o, _ in meta["applied"]]
     items[STAGE] = encode_value(meta)
-    items.update(_chunks(BUFFER, encode_value([list(o) for o in _outcomes(100)])))
+    items.update(state_chunks(BUFFER, encode_value([list(o) for o in _outcomes(100)])))
     upgraded = EvalStage.restore(items.items(), config, 2)
     assert upgraded.waiting == 100
     changes = _checkpoint(upgraded)
@@ -718,8 +770,9 @@ def test_a_window_size_refused_then_reset_starts_just_that_estimator_over(stream
         harness.restart(new)
     harness.restart(new, reset_estimators=["window:1000"])
     got = harness.run(crashes=0.03)
-    expected = evolved_finals(list(stream.lines()), [(old, counts), (new, None)],
-                              resets={1: ["window:1000"]})  # fmt: skip
+    expected = evolved_finals(
+        list(stream.lines()), [(old, counts), (new, None)], resets={1: ["window:1000"]}
+    )
     assert got["metrics"] == expected["metrics"]
     assert got["comparisons"] == expected["comparisons"]
     final = orjson.loads(got["metrics"]["champion", "final"])["estimators"]
@@ -739,9 +792,9 @@ def test_a_window_size_refused_then_reset_starts_just_that_estimator_over(stream
 def test_a_state_that_shrinks_under_a_new_configuration_leaves_no_stale_chunk(monkeypatch):
     """A model continued without a detector has a smaller state: the checkpoint that writes
     it deletes the chunks it no longer has, so the next restore reads it whole."""
-    import streameval.app.stages as stages
+    import streameval.app.statekeys as statekeys
 
-    monkeypatch.setattr(stages, "STATE_CHUNK", 64)  # many chunks: one fewer is sure
+    monkeypatch.setattr(statekeys, "STATE_CHUNK", 64)  # many chunks: one fewer is sure
     config = make_config()
     stage = EvalStage(0, config, join_partitions=1)
     stage.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 10_000, _outcomes(30)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.app.changelog import Restorer, checkpoint_records
+from streameval.app.changelog_format import Restorer, checkpoint_records
 from streameval.core.join import Join
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
 from streameval.core.pending import queue_entries
@@ -25,10 +25,16 @@ _events = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 80),
-       max_pending=st.integers(1, 6), budget=st.sampled_from([None, 1, 2]))  # fmt: skip
-def test_disk_and_memory_states_give_the_same_outcomes(tmp_path_factory, events, grace, ttl,
-                                                       max_pending, budget):  # fmt: skip
+@given(
+    events=_events,
+    grace=st.integers(0, 10),
+    ttl=st.integers(1, 80),
+    max_pending=st.integers(1, 6),
+    budget=st.sampled_from([None, 1, 2]),
+)
+def test_disk_and_memory_states_give_the_same_outcomes(
+    tmp_path_factory, events, grace, ttl, max_pending, budget
+):
     """The same events through a join in RAM and a join on RocksDB — with checkpoints (the
     store's batch written) and restarts (the store reopened from disk), also between the
     steps of a clock that passes more waiting events than its ``budget`` — give the same
@@ -81,8 +87,9 @@ def test_a_store_rebuilt_from_its_changelog_is_the_store(tmp_path_factory, event
     join = Join(3, 50, 5)
     log, number, chunks, sealed_at = [], 0, 0, None
     for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
-        join.add_events([(kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)],
-                        max(0, ts - behind))  # fmt: skip
+        join.add_events(
+            [(kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)], max(0, ts - behind)
+        )
         if action is not None:
             records, new_chunks = checkpoint_records(number + 1, join.changes(), chunks, {})
             log += records
@@ -150,8 +157,7 @@ def _queue_keys(records: dict, memory: dict, ttl: int) -> set:
     ttl=st.integers(1, 80),
     max_pending=st.integers(1, 6),
 )
-def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, ttl,
-                                                     max_pending):  # fmt: skip
+def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, ttl, max_pending):
     """The worker cuts a checkpoint, goes on, and writes the cut's batch once Kafka has it:
     the join's outcomes are those of a join that stops for each checkpoint, the database
     holds exactly the state at the cut written last (its time queues those of its records),
@@ -172,8 +178,10 @@ def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, t
             assert changes == memory.changes()
             cut = disk.freeze(changes)
             memory.commit()
-            at_cut = ({i: list(r) for i, r in memory.state.records.items()},
-                      dict(memory.state.memory))  # fmt: skip
+            at_cut = (
+                {i: list(r) for i, r in memory.state.records.items()},
+                dict(memory.state.memory),
+            )
         elif action == "written" and cut is not None:
             disk.written(cut, n, (n, 1))
             cut, at_written = None, at_cut

@@ -9,6 +9,7 @@ import click
 
 from streameval import __version__
 from streameval.cli_kafka import kafka, kafka_settings, produce, topics
+from streameval.cli_simulate import demo, need_extra, simulate
 from streameval.cli_state import check_before_start, state
 
 
@@ -32,16 +33,8 @@ main.add_command(kafka)
 main.add_command(topics)
 main.add_command(produce)
 main.add_command(state)
-
-
-def _need(module: str, extra: str, what: str) -> None:
-    """Stop with the install line when an optional dependency is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise click.ClickException(
-            f"{what} needs {module}, an optional dependency: pip install 'streameval[{extra}]'"
-        )
+main.add_command(simulate)
+main.add_command(demo)
 
 
 def _writable(path: Path | None, option: str) -> None:
@@ -109,15 +102,25 @@ def _writable(path: Path | None, option: str) -> None:
     help="Split the join as the worker does (the partitions of its events topic), so that "
     "join.max_pending binds per partition as it does there.",
 )
-def replay(events, config_path, out, plot, strict, publish_every, summary_estimator, quiet,
-           state_dir, join_partitions):  # fmt: skip
+def replay(
+    events,
+    config_path,
+    out,
+    plot,
+    strict,
+    publish_every,
+    summary_estimator,
+    quiet,
+    state_dir,
+    join_partitions,
+):
     """Evaluate an events file (one JSON event per line) offline.
 
     Runs the events in file order through the same join and evaluators as the streaming
     service and writes the records it would publish: metrics, drift alarms, comparisons.
     """
     if plot:
-        _need("matplotlib", "plot", "--plot")
+        need_extra("matplotlib", "plot", "--plot")
     _writable(out, "--out")
     _writable(plot, "--plot")
     from rich.console import Console
@@ -150,18 +153,27 @@ def replay(events, config_path, out, plot, strict, publish_every, summary_estima
     except OSError as err:
         raise click.BadParameter(f"{out}: {err.strerror}", param_hint="--out") from None
     progress = Progress(
-        "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-        TimeRemainingColumn(), console=console, transient=True,
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
         disable=quiet or size < 4_000_000,
-    )  # fmt: skip
+    )
     try:
         with progress:
             task = progress.add_task(f"replaying {events.name}", total=size)
             result = run(
-                events, config, sink, strict=strict, on_records=history,
+                events,
+                config,
+                sink,
+                strict=strict,
+                on_records=history,
                 progress=lambda done: progress.update(task, completed=done),
-                state_dir=state_dir, join_partitions=join_partitions,
-            )  # fmt: skip
+                state_dir=state_dir,
+                join_partitions=join_partitions,
+            )
     except MalformedLine as err:
         raise click.ClickException(
             f"{events}: {err} (without --strict it would be skipped)"
@@ -215,16 +227,21 @@ def alert_log(host: str, port: int) -> None:
 
 @main.command()
 @click.option(
-    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
     envvar="STREAMEVAL_CONFIG",
     help="TOML file: the evaluation settings replay reads plus a [worker] table "
     "($STREAMEVAL_CONFIG).",
-)  # fmt: skip
+)
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP).")
 @click.option(
-    "-X", "settings", multiple=True, metavar="KEY=VALUE",
+    "-X",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
     help="A Kafka client setting passed through (SASL/SSL, client.id ...); repeatable.",
-)  # fmt: skip
+)
 @click.option(
     "--app-id", default=None, help="Consumer group of the worker group ($STREAMEVAL_APP_ID)."
 )
@@ -247,8 +264,17 @@ def alert_log(host: str, port: int) -> None:
     default=None,
     help="Log lines as text, or one JSON object each ($STREAMEVAL_LOG_FORMAT).",
 )
-def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port, metrics_host,
-           log_level, log_format) -> None:  # fmt: skip
+def worker(
+    config_path,
+    bootstrap,
+    settings,
+    app_id,
+    topic_prefix,
+    metrics_port,
+    metrics_host,
+    log_level,
+    log_format,
+) -> None:
     """Run a streaming worker: join, evaluate, compare and publish, with /metrics.
 
     Start as many as there are machines; workers with the same app id share the partitions.
@@ -260,10 +286,16 @@ def worker(config_path, bootstrap, settings, app_id, topic_prefix, metrics_port,
     kafka = kafka_settings(settings)
     try:
         worker_settings, config = load_settings(
-            config_path, bootstrap=bootstrap, kafka=kafka or None, app_id=app_id,
-            topic_prefix=topic_prefix, metrics_port=metrics_port, metrics_host=metrics_host,
-            log_level=log_level, log_format=log_format,
-        )  # fmt: skip
+            config_path,
+            bootstrap=bootstrap,
+            kafka=kafka or None,
+            app_id=app_id,
+            topic_prefix=topic_prefix,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            log_level=log_level,
+            log_format=log_format,
+        )
     except SettingsError as err:
         raise click.UsageError(str(err)) from None
     _port_free(worker_settings.metrics_host, worker_settings.metrics_port)
@@ -308,138 +340,6 @@ def _port_free(host: str, port: int) -> None:
                 "(or program) on this machine has it. Give each worker on a machine its own "
                 "port with --metrics-port or STREAMEVAL_METRICS_PORT, or 0 for no web server"
             ) from None
-
-
-def _simulation_options(function):
-    from streameval.simulate.system import DELAYS, GENERATORS, LEARNERS
-
-    options = [
-        click.option("--generator", type=click.Choice(GENERATORS), default="agrawal",
-                     show_default=True, help="River generator (or the Phishing data set)."),
-        click.option("--instances", type=click.IntRange(min=1), default=20_000,
-                     show_default=True),
-        click.option("--drift", "drifts", type=int, multiple=True,
-                     help="Instance position of a concept drift; repeatable (default: half way)."),
-        click.option("--no-drift", is_flag=True,
-                     help="No concept drift: one concept throughout (instead of --drift)."),
-        click.option("--drift-width", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="1 for an abrupt drift, more for a gradual one over that many."),
-        click.option("--positive-share", type=click.FloatRange(0, 1, min_open=True,
-                     max_open=True), default=None, help="Class imbalance: share of class 1."),
-        click.option("--model", "models", type=click.Choice(LEARNERS), multiple=True,
-                     help="A model to run; repeatable (default: all)."),
-        click.option("--delay", type=click.Choice(DELAYS), default="exponential",
-                     show_default=True, help="How labels are delayed."),
-        click.option("--delay-value", type=click.FloatRange(min=0), default=2000.0,
-                     show_default=True, help="Instances, or ms (fixed, or the exponential mean)."),
-        click.option("--unlabelled", type=click.FloatRange(0, 1, max_open=True), default=0.0,
-                     show_default=True, help="Fraction of labels that never arrive."),
-        click.option("--repredict-every", type=click.IntRange(min=0), default=100,
-                     show_default=True, help="Re-predict a pending instance every K labels."),
-        click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=200.0,
-                     show_default=True, help="Instances per second (event time; and real time "
-                     "with --realtime)."),
-        click.option("--seed", type=int, default=42, show_default=True),
-    ]  # fmt: skip
-    for option in reversed(options):
-        function = option(function)
-    return function
-
-
-def _simulation_config(
-    generator, instances, drifts, no_drift, drift_width, positive_share, models, delay,
-    delay_value, unlabelled, repredict_every, rate, seed, start_ms=None,
-):  # fmt: skip
-    from streameval.simulate.system import LEARNERS, SimulationConfig
-
-    if no_drift and drifts:
-        raise click.UsageError(
-            f"--no-drift and --drift {' '.join(map(str, drifts))} contradict each other; "
-            "give one of them"
-        )
-    if not drifts and not no_drift:
-        drifts = [instances // 2] if instances > 1 else []
-    config = SimulationConfig(
-        generator=generator, instances=instances, drifts=list(drifts),
-        drift_width=drift_width, positive_share=positive_share,
-        models=list(models) or list(LEARNERS), delay=delay, delay_value=delay_value,
-        unlabelled=unlabelled, repredict_every=repredict_every, rate=rate, seed=seed,
-    )  # fmt: skip
-    if start_ms is not None:
-        config.start_ms = start_ms
-    try:
-        return config.check()
-    except ValueError as err:
-        raise click.UsageError(str(err)) from None
-
-
-@main.command()
-@_simulation_options
-@click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=Path),
-    help="Write JSON lines here (for streameval replay) instead of to Kafka.",
-)  # fmt: skip
-@click.option("--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP).")
-@click.option("-X", "settings", multiple=True, metavar="KEY=VALUE",
-              help="A Kafka client setting passed through; repeatable.")  # fmt: skip
-@click.option("--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", help="Topic prefix.")
-@click.option("--realtime", is_flag=True,
-              help="Produce at --rate in real time, stamped with the wall clock.")  # fmt: skip
-def simulate(out, bootstrap, settings, prefix, realtime, **options) -> None:
-    """Simulate a streaming ML system: River models predicting, re-predicting and learning on
-    late labels, with concept drift. To a file (--out) or to the input topics."""
-    import time
-
-    from rich.progress import Progress
-
-    _need("river", "simulate", "`streameval simulate`")
-    from streameval.simulate.system import simulate as run
-
-    start_ms = int(time.time() * 1000) if realtime else None
-    config = _simulation_config(**options, start_ms=start_ms)
-    events = run(config)
-    with Progress(transient=True) as progress:
-        task = progress.add_task("simulating", total=config.instances)
-        if out is not None:
-            import orjson
-
-            with out.open("wb") as handle:
-                for event in events:
-                    handle.write(orjson.dumps(event) + b"\n")
-                    if event["type"] == "instance":
-                        progress.advance(task)
-            click.echo(f"wrote {out}")
-            return
-        from streameval.clients import ClientConfigError, client_config
-        from streameval.simulate.produce import produce_events
-
-        try:
-            client = client_config(bootstrap, settings)
-        except ClientConfigError as err:
-            raise click.UsageError(str(err)) from None
-        sent = produce_events(events, client, prefix, realtime=realtime,
-                              on_instance=lambda: progress.advance(task))  # fmt: skip
-    click.echo(f"produced {sent} events to {prefix}instances, {prefix}predictions, {prefix}labels")
-
-
-@main.command()
-@click.option("--duration", type=click.FloatRange(min=1), default=None,
-              help="Seconds to run (default: until Ctrl-C).")  # fmt: skip
-@click.option("--bootstrap", default=None,
-              help="Use this Kafka ($STREAMEVAL_BOOTSTRAP) instead of a local one.")  # fmt: skip
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=9464, show_default=True)
-@click.option("--rate", type=click.FloatRange(min=1), default=200.0, show_default=True,
-              help="Simulated instances per second.")  # fmt: skip
-@click.option("--seed", type=int, default=42, show_default=True)
-def demo(duration, bootstrap, metrics_port, rate, seed) -> None:
-    """The whole service in one command: Kafka (a local one unless --bootstrap), the topics,
-    a worker, and five River models on a drifting stream, with a live view of their numbers."""
-    from rich.console import Console
-
-    _need("river", "simulate", "`streameval demo`")
-    from streameval.demo import run_demo
-
-    sys.exit(run_demo(duration, bootstrap, metrics_port, rate, seed, Console()))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -248,11 +248,13 @@ def topics_describe(bootstrap, settings, prefix) -> None:
 @click.command()
 @click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
-    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
     envvar="STREAMEVAL_CONFIG",
     help="The evaluation settings ($STREAMEVAL_CONFIG): [time] says how ts is read, and "
     "whether record timestamps must carry it.",
-)  # fmt: skip
+)
 @_kafka_options
 @_prefix
 def produce(events, config_path, bootstrap, settings, prefix) -> None:
@@ -275,8 +277,13 @@ def produce(events, config_path, bootstrap, settings, prefix) -> None:
         raise click.UsageError(str(err)) from None
     try:
         with _kafka_errors(client["bootstrap.servers"]):
-            sent = produce_file(events, client, prefix, ts_unit=time.ts_unit,
-                                stamp_event_time=time.ts_source == "kafka")  # fmt: skip
+            sent = produce_file(
+                events,
+                client,
+                prefix,
+                ts_unit=time.ts_unit,
+                stamp_event_time=time.ts_source == "kafka",
+            )
     except ProduceError as err:
         raise click.ClickException(str(err)) from None
     for topic in ("instances", "predictions", "labels"):

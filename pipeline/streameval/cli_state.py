@@ -18,19 +18,35 @@ __all__ = ["check_before_start", "state"]
 
 def _app_options(function):
     """The options that say which application, on which Kafka (those of `streameval worker`)."""
-    for option in reversed([
-        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                     envvar="STREAMEVAL_CONFIG",
-                     help="The worker's TOML file: its [worker] table names the app and Kafka "
-                     "($STREAMEVAL_CONFIG)."),
-        click.option("--bootstrap", default=None,
-                     help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP)."),
-        click.option("-X", "settings", multiple=True, metavar="KEY=VALUE",
-                     help="A Kafka client setting passed through (SASL/SSL ...); repeatable."),
-        click.option("--app-id", default=None, help="The application ($STREAMEVAL_APP_ID)."),
-        click.option("--prefix", "topic_prefix", default=None,
-                     help="Topic name prefix ($STREAMEVAL_TOPIC_PREFIX)."),
-    ]):  # fmt: skip
+    for option in reversed(
+        [
+            click.option(
+                "--config",
+                "config_path",
+                type=click.Path(dir_okay=False, path_type=Path),
+                envvar="STREAMEVAL_CONFIG",
+                help="The worker's TOML file: its [worker] table names the app and Kafka "
+                "($STREAMEVAL_CONFIG).",
+            ),
+            click.option(
+                "--bootstrap", default=None, help="Kafka bootstrap servers ($STREAMEVAL_BOOTSTRAP)."
+            ),
+            click.option(
+                "-X",
+                "settings",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="A Kafka client setting passed through (SASL/SSL ...); repeatable.",
+            ),
+            click.option("--app-id", default=None, help="The application ($STREAMEVAL_APP_ID)."),
+            click.option(
+                "--prefix",
+                "topic_prefix",
+                default=None,
+                help="Topic name prefix ($STREAMEVAL_TOPIC_PREFIX).",
+            ),
+        ]
+    ):
         function = option(function)
     return function
 
@@ -42,8 +58,13 @@ def _load(config_path, bootstrap, settings, app_id, topic_prefix):
 
     kafka = kafka_settings(settings)
     try:
-        worker, config = load_settings(config_path, bootstrap=bootstrap, kafka=kafka or None,
-                                       app_id=app_id, topic_prefix=topic_prefix)  # fmt: skip
+        worker, config = load_settings(
+            config_path,
+            bootstrap=bootstrap,
+            kafka=kafka or None,
+            app_id=app_id,
+            topic_prefix=topic_prefix,
+        )
         client = client_config(worker.bootstrap, [f"{k}={v}" for k, v in worker.kafka.items()])
     except (SettingsError, ClientConfigError) as err:
         raise click.UsageError(str(err)) from None
@@ -92,9 +113,12 @@ def state() -> None:
 @state.command("show")
 @_app_options
 @click.option("--json", "as_json", is_flag=True, help="The seals as JSON, for scripts.")
-@click.option("--judge", is_flag=True,
-              help="Also say what a worker started with --config's evaluation settings would "
-              "keep, start fresh or refuse.")  # fmt: skip
+@click.option(
+    "--judge",
+    is_flag=True,
+    help="Also say what a worker started with --config's evaluation settings would "
+    "keep, start fresh or refuse.",
+)
 def show(config_path, bootstrap, settings, app_id, topic_prefix, as_json, judge) -> None:
     """Print what an application's checkpoints hold: join partitions and their pending
     instances, models, pairs, estimators, outcome counts and each part's settings.
@@ -104,13 +128,21 @@ def show(config_path, bootstrap, settings, app_id, topic_prefix, as_json, judge)
     from streameval.app.evolve import judge as judged
     from streameval.app.stateops import survey
 
-    worker, config, client, topics = _load(config_path, bootstrap, settings, app_id,
-                                           topic_prefix)  # fmt: skip
+    worker, config, client, topics = _load(config_path, bootstrap, settings, app_id, topic_prefix)
     with _kafka_answers(client):
         found = survey(client, topics, worker.app_id)
     if as_json:
-        click.echo(json.dumps({"app_id": found.app_id, "members": found.members,
-                               "joins": found.joins, "evals": found.evals}, indent=1))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "app_id": found.app_id,
+                    "members": found.members,
+                    "joins": found.joins,
+                    "evals": found.evals,
+                },
+                indent=1,
+            )
+        )
         return
     for line in _describe(found):
         click.echo(line)
@@ -120,8 +152,10 @@ def show(config_path, bootstrap, settings, app_id, topic_prefix, as_json, judge)
         for refusal in verdict.refusals:
             click.echo(f"  refused: {refusal.describe()}")
         if verdict.refusals:
-            click.echo(f"  reset: streameval state reset {_naming(worker, config_path)} "
-                       f"{shlex.join(verdict.reset_options())}")  # fmt: skip
+            click.echo(
+                f"  reset: streameval state reset {_naming(worker, config_path)} "
+                f"{shlex.join(verdict.reset_options())}"
+            )
         for what in verdict.added:
             click.echo(f"  starts fresh: {what}")
         for what in verdict.dropped:
@@ -133,27 +167,37 @@ def show(config_path, bootstrap, settings, app_id, topic_prefix, as_json, judge)
 
 
 def _describe(found: Any) -> list[str]:
-    running = (f"{len(found.members)} worker(s) run: {', '.join(found.members)}"
-               if found.members else "no worker runs")  # fmt: skip
+    running = (
+        f"{len(found.members)} worker(s) run: {', '.join(found.members)}"
+        if found.members
+        else "no worker runs"
+    )
     lines = [f"app {found.app_id!r}: {running}"]
     if found.empty:
         return [*lines, "no checkpoints yet"]
     for kind, q in found.earlier():
-        lines.append(f"{kind} partition {q}: its latest checkpoint was written by an earlier "
-                     "release (what it holds is read from its state; a join's counts only "
-                     "from its next checkpoint on)")  # fmt: skip
+        lines.append(
+            f"{kind} partition {q}: its latest checkpoint was written by an earlier "
+            "release (what it holds is read from its state; a join's counts only "
+            "from its next checkpoint on)"
+        )
     joins = {q: s["summary"] for q, s in found.joins.items() if s}
     rules = {json.dumps(summary["join"], sort_keys=True) for summary in joins.values()}
     if len(rules) == 1:
         lines.append(f"join ({len(found.joins)} partitions): {_rules(next(iter(joins.values())))}")
     for q, summary in sorted(joins.items()):
         own = "" if len(rules) == 1 else f"; {_rules(summary)}"
-        counts = ("counts unknown" if summary["pending"] is None else
-                  f"{summary['pending']:,} pending, {summary['remembered']:,} remembered, "
-                  f"{summary['waiting']:,} events waiting")  # fmt: skip
-        lines.append(f"  join partition {q}: {counts}; events offset {summary['offset']}, "
-                     f"checkpoint {found.joins[q]['n']}{own}")  # fmt: skip
-    for r, summary in found._evals():
+        counts = (
+            "counts unknown"
+            if summary["pending"] is None
+            else f"{summary['pending']:,} pending, {summary['remembered']:,} remembered, "
+            f"{summary['waiting']:,} events waiting"
+        )
+        lines.append(
+            f"  join partition {q}: {counts}; events offset {summary['offset']}, "
+            f"checkpoint {found.joins[q]['n']}{own}"
+        )
+    for r, summary in found.eval_summaries():
         lines.append(
             f"evaluation partition {r}: checkpoint {found.evals[r]['n']}, outcomes offset "
             f"{summary['offset']}, {summary['waiting']:,} outcomes waiting"
@@ -162,8 +206,9 @@ def _describe(found: Any) -> list[str]:
             lines.append(f"  model {name}: {n:,} outcomes")
             lines += [f"    {text}" for text in _shape(summary["shapes"][shape])]
         for key, (n, _, _, estimators) in sorted(summary["pairs"].items()):
-            lines.append(f"  pair {key}: {n:,} paired instances; estimators "
-                         f"{', '.join(estimators)}")  # fmt: skip
+            lines.append(
+                f"  pair {key}: {n:,} paired instances; estimators {', '.join(estimators)}"
+            )
     return lines
 
 
@@ -188,28 +233,54 @@ def _shape(shape: dict[str, Any]) -> list[str]:
 
 @state.command("reset")
 @_app_options
-@click.option("--join", is_flag=True,
-              help="Every join partition drops its pending and remembered instances and takes "
-              "the configured join rules.")  # fmt: skip
-@click.option("--model", "models", multiple=True, metavar="NAME",
-              help="The model starts over (its pairs keep theirs); repeatable.")  # fmt: skip
+@click.option(
+    "--join",
+    is_flag=True,
+    help="Every join partition drops its pending and remembered instances and takes "
+    "the configured join rules.",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="NAME",
+    help="The model starts over (its pairs keep theirs); repeatable.",
+)
 @click.option("--all-models", is_flag=True, help="Every model starts over.")
-@click.option("--pair", "pairs", multiple=True, metavar="A:B",
-              help="The comparison of A and B starts over (or goes, if no longer configured); "
-              "repeatable.")  # fmt: skip
-@click.option("--estimator", "estimators", multiple=True, metavar="NAME",
-              help="Every model and pair forgets this estimator (e.g. window:1000); "
-              "repeatable.")  # fmt: skip
-def reset(config_path, bootstrap, settings, app_id, topic_prefix, join, models, all_models,
-          pairs, estimators) -> None:  # fmt: skip
+@click.option(
+    "--pair",
+    "pairs",
+    multiple=True,
+    metavar="A:B",
+    help="The comparison of A and B starts over (or goes, if no longer configured); repeatable.",
+)
+@click.option(
+    "--estimator",
+    "estimators",
+    multiple=True,
+    metavar="NAME",
+    help="Every model and pair forgets this estimator (e.g. window:1000); repeatable.",
+)
+def reset(
+    config_path,
+    bootstrap,
+    settings,
+    app_id,
+    topic_prefix,
+    join,
+    models,
+    all_models,
+    pairs,
+    estimators,
+) -> None:
     """Start just the named parts of an application's checkpoints over; every other part keeps
     its history. Refused while a worker of the application runs.
 
     The worker's message names the options to use when a new configuration changes what a
     part's numbers mean. A restarted worker starts the named parts afresh at its next outcome.
     """
-    from streameval.app.stateops import Resets
-    from streameval.app.stateops import reset as run
+    from streameval.app.state_reset import Resets
+    from streameval.app.state_reset import reset as run
 
     asked = Resets(join, list(models), all_models, list(pairs), list(estimators))
     if not asked:

@@ -110,8 +110,10 @@ class Engine:
         out = []
         for pair in self.pairs.values():
             missing = [m for m in (pair.model_a, pair.model_b) if m not in self.models]
-            most = max((self.models[m].n for m in (pair.model_a, pair.model_b)
-                        if m in self.models), default=0)  # fmt: skip
+            most = max(
+                (self.models[m].n for m in (pair.model_a, pair.model_b) if m in self.models),
+                default=0,
+            )
             if missing and most >= least:
                 out.append(
                     f"comparison {pair.model_a} vs {pair.model_b}: no outcome of "
@@ -260,8 +262,11 @@ class Engine:
     def _continued(self, model_id: str) -> dict[str, Any]:
         """The settings a model's state continues under (the others are the state's)."""
         cfg = self.config
-        return {"estimators": cfg.estimator_specs, "detectors": cfg.detectors_of(model_id),
-                "normalize_max_count": cfg.normalize_max_count}  # fmt: skip
+        return {
+            "estimators": cfg.estimator_specs,
+            "detectors": cfg.detectors_of(model_id),
+            "normalize_max_count": cfg.normalize_max_count,
+        }
 
     def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:
         """(outcome that caused it, record) pairs."""

@@ -327,9 +327,14 @@ class Exporter:
                 if v.model_a not in gone and v.model_b not in gone
             }
             self._latency = {k: v for k, v in self._latency.items() if k not in gone}
-        for metric, position in ((self.alarms, 0), (self.outcomes, 0), (self.dropped, 1),
-                                 (self.alarm_outcome, 0), (self.alarm_time, 0),
-                                 (self.alarm_estimate, 0)):  # fmt: skip
+        for metric, position in (
+            (self.alarms, 0),
+            (self.outcomes, 0),
+            (self.dropped, 1),
+            (self.alarm_outcome, 0),
+            (self.alarm_time, 0),
+            (self.alarm_estimate, 0),
+        ):
             children = self._children.get(metric._name, set())
             for labels in [c for c in children if c[position] in gone]:
                 metric.remove(*labels)

@@ -95,8 +95,9 @@ def produce_file(
         stamp = event.ts if stamp_event_time else 0  # 0: the time of sending
         while True:
             try:
-                producer.produce(topic, value, event.instance_id.encode(), on_delivery=delivered,
-                                 timestamp=stamp)  # fmt: skip
+                producer.produce(
+                    topic, value, event.instance_id.encode(), on_delivery=delivered, timestamp=stamp
+                )
                 break
             except BufferError:  # the local queue is full: let it drain
                 producer.poll(0.1)

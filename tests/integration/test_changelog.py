@@ -71,7 +71,7 @@ def test_the_latest_seal_is_read_from_the_end(changelog):
     """What a worker's start and `state show` read: the latest seal alone — from the last
     records, more of them when a checkpoint is larger — and, for a checkpoint of an earlier
     release (whose seal says nothing of what it holds), that checkpoint's intent."""
-    from streameval.app.changelog import checkpoint_records
+    from streameval.app.changelog_format import checkpoint_records
 
     writer = changelog()
     for n in range(3):  # the last one larger than the first look from the end

@@ -54,8 +54,9 @@ def test_limits_that_bind_give_replays_numbers(deploy, stream, toml, limit):
     time: the worker's numbers are replay's split into the same join partitions (the
     worker's events topic, created by it, has topics/topics.toml's 6)."""
     config = CONFIG.replace("label_grace_ms = 1000", f"label_grace_ms = 1000\n{toml}")
-    expected = replay_finals(stream, make_config(join={"label_grace_ms": 1000, **limit}),
-                             join_partitions=6)  # fmt: skip
+    expected = replay_finals(
+        stream, make_config(join={"label_grace_ms": 1000, **limit}), join_partitions=6
+    )
     assert expected != replay_finals(stream, make_config())  # the limit does bind
     deployment = deploy(stream, config)
     deployment.produce()
@@ -77,8 +78,14 @@ def test_sigkill_in_checkpoints_and_restores_and_empty_disks(deploy, stream, exp
     rng = random.Random(4)
     state = deployment.tmp / "state"
     # (when to kill, whether the next worker starts on an empty disk)
-    plan = [("assigned", False), ("assigned", True), ("restoring", False), ("any", False),
-            ("assigned", True), ("restoring", False)]  # fmt: skip
+    plan = [
+        ("assigned", False),
+        ("assigned", True),
+        ("restoring", False),
+        ("any", False),
+        ("assigned", True),
+        ("restoring", False),
+    ]
     for n, (when, wipe) in enumerate(plan):
         deployment.produce(1 / (len(plan) - n))
         process, _ = deployment.start_worker()
@@ -101,8 +108,9 @@ def test_sigkill_in_checkpoints_and_restores_and_empty_disks(deploy, stream, exp
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
     logs = "".join(log.read_text() for _, _, log in deployment.workers)
-    after_wipes = "".join(deployment.workers[n + 1][2].read_text()
-                          for n, (_, wipe) in enumerate(plan) if wipe)  # fmt: skip
+    after_wipes = "".join(
+        deployment.workers[n + 1][2].read_text() for n, (_, wipe) in enumerate(plan) if wipe
+    )
     assert "caught up from changelog offset 0" in after_wipes  # an empty disk, rebuilt
     assert re.search(r"caught up from changelog offset [1-9]", logs)  # its own disk
 
@@ -174,14 +182,19 @@ def test_a_partition_with_many_pending_instances_moves(deploy, tmp_path, pending
     """A worker holds ``pending`` instances waiting for labels; a second worker joins and
     takes over join partitions, which it rebuilds from their changelogs on its empty disk; then
     the labels come: replay's numbers. (``make soak`` runs it with 10⁶.)"""
-    stream = ScriptedStream(instances=pending, max_repredictions=0, interval_ms=1,
-                            min_delay_ms=2 * pending, mean_delay_ms=1000.0, seed=8)  # fmt: skip
+    stream = ScriptedStream(
+        instances=pending,
+        max_repredictions=0,
+        interval_ms=1,
+        min_delay_ms=2 * pending,
+        mean_delay_ms=1000.0,
+        seed=8,
+    )
     expected = replay_finals(stream, make_config(publish_every=10_000))
     toml = CONFIG.replace("publish_every = 500", "publish_every = 10000")
     deployment = deploy(stream, toml)
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"
-    first_label = next(i for i, (topic, _, _) in enumerate(deployment.pending)
-                       if topic == "labels")  # fmt: skip
+    first_label = next(i for i, (topic, _, _) in enumerate(deployment.pending) if topic == "labels")
     deployment.produce(first_label / len(deployment.pending))  # every instance, no label
     deployment.env["STREAMEVAL_STATE_DIR"] = str(tmp_path / "first")
     deployment.start_worker()
@@ -262,10 +275,15 @@ def test_a_configuration_that_evolves(deploy, stream, tmp_path):
     part as docs/worker.md defines it (tests.streaming.evolved_finals) — unchanged ones as
     replay's under the first configuration, new ones as a fresh start at their restart."""
     third = len(stream.events()) // 3
-    evolving = _Without(stream, lambda i, e: i < third and e.get("type") == "prediction"
-                        and e.get("model_id") == "baseline")  # fmt: skip
-    old, adding, window = (load_settings_text(tmp_path, text) for text in (EVOLVING, ADDING,
-                                                                            WINDOW))  # fmt: skip
+    evolving = _Without(
+        stream,
+        lambda i, e: (
+            i < third and e.get("type") == "prediction" and e.get("model_id") == "baseline"
+        ),
+    )
+    old, adding, window = (
+        load_settings_text(tmp_path, text) for text in (EVOLVING, ADDING, WINDOW)
+    )
     deployment = deploy(evolving, EVOLVING)
     # the pauses are not the end of the stream (which would resolve labels before predictions
     # they overtook arrive: late, by design); the last part's end is
@@ -285,17 +303,23 @@ def test_a_configuration_that_evolves(deploy, stream, tmp_path):
         counts.append(_counts(deployment))
         deployment.workers.clear()
     log = (tmp_path / "worker-1.log").read_text()
-    assert "moved challenger, champion, champion|challenger from evaluation partition 4 to 0" \
-        in log, log[-3000:]  # fmt: skip
+    assert (
+        "moved challenger, champion, champion|challenger from evaluation partition 4 to 0" in log
+    ), log[-3000:]
     assert "starts fresh at this restart: estimator window:100000 of model champion" in log
 
     deployment.config.write_text(WINDOW)  # (c): refused, nothing changed
     process, _ = deployment.start_worker()
     refusal = deployment.workers[-1][2]
-    _stops_cleanly(deployment, process, "estimators was \\[cumulative, window:1000, "
-                   "fading:0.999, window:100000\\] and is now \\[cumulative, window:500, "
-                   "fading:0.999, window:100000\\]: estimator window:1000 would lose its "
-                   "history", timeout=120)  # fmt: skip
+    _stops_cleanly(
+        deployment,
+        process,
+        "estimators was \\[cumulative, window:1000, "
+        "fading:0.999, window:100000\\] and is now \\[cumulative, window:500, "
+        "fading:0.999, window:100000\\]: estimator window:1000 would lose its "
+        "history",
+        timeout=120,
+    )
     command = re.search(r"`(streameval state reset [^`]+)`", refusal.read_text())[1]
     assert command.endswith(" --estimator window:1000"), command
     assert _counts(deployment) == counts[-1]  # the refusal changed nothing
@@ -304,8 +328,11 @@ def test_a_configuration_that_evolves(deploy, stream, tmp_path):
     deployment.env["STREAMEVAL_IDLE_MS"] = "3000"
     deployment.produce()
     deployment.start_worker()
-    expected = evolved_finals(list(evolving.lines()), [(old, counts[0]), (adding, counts[1]),
-                              (window, None)], resets={2: ["window:1000"]})  # fmt: skip
+    expected = evolved_finals(
+        list(evolving.lines()),
+        [(old, counts[0]), (adding, counts[1]), (window, None)],
+        resets={2: ["window:1000"]},
+    )
     expected["alarms"] = replay_finals(evolving, old)["alarms"]  # no detector changed
     got = deployment.wait_for(expected)
     deployment.stop_all()
@@ -321,8 +348,10 @@ def test_a_configuration_that_evolves(deploy, stream, tmp_path):
             for name in ("cumulative", "fading:0.999"):
                 assert ours[name] == orjson.loads(first["metrics"][key])["estimators"][name]
         else:
-            assert ours["cumulative"] == orjson.loads(second["metrics"][key])["estimators"][
-                "cumulative"]  # fmt: skip
+            assert (
+                ours["cumulative"]
+                == orjson.loads(second["metrics"][key])["estimators"]["cumulative"]
+            )
         assert ours["window:500"] == orjson.loads(last["metrics"][key])["estimators"]["window:500"]
     assert any(
         r["kind"] == "metrics" and r["n"] % 700 == 0 and r["n"] > 700 for r in deployment.records()
@@ -375,11 +404,19 @@ def _counts(deployment) -> dict[str, dict[str, int]]:
 
 
 def _cli(deployment, args: list[str]) -> str:
-    env = {**os.environ, "STREAMEVAL_BOOTSTRAP": deployment.bootstrap,
-           "STREAMEVAL_TOPIC_PREFIX": deployment.prefix,
-           "STREAMEVAL_APP_ID": deployment.prefix + "app"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "streameval.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    env = {
+        **os.environ,
+        "STREAMEVAL_BOOTSTRAP": deployment.bootstrap,
+        "STREAMEVAL_TOPIC_PREFIX": deployment.prefix,
+        "STREAMEVAL_APP_ID": deployment.prefix + "app",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "streameval.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -393,9 +430,12 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
 
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient
-    from streameval.app.changelog import Changelog, checkpoint_records, live
-    from streameval.app.stages import EvalStage, JoinStage
-    from streameval.app.stateops import Resets, StateError, preflight, reset, survey
+    from streameval.app.changelog import Changelog
+    from streameval.app.changelog_format import checkpoint_records, live
+    from streameval.app.eval_stage import EvalStage
+    from streameval.app.join_stage import JoinStage
+    from streameval.app.state_reset import Resets, reset
+    from streameval.app.stateops import StateError, preflight, survey
     from streameval.app.wire import PREDICTION, WIRE_VERSION, EventBatch, OutcomeBatch, Source
     from streameval.core.outcome import Outcome
     from streameval.topics import Topics, create_topics, load_topics
@@ -414,11 +454,14 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
 
     evals = [EvalStage(r, config, 2) for r in range(2)]
     for model in ("champion", "challenger", "baseline"):
-        outcomes = [Outcome(model, f"i{i}", "yes", (i,), ("yes" if i % 3 else "no",), i, i + 5,
-                            i + 5) for i in range(40)]  # fmt: skip
+        outcomes = [
+            Outcome(model, f"i{i}", "yes", (i,), ("yes" if i % 3 else "no",), i, i + 5, i + 5)
+            for i in range(40)
+        ]
         stage = evals[model_partitioner(config, 2)(model)]
-        stage.apply(stage.offset + 1, OutcomeBatch(WIRE_VERSION, 0, stage.offset + 1, 10**6,
-                                                   outcomes))  # fmt: skip
+        stage.apply(
+            stage.offset + 1, OutcomeBatch(WIRE_VERSION, 0, stage.offset + 1, 10**6, outcomes)
+        )
     for r, stage in enumerate(evals):
         stage.apply(stage.offset + 1, OutcomeBatch(WIRE_VERSION, 1, 0, 10**6, []))
         stage.tick()
@@ -436,9 +479,11 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     assert found.earlier() == [("join", 0), ("join", 1), ("evaluation", 0), ("evaluation", 1)]
     for r, stage in enumerate(evals):
         assert found.evals[r]["summary"]["models"] == stage.summary()["models"]
-    assert found.joins[0]["summary"]["join"] == {"label_grace_ms": 1000,
-                                                 "label_ttl_ms": 604_800_000,
-                                                 "max_pending": 100_000_000}  # fmt: skip
+    assert found.joins[0]["summary"]["join"] == {
+        "label_grace_ms": 1000,
+        "label_ttl_ms": 604_800_000,
+        "max_pending": 100_000_000,
+    }
     said = []
     commands = ("streameval state reset --app-id X", "streameval state show --app-id X")
     more = make_config(estimators=["cumulative", "window:1000", "fading:0.999", "window:10"])
@@ -446,9 +491,12 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     assert "starts fresh at this restart: estimator window:10 of model champion" in said
     assert verdict.refusals == []
     other = make_config(estimators=["cumulative", "window:10", "fading:0.999"])
-    with pytest.raises(StateError, match=r"estimators was \[cumulative, window:1000, "
-                       r"fading:0.999\] and is now .*`streameval state reset --app-id X "
-                       r"--estimator window:1000`"):  # fmt: skip
+    with pytest.raises(
+        StateError,
+        match=r"estimators was \[cumulative, window:1000, "
+        r"fading:0.999\] and is now .*`streameval state reset --app-id X "
+        r"--estimator window:1000`",
+    ):
         preflight(client, topics, app, other, commands, said.append)
 
     member = Consumer({**client, "group.id": app})  # a worker of the app runs
@@ -464,14 +512,18 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     finally:
         member.close()
     reset(client, topics, app, Resets(models=["champion"]), said.append)
-    assert "reset model champion (evaluation partition 0): it starts over at its next " \
-        "outcome" in said  # fmt: skip
+    assert (
+        "reset model champion (evaluation partition 0): it starts over at its next outcome" in said
+    )
     after = survey(client, topics, app)
     held = {m for seal in after.evals.values() for m in seal["summary"]["models"]}
     assert held == {"challenger", "baseline"}
     assert after.earlier() == [("join", 0), ("join", 1), ("evaluation", 1)]  # 0 was rewritten
-    with pytest.raises(StateError, match=r"has no model 'nobody' .*\(it has: baseline, "
-                       r"challenger\); nothing has been changed"):  # fmt: skip
+    with pytest.raises(
+        StateError,
+        match=r"has no model 'nobody' .*\(it has: baseline, "
+        r"challenger\); nothing has been changed",
+    ):
         reset(client, topics, app, Resets(models=["nobody"]), said.append)
 
     # the join: its instances and rules go, it keeps its place and takes the configured rules

@@ -6,7 +6,7 @@ starts, each record keyed by its instance id. Every input partition then carries
 delivery order; labels overtake predictions by at most 500 ms of event time, less than the
 1000 ms label grace, so the watermark join sees every prediction replay sees, and outcomes are
 released in (due, instance_id) order in both: the same outcome order per model, hence identical
-numbers (pipeline/streameval/app/stages.py explains the ordering).
+numbers (docs/architecture.md, "Ordering", says why).
 """
 
 from __future__ import annotations
@@ -86,8 +86,9 @@ class Deployment:
                 # time would delete them before the worker reads them
                 spec.configs.update({"max.message.bytes": "4194304", "retention.ms": "-1"})
         create_topics(admin, specs)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                                  "message.max.bytes": 4_000_000})  # fmt: skip
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 4_000_000}
+        )
         self.pending = list(stream.records())
         self.env: dict[str, str] = {}
         self.inputs = [(spec.name, spec.partitions) for spec in specs if spec.role == "input"]
@@ -153,9 +154,13 @@ class Deployment:
             return callback
 
         for record in records:
-            self.producer.produce(self.prefix + record.topic, record.value, record.key,
-                                  timestamp=record.timestamp,
-                                  on_delivery=delivered(record.expect))  # fmt: skip
+            self.producer.produce(
+                self.prefix + record.topic,
+                record.value,
+                record.key,
+                timestamp=record.timestamp,
+                on_delivery=delivered(record.expect),
+            )
             self.producer.poll(0)
         assert self.producer.flush(60) == 0
         assert len(landed) == len(records)
@@ -165,9 +170,15 @@ class Deployment:
         """The first ``count`` messages of the dead-letters topic (all of its partitions)."""
         from confluent_kafka import Consumer
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": uuid.uuid4().hex,
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                             "fetch.message.max.bytes": 4_000_000})  # fmt: skip
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": uuid.uuid4().hex,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.message.max.bytes": 4_000_000,
+            }
+        )
         consumer.subscribe([self.prefix + "dead-letters"])
         letters = []
         deadline = time.monotonic() + timeout
@@ -188,10 +199,16 @@ class Deployment:
         port = free_port()
         log = self.tmp / f"worker-{self.started}.log"
         self.started += 1
-        env = {**os.environ, "STREAMEVAL_BOOTSTRAP": self.bootstrap,
-               "STREAMEVAL_TOPIC_PREFIX": self.prefix, "STREAMEVAL_APP_ID": self.prefix + "app",
-               "STREAMEVAL_METRICS_PORT": str(port), "STREAMEVAL_METRICS_HOST": "127.0.0.1",
-               "STREAMEVAL_STATE_DIR": str(self.tmp / "state"), **self.env}  # fmt: skip
+        env = {
+            **os.environ,
+            "STREAMEVAL_BOOTSTRAP": self.bootstrap,
+            "STREAMEVAL_TOPIC_PREFIX": self.prefix,
+            "STREAMEVAL_APP_ID": self.prefix + "app",
+            "STREAMEVAL_METRICS_PORT": str(port),
+            "STREAMEVAL_METRICS_HOST": "127.0.0.1",
+            "STREAMEVAL_STATE_DIR": str(self.tmp / "state"),
+            **self.env,
+        }
 
         def limit() -> None:  # writes past it fail with EFBIG (Python ignores SIGXFSZ)
             import resource
@@ -200,9 +217,11 @@ class Deployment:
 
         process = subprocess.Popen(
             [sys.executable, "-m", "streameval.cli", "worker", "--config", str(self.config)],
-            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
             preexec_fn=None if max_file_bytes is None else limit,
-        )  # fmt: skip
+        )
         self.workers.append((process, port, log))
         return process, port
 
@@ -210,8 +229,9 @@ class Deployment:
         """Everything published so far on the output topics, validated against topics/."""
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "reader",
-                             "enable.auto.commit": False})  # fmt: skip
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "reader", "enable.auto.commit": False}
+        )
         records = []
         try:
             for base, schema_file in SCHEMAS.items():
@@ -304,16 +324,22 @@ def test_streaming_equals_replay(deployment, expected, processes):
     text = _scrape(port)
     for (model, view), record in expected["metrics"].items():
         record = orjson.loads(record)
-        assert _series(text, "streameval_measure", model=model, view=view,
-                       estimator="window_1000", measure="accuracy") == pytest.approx(
-            record["estimators"]["window:1000"]["accuracy"], rel=1e-12)  # fmt: skip
+        assert _series(
+            text,
+            "streameval_measure",
+            model=model,
+            view=view,
+            estimator="window_1000",
+            measure="accuracy",
+        ) == pytest.approx(record["estimators"]["window:1000"]["accuracy"], rel=1e-12)
         if view == "final":
             assert _series(text, "streameval_model_outcomes", model=model) == record["n"]
     assert _series(text, "streameval_dead_letters_total", reason="missing_field") >= 1
     total_dead = sum(
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
         if line.startswith("streameval_dead_letters_total{")
-    )  # fmt: skip
+    )
     assert total_dead == 7
     deployment.stop_all()
 
@@ -387,12 +413,12 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     worker runs in this process, with the bounds made tiny so that they bind all the time."""
     import threading
 
-    from streameval.app import checkpoint, runner
+    from streameval.app import checkpoint, join_pacing, runner
     from streameval.app.settings import load_settings
 
     monkeypatch.setattr(checkpoint, "SLICE_EVENTS", 2)  # behind after nearly every event batch
-    monkeypatch.setattr(runner, "QUEUED_MAX", 1)
-    monkeypatch.setattr(runner, "QUEUED_RESUME", 0)
+    monkeypatch.setattr(join_pacing, "QUEUED_MAX", 1)
+    monkeypatch.setattr(join_pacing, "QUEUED_RESUME", 0)
     pauses: list[int] = []  # for a full queue (a checkpoint on its way also pauses)
     paused_at_revocation: list[set[int]] = []
     pause, revoke = runner.Pipeline._pause, runner.Pipeline._on_revoke
@@ -411,10 +437,15 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"  # the pause is not the end of the stream
     deployment.produce(0.5)  # a backlog to catch up on
     settings, config = load_settings(
-        deployment.config, bootstrap=deployment.bootstrap, topic_prefix=deployment.prefix,
-        app_id=deployment.prefix + "app", state_dir=deployment.tmp / "state", max_batch=20,
-        metrics_port=0, idle_ms=8000,
-    )  # fmt: skip
+        deployment.config,
+        bootstrap=deployment.bootstrap,
+        topic_prefix=deployment.prefix,
+        app_id=deployment.prefix + "app",
+        state_dir=deployment.tmp / "state",
+        max_batch=20,
+        metrics_port=0,
+        idle_ms=8000,
+    )
     pipeline = runner.Pipeline(settings, config, {"bootstrap.servers": deployment.bootstrap})
     thread = threading.Thread(target=pipeline.run, daemon=True)
     thread.start()
@@ -456,8 +487,11 @@ def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(
     got = {}
     for letter in letters:
         headers = {k: v.decode() for k, v in letter.headers()}
-        where = (headers["streameval.source.topic"], int(headers["streameval.source.partition"]),
-                 int(headers["streameval.source.offset"]))  # fmt: skip
+        where = (
+            headers["streameval.source.topic"],
+            int(headers["streameval.source.partition"]),
+            int(headers["streameval.source.offset"]),
+        )
         assert headers["streameval.reason"], headers
         got[where] = headers["streameval.reason.code"]
         if headers["streameval.reason.code"] == "oversized":

@@ -1,198 +1,34 @@
-"""Incremental checkpoints: each one writes only what changed, to a compacted changelog.
+"""The Kafka side of a changelog topic: write a stage partition's checkpoints with the worker's
+producer, know which of them are sealed and acknowledged, and read a partition back — whole
+(:meth:`Changelog.read`) or only its latest seal (:meth:`Changelog.latest`). The records and
+how they fold back are :mod:`~streameval.app.changelog_format`'s.
 
-Every stage partition (join or evaluation) has a partition of its own in a changelog topic.
-A stage reports what changed since its last checkpoint as key/value pairs (None: deleted) —
-a join partition its pending and remembered instances, an evaluation partition the chunks of
-its models' state — and a checkpoint makes those changes durable in a way that a crash at any
-moment can neither half-apply nor lose:
-
-1. the outputs the stage produced so far are acknowledged
-   (:class:`~streameval.app.checkpoint.Checkpoints` waits for them);
-2. **intent**: the changes, in chunks of at most :data:`CHUNK_BYTES`, under keys of their own
-   (``i`` + checkpoint number + chunk number);
-3. **seal**: one record (key ``S``) naming the checkpoint and its number of chunks — the
-   checkpoint exists once this record does;
-4. **materialize**: each change again under its own key (``s`` + key; a deletion is a
-   tombstone), so that compaction keeps only the latest value of every key and the topic
-   stays the size of the state;
-5. the previous checkpoint's intent chunks are deleted (tombstones);
-6. everything is acknowledged; only then does the stage :meth:`commit` (a disk store writes
-   its batch, with the changelog offset it covers) and are the input offsets committed.
-
-The seal also says what the checkpoint holds (:meth:`Changelog.describe`: a join partition's
-rules and counts, an evaluation partition's models and pairs with the settings that shape each
-one, streameval.app.evolve): a worker's start and ``streameval state show`` read only the
-latest seal of each partition (:meth:`Changelog.latest`), never the whole state.
-
-Records of one partition keep their order (one idempotent producer), so whoever reads the
-partition — a worker taking it over, or restarting on an empty disk — folds every ``s`` record
-into a state, and then the latest sealed intent over it (:class:`Restorer`): whatever a crash
-cut off after the last seal is ignored, and whatever of the last checkpoint was not yet
-materialized comes from its intent. A store that restarts on its own disk does the same from
-the offset it had covered. The state is exactly the stage's at the last seal, and the stage
-re-reads its input from the offset recorded in it.
-
-Nothing here grows with the state: a checkpoint costs what changed since the last one.
+A checkpoint is written once the outputs the stage produced before its cut are acknowledged
+(:class:`~streameval.app.checkpoint.Checkpoints` waits for them); once all its records are
+acknowledged the stage commits (a disk store writes its batch, with the changelog offset it
+covers) and the input offsets are committed. Nothing here grows with the state: a checkpoint
+costs what changed since the last one.
 """
 
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
+from .changelog_format import (
+    CHECKPOINT_VERSION,
+    INTENT,
+    READABLE_VERSIONS,
+    SEAL,
+    Restorer,
+    checkpoint_records,
+    decode_record,
+    intent_number,
+)
 
-__all__ = [
-    "CHECKPOINT_VERSION",
-    "CHUNK_BYTES",
-    "READABLE_VERSIONS",
-    "Changelog",
-    "ChangelogError",
-    "Restorer",
-    "checkpoint_records",
-    "live",
-]
-
-#: The changelog format; a worker refuses a changelog of another version. Version 2 seals say
-#: what the checkpoint holds and under which settings; version 1 seals did not (read still:
-#: the state itself records every part's settings).
-CHECKPOINT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-#: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
-#: the changelog topics' message limit.
-CHUNK_BYTES = 512 * 1024
-STATE, INTENT, SEAL = b"s", b"i", b"S"
-_NUMBERS = struct.Struct(">QI")
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder().decode
-
-
-def _intent_key(checkpoint: int, chunk: int) -> bytes:
-    return INTENT + _NUMBERS.pack(checkpoint, chunk)
-
-
-def checkpoint_records(
-    number: int,
-    changes: dict[bytes, bytes | None],
-    previous_chunks: int,
-    seal: dict[str, Any],
-) -> tuple[list[tuple[bytes, bytes | None]], int]:
-    """The changelog records of checkpoint ``number`` in the order they must be written
-    (steps 2–5 above), and how many intent chunks it has. The first checkpoint after a
-    restore must include the restorer's :attr:`Restorer.carry` in ``changes``.
-
-    ``seal`` goes into the seal record with the numbers (a version and the configuration's
-    fingerprint, for whoever restores).
-
-    >>> records, chunks = checkpoint_records(2, {b"k": b"v", b"gone": None}, 1, {})
-    >>> [key[:1] for key, _ in records], chunks
-    ([b'i', b'S', b's', b's', b'i'], 1)
-    """
-    pairs = list(changes.items())
-    encoded = _encode(pairs)
-    parts = max(1, -(-len(encoded) // CHUNK_BYTES))  # about CHUNK_BYTES each
-    if parts == 1:
-        records: list[tuple[bytes, bytes | None]] = [(_intent_key(number, 0), encoded)]
-    else:
-        step = -(-len(pairs) // parts)
-        records = [(_intent_key(number, i), _encode(pairs[start : start + step]))
-                   for i, start in enumerate(range(0, len(pairs), step))]  # fmt: skip
-    chunks = len(records)
-    records.append((SEAL, _encode({**seal, "n": number, "chunks": chunks})))
-    records += [(STATE + key, value) for key, value in changes.items()]
-    records += [(_intent_key(number - 1, c), None) for c in range(previous_chunks)]
-    return records, chunks
-
-
-@dataclass
-class Restorer:
-    """Folds a changelog partition's records, in log order, into the latest sealed state.
-
-    Feed it every record from where the state it starts from was covered (the beginning for an
-    empty state); :meth:`finish` then gives the changes to apply: the ``s`` values read, and
-    over them the latest sealed checkpoint's intent. Records after the last seal (a checkpoint
-    a crash cut short) change nothing.
-
-    With a ``sink`` the ``s`` values are not kept but handed to it in batches as they come (a
-    disk store writes them: a state larger than RAM is restored in bounded memory), and
-    :meth:`finish` gives only the intent, which the sink's owner applies last; ``lookup``
-    then reads the sink's current values of some keys.
-
-    >>> log, _ = checkpoint_records(1, {b"a": b"1"}, 0, {"v": 1})
-    >>> more, _ = checkpoint_records(2, {b"a": b"2", b"b": b"3"}, 1, {"v": 1})
-    >>> r = Restorer()
-    >>> for key, value in log + more[:1]:  # the second checkpoint: cut after its intent
-    ...     r.add(key, value)
-    >>> r.finish(), r.seal["n"]
-    ({b'a': b'1'}, 1)
-    """
-
-    sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None
-    lookup: Callable[[list[bytes]], list[bytes | None]] | None = None
-    #: the latest seal read (None: no checkpoint yet)
-    seal: dict[str, Any] | None = None
-    state: dict[bytes, bytes | None] = field(default_factory=dict)
-    #: after :meth:`finish`: what the last checkpoint's intent holds and the topic does not
-    #: under the keys themselves (a crash cut its materialization short) — the next
-    #: checkpoint must write it again, before the intent it is in is deleted
-    carry: dict[bytes, bytes | None] = field(default_factory=dict)
-    _intents: dict[tuple[int, int], bytes] = field(default_factory=dict)
-    _batch: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-
-    def add(self, key: bytes, value: bytes | None) -> None:
-        kind = key[:1]
-        if kind == STATE:
-            if self.sink is None:
-                self.state[key[1:]] = value
-            else:
-                self._batch.append((key[1:], value))
-                if len(self._batch) >= 50_000:
-                    self.sink(self._batch)
-                    self._batch = []
-        elif kind == INTENT:
-            number, chunk = _NUMBERS.unpack_from(key, 1)
-            if value is None:
-                self._intents.pop((number, chunk), None)
-            else:
-                self._intents[number, chunk] = value
-        elif kind == SEAL and value is not None:
-            self.seal = _decode(value)
-
-    def finish(self) -> dict[bytes, bytes | None]:
-        """The state's changes up to the latest seal (None: deleted), intent applied last;
-        with a sink, the intent only (the values read went to the sink)."""
-        if self.sink is not None and self._batch:
-            self.sink(self._batch)
-            self._batch = []
-        intent: dict[bytes, bytes | None] = {}
-        if self.seal is not None:
-            number = self.seal["n"]
-            for chunk in range(self.seal["chunks"]):
-                data = self._intents.get((number, chunk))
-                if data is None:
-                    raise ValueError(
-                        f"checkpoint {number} is sealed but its intent chunk {chunk} is missing"
-                    )
-                for key, value in _decode(data):
-                    intent[key] = value
-        if self.sink is None:
-            current = [self.state.get(key) for key in intent]
-            out = dict(self.state)
-        else:
-            current = self.lookup(list(intent)) if intent and self.lookup else []
-            out = {}
-        self.carry = {k: v for (k, v), now in zip(intent.items(), current, strict=False)
-                      if now != v}  # fmt: skip
-        out.update(intent)
-        return out
-
-
-def live(changes: dict[bytes, bytes | None]) -> Iterable[tuple[bytes, bytes]]:
-    """The pairs that are still there (not deleted)."""
-    return ((k, v) for k, v in changes.items() if v is not None)
+__all__ = ["Changelog", "ChangelogError", "watermarks"]
 
 
 class ChangelogError(RuntimeError):
@@ -227,9 +63,8 @@ class Changelog:
     client
         librdkafka settings for the consumers that read a partition back.
     fingerprint
-        Not used: a changelog of version 1 recorded the fingerprint of the whole evaluation
-        configuration it was written under, and was refused under another; its parts are now
-        judged one by one, as those of later versions (streameval.app.evolve).
+        Not used: the parts of a changelog of any version are judged one by one, by their own
+        settings (streameval.app.evolve).
     make_room
         Called while the producer's queue is full (default: wait for deliveries a moment).
     """
@@ -379,9 +214,16 @@ class Changelog:
         hears how many records are left to read, now and then."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-        reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
-                           "enable.auto.commit": False, "enable.partition.eof": True,
-                           "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 50})  # fmt: skip
+        reader = Consumer(
+            {
+                **self.client,
+                "group.id": f"{self.topic}-reader",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "fetch.queue.backoff.ms": 10,
+                "fetch.wait.max.ms": 50,
+            }
+        )
         restorer = Restorer(sink=sink, lookup=lookup)
         try:
             low, high = watermarks(reader, self.topic, partition)
@@ -454,9 +296,15 @@ class Changelog:
 
         own = reader is None
         if own:
-            reader = Consumer({**self.client, "group.id": f"{self.topic}-reader",
-                               "enable.auto.commit": False, "enable.partition.eof": True,
-                               "fetch.wait.max.ms": 50})  # fmt: skip
+            reader = Consumer(
+                {
+                    **self.client,
+                    "group.id": f"{self.topic}-reader",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 50,
+                }
+            )
         try:
             low, high = watermarks(reader, self.topic, partition)
             span = 2_000
@@ -474,9 +322,9 @@ class Changelog:
                             position = message.offset() + 1
                             key, value = message.key(), message.value()
                             if key == SEAL and value is not None:
-                                seal = _decode(value)
+                                seal = decode_record(value)
                             elif key[:1] == INTENT and value is not None:
-                                intents[_NUMBERS.unpack_from(key, 1)] = value
+                                intents[intent_number(key)] = value
                         elif error.code() == KafkaError._PARTITION_EOF:
                             position = high  # the rest is compacted away or uncommitted
                 reader.unassign()
@@ -488,7 +336,9 @@ class Changelog:
                 else:
                     chunks = [intents.get((seal["n"], c)) for c in range(seal["chunks"])]
                     if all(chunk is not None for chunk in chunks) or start <= low:
-                        return seal, {k: v for chunk in chunks if chunk for k, v in _decode(chunk)}
+                        return seal, {
+                            k: v for chunk in chunks if chunk for k, v in decode_record(chunk)
+                        }
                 span *= 8
         finally:
             if own:
@@ -506,8 +356,9 @@ def _missing_codes() -> frozenset[int]:
     """librdkafka's error codes for a topic or partition that does not exist."""
     from confluent_kafka import KafkaError
 
-    return frozenset((KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
-                      KafkaError._UNKNOWN_PARTITION))  # fmt: skip
+    return frozenset(
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
+    )
 
 
 def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:

@@ -40,11 +40,13 @@ from streameval.config import EvaluationConfig
 from streameval.core.pending import queue_entries
 from streameval.store import DiskState, StoreError
 
-from .changelog import Changelog, ChangelogError, live, watermarks
+from .changelog import Changelog, ChangelogError, watermarks
+from .changelog_format import live
+from .eval_stage import EvalStage
 from .evolve import Refused, join_shape
+from .join_stage import SLICE_EVENTS, JoinStage
 from .output import Output
 from .settings import WorkerSettings
-from .stages import SLICE_EVENTS, EvalStage, JoinStage
 from .telemetry import Telemetry
 
 __all__ = [

@@ -15,13 +15,12 @@ every key, as a restore folds it) to the changes of one more checkpoint.
   source had received but not yet read; the source skips those when it reads them.
 
 :func:`summarize_eval` and :func:`summarize_join` give the seal of the checkpoint that writes
-such changes. streameval.app.stateops reads the partitions and writes the changes, in one
-Kafka transaction.
+such changes. streameval.app.stateops (moves) and streameval.app.state_reset read the
+partitions and write the changes, in one Kafka transaction.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,7 +30,17 @@ from streameval.core.outcome import Outcome
 from streameval.core.state import EVENT, MEMORY, META, RECORD, decode_value, encode_value
 
 from .evolve import model_shape_of
-from .stages import _WHOLE, MODEL, OUTCOME, PAIR, STAGE, _chunks, _name, _owner
+from .statekeys import (
+    MODEL,
+    OUTCOME,
+    PAIR,
+    RUN,
+    STAGE,
+    WHOLE,
+    encode_name,
+    owner_of,
+    state_chunks,
+)
 from .wire import WireError, decode_outcomes
 
 __all__ = [
@@ -49,7 +58,6 @@ __all__ = [
     "without_estimator",
 ]
 
-_RUN = struct.Struct(">Q")  # a waiting run's key after its prefix (streameval.app.stages)
 Items = Mapping[bytes, bytes]
 Changes = dict[bytes, bytes | None]
 
@@ -66,21 +74,25 @@ def reset_join(items: Items) -> Changes:
 
 
 def summarize_join(items: Items) -> dict[str, Any]:
-    """The seal's summary of a join partition's state (streameval.app.stages.JoinStage)."""
+    """The seal's summary of a join partition's state (streameval.app.join_stage.JoinStage)."""
     stage = decode_value(items[STAGE]) if STAGE in items else {}
     meta = decode_value(items[META]) if META in items else {}
     rules = None
     if meta.get("label_grace") is not None:
-        rules = {"label_grace_ms": meta["label_grace"], "label_ttl_ms": meta["label_ttl"],
-                 "max_pending": meta["max_pending"]}  # fmt: skip
+        rules = {
+            "label_grace_ms": meta["label_grace"],
+            "label_ttl_ms": meta["label_ttl"],
+            "max_pending": meta["max_pending"],
+        }
     return {
         "join": rules,
-        "offset": stage.get("offset", -1), "part": stage.get("part", 0),
+        "offset": stage.get("offset", -1),
+        "part": stage.get("part", 0),
         "frontier": stage.get("frontier"),
         "pending": sum(1 for k in items if k[:1] == RECORD),
         "remembered": sum(1 for k in items if k[:1] == MEMORY),
         "waiting": sum(1 for k in items if k[:1] == EVENT),
-    }  # fmt: skip
+    }
 
 
 # -- evaluation partitions --------------------------------------------------------------------
@@ -98,7 +110,7 @@ def parts(items: Items) -> tuple[dict[str, dict], dict[str, dict]]:
 
 
 def reset_model(items: Items, model_id: str) -> Changes:
-    changes: Changes = {k: None for k in items if k[:1] == MODEL and _owner(k) == model_id}
+    changes: Changes = {k: None for k in items if k[:1] == MODEL and owner_of(k) == model_id}
     meta = decode_value(items[STAGE])
     engine = meta["engine"]
     engine["model_last_ts"].pop(model_id, None)
@@ -109,7 +121,7 @@ def reset_model(items: Items, model_id: str) -> Changes:
 
 
 def reset_pair(items: Items, key: str) -> Changes:
-    changes: Changes = {k: None for k in items if k[:1] == PAIR and _owner(k) == key}
+    changes: Changes = {k: None for k in items if k[:1] == PAIR and owner_of(k) == key}
     meta = decode_value(items[STAGE])
     engine = meta["engine"]
     engine["pair_last_ts"].pop(key, None)
@@ -162,16 +174,17 @@ def _drop(names: list[str], name: str) -> None:
 
 def _rewrite(items: Items, tag: bytes, part: str, state: dict) -> Changes:
     """A part's chunks for ``state``: the changed ones, and the old ones past its end gone."""
-    new = dict(_chunks(tag + _name(part), orjson.dumps(state)))
+    new = dict(state_chunks(tag + encode_name(part), orjson.dumps(state)))
     changes: Changes = {k: v for k, v in new.items() if items.get(k) != v}
-    changes.update({k: None for k in items if k[:1] == tag and _owner(k) == part and k not in new})
+    changes.update(
+        {k: None for k in items if k[:1] == tag and owner_of(k) == part and k not in new}
+    )
     return changes
 
 
 def waiting_outcomes(items: Items) -> dict[int, list[list]]:
     """The runs of outcomes waiting for the frontiers: run number -> rows (seq, *Outcome)."""
-    return {_RUN.unpack(k[1:])[0]: decode_value(v) for k, v in items.items()
-            if k[:1] == OUTCOME}  # fmt: skip
+    return {RUN.unpack(k[1:])[0]: decode_value(v) for k, v in items.items() if k[:1] == OUTCOME}
 
 
 def unread(batches: Iterable[bytes], items: Items, models: set[str]) -> list[Outcome]:
@@ -179,7 +192,7 @@ def unread(batches: Iterable[bytes], items: Items, models: set[str]) -> list[Out
     partition's topic from the stage's offset on) that an evaluation stage of state ``items``
     has yet to apply, as it would apply them: each join partition's batches once, in order."""
     meta = decode_value(items[STAGE])
-    applied = {q: (o, part[0] if part else _WHOLE) for q, o, *part in meta["applied"]}
+    applied = {q: (o, part[0] if part else WHOLE) for q, o, *part in meta["applied"]}
     out: list[Outcome] = []
     for data in batches:
         try:
@@ -206,12 +219,13 @@ def move(
     to ``target``, with the models' waiting outcomes and ``unread`` — their outcomes in the
     source's outcome batches not yet applied, which the source skips below offset ``until``.
     Returns the changes of the source and of the target."""
-    pack = _RUN.pack
+    pack = RUN.pack
     out_source: Changes = {}
-    out_target: Changes = {k: None for k in target if k[:1] in (MODEL, PAIR)
-                           and _owner(k) in models | pairs}  # fmt: skip
+    out_target: Changes = {
+        k: None for k in target if k[:1] in (MODEL, PAIR) and owner_of(k) in models | pairs
+    }
     for key, value in source.items():
-        if key[:1] in (MODEL, PAIR) and _owner(key) in models | pairs:
+        if key[:1] in (MODEL, PAIR) and owner_of(key) in models | pairs:
             out_source[key] = None
             out_target[key] = value
     src, dst = decode_value(source[STAGE]), decode_value(target[STAGE])
@@ -267,10 +281,13 @@ def summarize_eval(items: Items) -> dict[str, Any]:
         "applied": meta.get("applied", []),
         "waiting": waiting,
         "models": summary_models,
-        "pairs": {k: [s["n"], s["model_a"], s["model_b"], list(s["estimators"])]
-                  for k, s in pairs.items() if s["n"]},
+        "pairs": {
+            k: [s["n"], s["model_a"], s["model_b"], list(s["estimators"])]
+            for k, s in pairs.items()
+            if s["n"]
+        },
         "shapes": shapes,
-    }  # fmt: skip
+    }
 
 
 def apply(items: Items, changes: Changes) -> dict[bytes, bytes]:

@@ -24,16 +24,19 @@ model whose predictions stop keeps its history as it is (dormant) until they res
 ``state reset --model`` drops it. A pair is configured: one that is no longer listed is
 refused rather than dropped silently.
 
-Pure (no Kafka): :mod:`streameval.app.stateops` reads the seals and writes resets;
-docs/worker.md has the table of settings.
+Pure (no Kafka): :mod:`streameval.app.stateops` reads the seals, and
+:mod:`streameval.app.state_reset` writes resets; docs/worker.md has the table of settings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from streameval.config import EvaluationConfig
 from streameval.core.drift import canonical_spec, saved_spec
@@ -45,6 +48,7 @@ __all__ = [
     "Refused",
     "Stored",
     "Verdict",
+    "config_fingerprint",
     "join_shape",
     "join_shape_of_meta",
     "judge",
@@ -83,19 +87,31 @@ SETTINGS = {
 #: router lets in from now on: it shapes nothing stored)
 JOIN_SETTINGS = ("label_grace_ms", "label_ttl_ms", "max_pending")
 #: ... as the join's scalars (streameval.core.join.Join.meta) name them
-_JOIN_META = {"label_grace_ms": "label_grace", "label_ttl_ms": "label_ttl",
-              "max_pending": "max_pending"}  # fmt: skip
+_JOIN_META = {
+    "label_grace_ms": "label_grace",
+    "label_ttl_ms": "label_ttl",
+    "max_pending": "max_pending",
+}
 #: A model's settings that shape its state, with the setting of the configuration that gives
 #: each one and why another value would change what its numbers mean
 _MODEL_SETTINGS = {
-    "positive_label": ("models.{model}.positive_label",
-                       "its classes were numbered and its positive-class measures computed for "
-                       "the old one"),
+    "positive_label": (
+        "models.{model}.positive_label",
+        "its classes were numbered and its positive-class measures computed for the old one",
+    ),
     "max_classes": ("max_classes", "its states were built for the old limit"),
     "bins": ("delayed.bins", "its delayed-label block was binned under the old value"),
     "alpha": ("delayed.alpha", "its Ψ weights were the old ones"),
     "bin_rule": ("delayed.bin_rule", "its delayed-label bins were filled by the old rule"),
-}  # fmt: skip
+}
+
+
+def config_fingerprint(config: EvaluationConfig) -> str:
+    """A short hash of the whole evaluation configuration: what the build-info series shows,
+    and what checkpoints of version 1 and disk stores of that time recorded. Not ``[time]``:
+    it says how input is read, and every time a checkpoint holds is milliseconds."""
+    data = orjson.dumps(config.model_dump(exclude={"time"}), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def join_shape(config: EvaluationConfig) -> dict[str, int]:
@@ -113,13 +129,17 @@ def join_shape_of_meta(meta: Mapping[str, Any]) -> dict[str, int] | None:
 def model_shape(config: EvaluationConfig, model_id: str) -> dict[str, Any]:
     """The settings that shape a model's state, as configured."""
     delayed = config.delayed
-    return model_shape_of({
-        "estimators": [spec.name for spec in config.estimator_specs],
-        "positive_label": config.model(model_id).positive_label,
-        "max_classes": config.max_classes,
-        "bins": delayed.bins, "alpha": delayed.alpha, "bin_rule": delayed.bin_rule,
-        "detectors": config.detectors_of(model_id),
-    })  # fmt: skip
+    return model_shape_of(
+        {
+            "estimators": [spec.name for spec in config.estimator_specs],
+            "positive_label": config.model(model_id).positive_label,
+            "max_classes": config.max_classes,
+            "bins": delayed.bins,
+            "alpha": delayed.alpha,
+            "bin_rule": delayed.bin_rule,
+            "detectors": config.detectors_of(model_id),
+        }
+    )
 
 
 def model_shape_of(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,8 +184,10 @@ class Refusal:
     reset: tuple[str, ...]  # the `streameval state reset` options that start them over
 
     def describe(self) -> str:
-        return (f"{self.setting} was {_show(self.old)} and is now {_show(self.new)}: {self.why} "
-                f"({_listing(self.parts)})")  # fmt: skip
+        return (
+            f"{self.setting} was {_show(self.old)} and is now {_show(self.new)}: {self.why} "
+            f"({_listing(self.parts)})"
+        )
 
 
 @dataclass
@@ -214,8 +236,9 @@ class Refused(ValueError):
     def __init__(self, verdict: Verdict, where: str) -> None:
         self.verdict = verdict
         app = "--app-id APP [--prefix PREFIX]"
-        super().__init__(verdict.message(where, f"streameval state reset {app}",
-                                         f"streameval state show {app}"))  # fmt: skip
+        super().__init__(
+            verdict.message(where, f"streameval state reset {app}", f"streameval state show {app}")
+        )
 
 
 def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
@@ -251,15 +274,29 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
     for key, (a, b, shape) in sorted(stored.pairs.items()):
         part = f"pair {key}"
         if f"{a}:{b}" not in listed:
-            verdict.refusals.append(Refusal(
-                "comparisons", had, listed, f"pair {a}:{b} would lose its history", (part,),
-                ("--pair", f"{a}:{b}")))  # fmt: skip
+            verdict.refusals.append(
+                Refusal(
+                    "comparisons",
+                    had,
+                    listed,
+                    f"pair {a}:{b} would lose its history",
+                    (part,),
+                    ("--pair", f"{a}:{b}"),
+                )
+            )
             continue
         _estimators(part, shape["estimators"], estimators, gone, olds, verdict)
     for name, parts in gone.items():
-        verdict.refusals.append(Refusal(
-            "estimators", olds[name], estimators, f"estimator {name} would lose its history",
-            tuple(parts), ("--estimator", name)))  # fmt: skip
+        verdict.refusals.append(
+            Refusal(
+                "estimators",
+                olds[name],
+                estimators,
+                f"estimator {name} would lose its history",
+                tuple(parts),
+                ("--estimator", name),
+            )
+        )
     for (setting, _, _), models in changed.items():
         key = setting.rpartition(".")[2]
         old, new = stored.models[models[0]][key], model_shape(config, models[0])[key]
@@ -267,8 +304,16 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
             reset: tuple[str, ...] = ("--all-models",)
         else:
             reset = tuple(option for m in models for option in ("--model", m))
-        verdict.refusals.append(Refusal(setting, old, new, _MODEL_SETTINGS[key][1],
-                                        tuple(f"model {m}" for m in models), reset))  # fmt: skip
+        verdict.refusals.append(
+            Refusal(
+                setting,
+                old,
+                new,
+                _MODEL_SETTINGS[key][1],
+                tuple(f"model {m}" for m in models),
+                reset,
+            )
+        )
     for pair in config.comparisons:
         key = f"{pair.a}|{pair.b}"
         if key not in stored.pairs:
@@ -282,14 +327,21 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
 def _judge_join(stored: Stored, config: EvaluationConfig, verdict: Verdict) -> None:
     new = join_shape(config)
     for name in JOIN_SETTINGS:
-        differ = sorted(q for q, shape in stored.joins.items()
-                        if shape is not None and shape[name] != new[name])  # fmt: skip
+        differ = sorted(
+            q for q, shape in stored.joins.items() if shape is not None and shape[name] != new[name]
+        )
         if differ:
             old = stored.joins[differ[0]][name]  # type: ignore[index]
-            verdict.refusals.append(Refusal(
-                f"join.{name}", old, new[name],
-                "the instances waiting for labels were joined under the old value",
-                tuple(f"join partition {q}" for q in differ), ("--join",)))  # fmt: skip
+            verdict.refusals.append(
+                Refusal(
+                    f"join.{name}",
+                    old,
+                    new[name],
+                    "the instances waiting for labels were joined under the old value",
+                    tuple(f"join partition {q}" for q in differ),
+                    ("--join",),
+                )
+            )
     reset = sorted(q for q, shape in stored.joins.items() if shape is None)
     if reset:
         verdict.new.append(f"join partitions {_listing(tuple(map(str, reset)))} (reset)")
@@ -303,9 +355,14 @@ def _setting(config: EvaluationConfig, model_id: str, key: str) -> Any:
     return getattr(config.delayed, key)
 
 
-def _estimators(part: str, saved: list[str], configured: list[str],
-                gone: dict[str, list[str]], olds: dict[str, list[str]],
-                verdict: Verdict) -> None:  # fmt: skip
+def _estimators(
+    part: str,
+    saved: list[str],
+    configured: list[str],
+    gone: dict[str, list[str]],
+    olds: dict[str, list[str]],
+    verdict: Verdict,
+) -> None:
     for name in saved:
         if name not in configured:
             gone.setdefault(name, []).append(part)
@@ -313,8 +370,9 @@ def _estimators(part: str, saved: list[str], configured: list[str],
     verdict.added += [f"estimator {name} of {part}" for name in configured if name not in saved]
 
 
-def _detectors(part: str, saved: list[dict[str, Any]], configured: Iterable[dict[str, Any]],
-               verdict: Verdict) -> None:  # fmt: skip
+def _detectors(
+    part: str, saved: list[dict[str, Any]], configured: Iterable[dict[str, Any]], verdict: Verdict
+) -> None:
     left = list(saved)
     for spec in map(canonical_spec, configured):
         if spec in left:
@@ -325,8 +383,9 @@ def _detectors(part: str, saved: list[dict[str, Any]], configured: Iterable[dict
 
 
 def _detector(spec: Mapping[str, Any]) -> str:
-    settings = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in spec.items() if k != "type")  # fmt: skip
+    settings = ", ".join(
+        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in spec.items() if k != "type"
+    )
     return f"{spec['type']}({settings})"
 
 

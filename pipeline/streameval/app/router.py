@@ -3,7 +3,7 @@ each event to the join partition of its instance, reporting every input partitio
 (the largest ``ts`` read, and whether it is idle) with each batch. No Kafka, no threads, no
 clock: :mod:`streameval.app.runner` feeds it messages and the wall time.
 
-Why the progress matters — the join's watermark — is told in :mod:`streameval.app.stages`.
+Why the progress matters — the join's watermark — is told in :mod:`streameval.app.join_stage`.
 """
 
 from __future__ import annotations

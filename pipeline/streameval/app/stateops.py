@@ -1,19 +1,19 @@
 """An application's checkpoints as a whole, on Kafka: what they hold, whether a worker of the
-application runs, and the checkpoints that reset a part or move models between evaluation
-partitions.
+application runs, and a worker's check of them at its start.
 
-* :func:`survey` reads the latest seal of every changelog partition (streameval.app.changelog:
-  each says what its checkpoint holds) and the consumer group's members;
+* :func:`survey` reads the latest seal of every changelog partition (each says what its
+  checkpoint holds) and the consumer group's members;
 * :func:`preflight` is a worker's start: it judges the checkpoints under the worker's
   configuration (streameval.app.evolve) and stops it, before anything is changed, with one
   paragraph saying what would change the meaning of which numbers and how to go on; it moves
   the models a comparison added or removed sends to another evaluation partition;
-* :func:`reset` is ``streameval state reset``.
+* :class:`ChangelogTransaction` writes such changes (streameval.app.edits), and those of
+  ``streameval state reset`` (streameval.app.state_reset): one more checkpoint of each
+  partition concerned, all of them in one Kafka transaction — a crash or a second writer
+  leaves every partition as it was (readers of changelogs read committed records only; a
+  second writer with the same transactional id fences the first).
 
-What these write is one more checkpoint of each partition concerned (streameval.app.edits),
-all of them in one Kafka transaction: a crash or a second writer leaves every partition as it
-was (readers of changelogs read committed records only; a second writer with the same
-transactional id fences the first). They refuse while any worker of the application runs.
+They refuse while any worker of the application runs.
 """
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.core.outcome import Outcome
-from streameval.core.state import MEMORY, RECORD, decode_value
+from streameval.core.state import decode_value
 from streameval.topics import Topics
 
 from . import edits
-from .changelog import Changelog, ChangelogError, live, watermarks
+from .changelog import Changelog, ChangelogError, watermarks
+from .changelog_format import live
 from .evolve import Stored, Verdict, judge
-from .stages import STAGE
+from .statekeys import STAGE, WHOLE
 from .topology import model_partitioner
 
-__all__ = ["StateError", "Survey", "preflight", "reset", "survey"]
+__all__ = ["ChangelogTransaction", "StateError", "Survey", "group_members", "preflight", "survey"]
 
 
 class StateError(RuntimeError):
@@ -69,7 +70,7 @@ class Survey:
         for q, seal in self.joins.items():
             if seal is not None:
                 stored.joins[q] = seal["summary"]["join"]
-        for _, summary in self._evals():
+        for _, summary in self.eval_summaries():
             for name, (_, shape) in summary["models"].items():
                 stored.models[name] = summary["shapes"][shape]
             for key, (_, a, b, estimators) in summary["pairs"].items():
@@ -79,12 +80,13 @@ class Survey:
     def holders(self) -> dict[str, int]:
         """Where each model (``model NAME``) and pair (``pair A|B``) with a history is."""
         out = {}
-        for r, summary in self._evals():
+        for r, summary in self.eval_summaries():
             out.update({f"model {name}": r for name in summary["models"]})
             out.update({f"pair {key}": r for key in summary["pairs"]})
         return out
 
-    def _evals(self) -> Iterable[tuple[int, dict[str, Any]]]:
+    def eval_summaries(self) -> Iterable[tuple[int, dict[str, Any]]]:
+        """(partition, summary) of every evaluation partition with a checkpoint, in order."""
         for r, seal in sorted(self.evals.items()):
             if seal is not None:
                 yield r, seal["summary"]
@@ -100,11 +102,19 @@ def survey(client: dict[str, str], topics: Topics, app_id: str) -> Survey:
     found = Survey(app_id, topics, members=group_members(admin, app_id))
     if topics.outcomes in metadata:
         found.eval_partitions = len(metadata[topics.outcomes].partitions)
-    reader = Consumer({**client, "group.id": f"{app_id}-state-reader",
-                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    reader = Consumer(
+        {
+            **client,
+            "group.id": f"{app_id}-state-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     try:
-        for topic, seals in ((topics.join_changelog, found.joins),
-                             (topics.eval_changelog, found.evals)):  # fmt: skip
+        for topic, seals in (
+            (topics.join_changelog, found.joins),
+            (topics.eval_changelog, found.evals),
+        ):
             if topic not in metadata or metadata[topic].error is not None:
                 continue
             changelog = Changelog(topic, None, client)
@@ -187,7 +197,7 @@ def _plan_moves(
         return {}
     partition_of = model_partitioner(config, found.eval_partitions)
     moves: dict[tuple[int, int], tuple[set[str], set[str]]] = {}
-    for r, summary in found._evals():
+    for r, summary in found.eval_summaries():
         for name in summary["models"]:
             if partition_of(name) != r:
                 moves.setdefault((r, partition_of(name)), (set(), set()))[0].add(name)
@@ -208,8 +218,10 @@ def _move(
     """Move models and pairs between evaluation partitions, exactly (streameval.app.edits):
     possible when no partition is ahead of the join checkpoints it was fed from, as after a
     worker's SIGTERM; else StateError."""
-    joins = {q: (seal["summary"]["offset"], seal["summary"]["part"]) if seal else (-1, 0)
-             for q, seal in found.joins.items()}  # fmt: skip
+    joins = {
+        q: (seal["summary"]["offset"], seal["summary"]["part"]) if seal else (-1, 0)
+        for q, seal in found.joins.items()
+    }
     for r in {r for pair in moves for r in pair}:
         seal = found.evals.get(r)
         if seal is None:
@@ -220,7 +232,7 @@ def _move(
                 "(every partition then has a checkpoint), then start them with this one"
             )
         for q, offset, *part in seal["summary"]["applied"]:  # (no step: the whole batch)
-            if (offset, part[0] if part else 2**62) > joins.get(q, (-1, 0)):
+            if (offset, part[0] if part else WHOLE) > joins.get(q, (-1, 0)):
                 raise StateError(
                     f"this configuration moves models to another evaluation partition, but "
                     f"evaluation partition {r} of app {app_id!r} is ahead of join partition "
@@ -229,19 +241,22 @@ def _move(
                     "workers with the configuration they ran with, let them catch up, stop "
                     "them with SIGTERM, then start them with this one"
                 )
-    with _Writer(client, topics.eval_changelog, app_id) as writer:
+    with ChangelogTransaction(client, topics.eval_changelog, app_id) as writer:
         items = {r: writer.read(r) for pair in moves for r in pair}
         for (source, target), (models, pairs) in sorted(moves.items()):
             unread, until = _unread(client, topics.outcomes, source, items[source], models)
-            out_source, out_target = edits.move(items[source], items[target], models, pairs,
-                                                unread, until)  # fmt: skip
+            out_source, out_target = edits.move(
+                items[source], items[target], models, pairs, unread, until
+            )
             writer.change(source, out_source)
             writer.change(target, out_target)
             items[source] = edits.apply(items[source], out_source)
             items[target] = edits.apply(items[target], out_target)
             moving = ", ".join(sorted(models | pairs))
-            say(f"moved {moving} from evaluation partition {source} to {target} (with "
-                f"{len(unread)} of their outcomes it had not read yet)")  # fmt: skip
+            say(
+                f"moved {moving} from evaluation partition {source} to {target} (with "
+                f"{len(unread)} of their outcomes it had not read yet)"
+            )
         writer.commit({r: edits.summarize_eval(items[r]) for r in items})
 
 
@@ -252,8 +267,14 @@ def _unread(
     to apply (edits.unread), and the offset the outcomes topic's partition ends at."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    reader = Consumer({**client, "group.id": f"{topic}-state-reader",
-                       "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    reader = Consumer(
+        {
+            **client,
+            "group.id": f"{topic}-state-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     batches: list[bytes] = []
     try:
         low, high = watermarks(reader, topic, r)
@@ -273,129 +294,7 @@ def _unread(
     return edits.unread(batches, items, models), high
 
 
-# -- streameval state reset -------------------------------------------------------------------
-@dataclass
-class Resets:
-    """What `streameval state reset` is asked to start over."""
-
-    join: bool = False
-    models: list[str] = field(default_factory=list)
-    all_models: bool = False
-    pairs: list[str] = field(default_factory=list)  # "a:b" or "a|b"
-    estimators: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.join or self.models or self.all_models or self.pairs or self.estimators)
-
-
-def reset(
-    client: dict[str, str], topics: Topics, app_id: str, asked: Resets, say: Callable[[str], None]
-) -> Survey:
-    """Reset the parts ``asked`` names, in one transaction; say what was done. StateError if a
-    worker of the application runs, or a part named is not in the checkpoints."""
-    found = survey(client, topics, app_id)
-    if found.members:
-        raise StateError(
-            f"{len(found.members)} worker(s) of app {app_id!r} run "
-            f"({', '.join(found.members[:3])}); a reset must not change checkpoints under a "
-            "running worker, and nothing has been changed. Stop every worker of the app "
-            "(SIGTERM), then reset"
-        )
-    if found.empty:
-        raise StateError(
-            f"app {app_id!r} has no checkpoints ({topics.eval_changelog} and "
-            f"{topics.join_changelog} hold none): there is nothing to reset"
-        )
-    holders = found.holders()
-    targets: dict[int, list[tuple[str, str]]] = {}  # eval partition -> (kind, name)
-    models = sorted(m.removeprefix("model ") for m in holders if m.startswith("model ")) \
-        if asked.all_models else list(asked.models)  # fmt: skip
-    for name in models:
-        if f"model {name}" not in holders:
-            raise StateError(_unknown("model", name, holders, app_id))
-        targets.setdefault(holders[f"model {name}"], []).append(("model", name))
-    for text in asked.pairs:
-        key = next((k.removeprefix("pair ") for k in holders if k.startswith("pair ")
-                    and text in (k[5:], k[5:].replace("|", ":", 1))), None)  # fmt: skip
-        if key is None:
-            raise StateError(_unknown("pair", text, holders, app_id))
-        targets.setdefault(holders[f"pair {key}"], []).append(("pair", key))
-    if asked.estimators:
-        for r, _ in found._evals():
-            targets.setdefault(r, [])
-    if targets:
-        with _Writer(client, topics.eval_changelog, app_id) as writer:
-            summaries = {}
-            for r, names in sorted(targets.items()):
-                items = writer.read(r)
-                for kind, name in names:
-                    changes = (edits.reset_model if kind == "model" else edits.reset_pair)(
-                        items, name)  # fmt: skip
-                    items = edits.apply(items, writer.change(r, changes))
-                    say(f"reset {kind} {name} (evaluation partition {r}): it starts over at "
-                        "its next outcome")  # fmt: skip
-                for estimator in asked.estimators:
-                    changes, touched = edits.reset_estimator(items, estimator)
-                    items = edits.apply(items, writer.change(r, changes))
-                    for part in touched:
-                        say(f"reset estimator {estimator} of {part} (evaluation partition {r})")
-                summaries[r] = edits.summarize_eval(items)
-            writer.commit(summaries)
-    if asked.join:
-        _reset_join(client, topics, app_id, found, say)
-    return found
-
-
-def _unknown(kind: str, name: str, holders: dict[str, int], app_id: str) -> str:
-    known = sorted(h.removeprefix(f"{kind} ") for h in holders if h.startswith(f"{kind} "))
-    return (f"app {app_id!r} has no {kind} {name!r} in its checkpoints (it has: "
-            f"{', '.join(known) or 'none'}); nothing has been changed")  # fmt: skip
-
-
-def _reset_join(
-    client: dict[str, str], topics: Topics, app_id: str, found: Survey,
-    say: Callable[[str], None],
-) -> None:  # fmt: skip
-    """Every join partition forgets its instances and rules (streameval.app.edits.reset_join).
-    Their records are deleted as they stream by, never all held."""
-    with _Writer(client, topics.join_changelog, app_id) as writer:
-        summaries = {}
-        for q, seal in sorted(found.joins.items()):
-            if seal is None:
-                continue
-            sink = _Forget(writer, q)
-            intent = writer.fold(q, sink, sink.lookup)
-            items = {k: v for k, v in {**sink.kept, **intent}.items() if v is not None}
-            changes = edits.reset_join(items)
-            changes.update({k: None for k in intent if k[:1] in (RECORD, MEMORY)})
-            writer.change(q, changes)
-            summaries[q] = edits.summarize_join(edits.apply(items, changes))
-            pending = seal["summary"]["pending"]
-            held = "all its" if pending is None else f"{pending:,}"
-            say(
-                f"reset join partition {q}: {held} pending instances and its memory of "
-                "resolved ones dropped; it takes the configured rules at its next start"
-            )
-        writer.commit(summaries)
-
-
-class _Forget:
-    """A join partition's changelog read through: instance records deleted as they come,
-    the rest kept (its scalars and waiting events: small)."""
-
-    def __init__(self, writer: _Writer, partition: int) -> None:
-        self.writer, self.partition = writer, partition
-        self.kept: dict[bytes, bytes | None] = {}
-
-    def __call__(self, batch: list[tuple[bytes, bytes | None]]) -> None:
-        self.writer.delete(self.partition, {k for k, _ in batch if k[:1] in (RECORD, MEMORY)})
-        self.kept.update((k, v) for k, v in batch if k[:1] not in (RECORD, MEMORY))
-
-    def lookup(self, keys: list[bytes]) -> list[bytes | None]:
-        return [self.kept.get(key) for key in keys]
-
-
-class _Writer:
+class ChangelogTransaction:
     """One Kafka transaction over a changelog topic: read partitions, stage each one's
     changes, write them as one checkpoint per partition at :meth:`commit` — all or nothing."""
 
@@ -403,13 +302,17 @@ class _Writer:
         self.client, self.topic, self.app_id = client, topic, app_id
         self.changes: dict[int, dict[bytes, bytes | None]] = {}
 
-    def __enter__(self) -> _Writer:
+    def __enter__(self) -> ChangelogTransaction:
         from confluent_kafka import Producer
 
-        self.producer = Producer({
-            **self.client, "transactional.id": f"{self.topic}-state",
-            "transaction.timeout.ms": 900_000, "linger.ms": 20,
-        })  # fmt: skip
+        self.producer = Producer(
+            {
+                **self.client,
+                "transactional.id": f"{self.topic}-state",
+                "transaction.timeout.ms": 900_000,
+                "linger.ms": 20,
+            }
+        )
         try:
             self.producer.init_transactions(60)
         except Exception as err:  # KafkaException

@@ -20,7 +20,7 @@ from streameval.exporter import Exporter
 from streameval.records import Record
 from streameval.store import DiskState
 
-from .changelog import CHECKPOINT_VERSION
+from .changelog_format import CHECKPOINT_VERSION
 from .wire import WIRE_VERSION
 
 __all__ = ["Stats", "Telemetry", "build_info"]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from streameval.config import EvaluationConfig
 from streameval.core.outcome import Outcome
 
-from .stages import JoinStage
+from .join_stage import JoinStage
 from .wire import OutcomeBatch
 
 __all__ = ["Topology", "model_partitioner"]

@@ -322,10 +322,14 @@ def mix(
     rng = random.Random(seed)
     timeline = stream.events()
     valid = [
-        Record(TOPIC_OF[event["type"]], _key(rng, event),
-               (BOM if n % 50 == 7 else b"") + orjson.dumps(event), int(when))
+        Record(
+            TOPIC_OF[event["type"]],
+            _key(rng, event),
+            (BOM if n % 50 == 7 else b"") + orjson.dumps(event),
+            int(when),
+        )
         for n, (when, _, event) in enumerate(timeline)
-    ]  # fmt: skip
+    ]
     inserts: dict[int, list[Record]] = {}
     seen = dict.fromkeys(TOPIC_OF.values(), 0)
     start = 0

@@ -1,0 +1,189 @@
+"""The changelog's format, pure (no Kafka): the records one checkpoint writes, and how a
+partition's records fold back into the state they hold.
+
+Every stage partition (join or evaluation) has a partition of its own in a changelog topic. A
+stage reports what changed since its last checkpoint as key/value pairs (None: deleted), and a
+checkpoint writes, in this order (:func:`checkpoint_records`):
+
+1. **intent**: the changes, in chunks of at most :data:`CHUNK_BYTES`, under keys of their own
+   (``i`` + checkpoint number + chunk number);
+2. **seal**: one record (key ``S``) naming the checkpoint and its number of chunks, and what it
+   holds (the stage's summary) — the checkpoint exists once this record does;
+3. **materialize**: each change again under its own key (``s`` + key; a deletion is a
+   tombstone), so that compaction keeps only the latest value of every key;
+4. the previous checkpoint's intent chunks, deleted (tombstones).
+
+A reader folds every ``s`` record into a state, and then the latest sealed intent over it
+(:class:`Restorer`): whatever a crash cut off after the last seal is ignored, and whatever of
+the last checkpoint was not yet materialized comes from its intent.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "CHUNK_BYTES",
+    "INTENT",
+    "READABLE_VERSIONS",
+    "SEAL",
+    "STATE",
+    "Restorer",
+    "checkpoint_records",
+    "decode_record",
+    "intent_number",
+    "live",
+]
+
+#: The changelog format; a worker refuses a changelog of another version. Version 2 seals say
+#: what the checkpoint holds and under which settings; version 1 seals did not (read still:
+#: the state itself records every part's settings).
+CHECKPOINT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+#: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
+#: the changelog topics' message limit.
+CHUNK_BYTES = 512 * 1024
+STATE, INTENT, SEAL = b"s", b"i", b"S"
+_NUMBERS = struct.Struct(">QI")
+_encode = msgspec.msgpack.Encoder().encode
+#: a seal's value, an intent chunk's pairs
+decode_record = msgspec.msgpack.Decoder().decode
+
+
+def intent_number(key: bytes) -> tuple[int, int]:
+    """The checkpoint and chunk numbers of an intent record's key."""
+    return _NUMBERS.unpack_from(key, 1)
+
+
+def _intent_key(checkpoint: int, chunk: int) -> bytes:
+    return INTENT + _NUMBERS.pack(checkpoint, chunk)
+
+
+def checkpoint_records(
+    number: int,
+    changes: dict[bytes, bytes | None],
+    previous_chunks: int,
+    seal: dict[str, Any],
+) -> tuple[list[tuple[bytes, bytes | None]], int]:
+    """The changelog records of checkpoint ``number`` in the order they must be written
+    (the steps above), and how many intent chunks it has. The first checkpoint after a
+    restore must include the restorer's :attr:`Restorer.carry` in ``changes``.
+
+    ``seal`` goes into the seal record with the numbers (a version and the configuration's
+    fingerprint, for whoever restores).
+
+    >>> records, chunks = checkpoint_records(2, {b"k": b"v", b"gone": None}, 1, {})
+    >>> [key[:1] for key, _ in records], chunks
+    ([b'i', b'S', b's', b's', b'i'], 1)
+    """
+    pairs = list(changes.items())
+    encoded = _encode(pairs)
+    parts = max(1, -(-len(encoded) // CHUNK_BYTES))  # about CHUNK_BYTES each
+    if parts == 1:
+        records: list[tuple[bytes, bytes | None]] = [(_intent_key(number, 0), encoded)]
+    else:
+        step = -(-len(pairs) // parts)
+        records = [
+            (_intent_key(number, i), _encode(pairs[start : start + step]))
+            for i, start in enumerate(range(0, len(pairs), step))
+        ]
+    chunks = len(records)
+    records.append((SEAL, _encode({**seal, "n": number, "chunks": chunks})))
+    records += [(STATE + key, value) for key, value in changes.items()]
+    records += [(_intent_key(number - 1, c), None) for c in range(previous_chunks)]
+    return records, chunks
+
+
+@dataclass
+class Restorer:
+    """Folds a changelog partition's records, in log order, into the latest sealed state.
+
+    Feed it every record from where the state it starts from was covered (the beginning for an
+    empty state); :meth:`finish` then gives the changes to apply: the ``s`` values read, and
+    over them the latest sealed checkpoint's intent. Records after the last seal (a checkpoint
+    a crash cut short) change nothing.
+
+    With a ``sink`` the ``s`` values are not kept but handed to it in batches as they come (a
+    disk store writes them: a state larger than RAM is restored in bounded memory), and
+    :meth:`finish` gives only the intent, which the sink's owner applies last; ``lookup``
+    then reads the sink's current values of some keys.
+
+    >>> log, _ = checkpoint_records(1, {b"a": b"1"}, 0, {"v": 1})
+    >>> more, _ = checkpoint_records(2, {b"a": b"2", b"b": b"3"}, 1, {"v": 1})
+    >>> r = Restorer()
+    >>> for key, value in log + more[:1]:  # the second checkpoint: cut after its intent
+    ...     r.add(key, value)
+    >>> r.finish(), r.seal["n"]
+    ({b'a': b'1'}, 1)
+    """
+
+    sink: Callable[[list[tuple[bytes, bytes | None]]], None] | None = None
+    lookup: Callable[[list[bytes]], list[bytes | None]] | None = None
+    #: the latest seal read (None: no checkpoint yet)
+    seal: dict[str, Any] | None = None
+    state: dict[bytes, bytes | None] = field(default_factory=dict)
+    #: after :meth:`finish`: what the last checkpoint's intent holds and the topic does not
+    #: under the keys themselves (a crash cut its materialization short) — the next
+    #: checkpoint must write it again, before the intent it is in is deleted
+    carry: dict[bytes, bytes | None] = field(default_factory=dict)
+    _intents: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    _batch: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def add(self, key: bytes, value: bytes | None) -> None:
+        kind = key[:1]
+        if kind == STATE:
+            if self.sink is None:
+                self.state[key[1:]] = value
+            else:
+                self._batch.append((key[1:], value))
+                if len(self._batch) >= 50_000:
+                    self.sink(self._batch)
+                    self._batch = []
+        elif kind == INTENT:
+            number, chunk = _NUMBERS.unpack_from(key, 1)
+            if value is None:
+                self._intents.pop((number, chunk), None)
+            else:
+                self._intents[number, chunk] = value
+        elif kind == SEAL and value is not None:
+            self.seal = decode_record(value)
+
+    def finish(self) -> dict[bytes, bytes | None]:
+        """The state's changes up to the latest seal (None: deleted), intent applied last;
+        with a sink, the intent only (the values read went to the sink)."""
+        if self.sink is not None and self._batch:
+            self.sink(self._batch)
+            self._batch = []
+        intent: dict[bytes, bytes | None] = {}
+        if self.seal is not None:
+            number = self.seal["n"]
+            for chunk in range(self.seal["chunks"]):
+                data = self._intents.get((number, chunk))
+                if data is None:
+                    raise ValueError(
+                        f"checkpoint {number} is sealed but its intent chunk {chunk} is missing"
+                    )
+                for key, value in decode_record(data):
+                    intent[key] = value
+        if self.sink is None:
+            current = [self.state.get(key) for key in intent]
+            out = dict(self.state)
+        else:
+            current = self.lookup(list(intent)) if intent and self.lookup else []
+            out = {}
+        self.carry = {
+            k: v for (k, v), now in zip(intent.items(), current, strict=False) if now != v
+        }
+        out.update(intent)
+        return out
+
+
+def live(changes: dict[bytes, bytes | None]) -> Iterable[tuple[bytes, bytes]]:
+    """The pairs that are still there (not deleted)."""
+    return ((k, v) for k, v in changes.items() if v is not None)

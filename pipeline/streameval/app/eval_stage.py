@@ -1,0 +1,386 @@
+"""Stage 2 of the worker, one evaluation partition: the join partitions' outcomes merged in
+event order and evaluated by the :class:`~streameval.engine.Engine`, as a plain class (no
+Kafka, no threads, no clock; ``tests/test_stages.py`` drives it without a broker).
+
+Outcomes wait until every join partition's frontier has passed them, and are then released in
+``(due, instance_id, model_id)`` order: a function of the events alone (docs/architecture.md,
+"Ordering"). An outcome batch already applied (by event-batch offset and step) is skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streameval.config import EvaluationConfig
+from streameval.core.outcome import Outcome
+from streameval.core.state import decode_value, encode_value
+from streameval.core.waiting import take_runs
+from streameval.engine import Engine
+from streameval.event_time import NO_TS
+from streameval.records import Record
+
+from .evolve import Refused, Stored, judge, model_shape_of
+from .statekeys import (
+    BUFFER,
+    CHUNK_INDEX,
+    MODEL,
+    OUTCOME,
+    PAIR,
+    RUN,
+    STAGE,
+    WHOLE,
+    encode_name,
+    owner_of,
+    state_chunks,
+)
+from .wire import OutcomeBatch
+
+__all__ = ["EVALUATE_CHUNK", "RELEASE_MIN", "EvalCut", "EvalStage"]
+
+#: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
+EVALUATE_CHUNK = 4096
+#: Outcomes an evaluation stage gathers before it evaluates them, unless its :meth:`tick`
+#: comes first: the models' numpy updates cost per call, and a join that applies its due
+#: events in steps sends them a few dozen at a time. The numbers do not depend on it.
+RELEASE_MIN = 2_048
+
+
+@dataclass(slots=True)
+class EvalCut:
+    """What one checkpoint of an evaluation partition writes (``changes``), and what its
+    changelog then holds: ``parts`` of the models and pairs in ``touched``."""
+
+    changes: dict[bytes, bytes | None]
+    parts: dict[bytes, bytes]
+    touched: set[str]
+
+
+class EvalStage:
+    """Stage 2, one evaluation partition: merge the join partitions' outcome batches in event
+    order and run the models and comparisons (:class:`~streameval.engine.Engine`) on them.
+
+    Parameters
+    ----------
+    partition
+        The evaluation partition (outcomes-topic partition) this stage owns.
+    config
+        The evaluation configuration.
+    join_partitions
+        How many join partitions send outcomes (each one's frontier is awaited).
+    """
+
+    #: outcomes gathered before they are evaluated (:data:`RELEASE_MIN`; tests vary it)
+    release_min = RELEASE_MIN
+
+    def __init__(self, partition: int, config: EvaluationConfig, join_partitions: int) -> None:
+        self.partition = partition
+        self.engine = Engine(config)
+        self.join_partitions = join_partitions
+        self.frontiers: dict[int, int] = {}
+        #: join partition -> the last outcome batch applied: (event-batch offset, step)
+        self.applied: dict[int, tuple[int, int]] = {}
+        self.offset = -1  # last outcomes-topic offset read
+        # what waits for the frontiers: sorted runs, one per outcome batch (by the arrival
+        # number of its first outcome), of (due, instance_id, model_id, arrival, outcome)
+        self._runs: dict[int, list[tuple[int, str, str, int, Outcome]]] = {}
+        self._waiting = 0
+        self._seq = 0
+        self._limit = NO_TS  # everything with due below it has been released
+        self._written: dict[bytes, bytes] = {}  # every key's value at the last checkpoint
+        self._pending: dict[bytes, bytes] = {}  # the parts of the checkpoint being written
+        # each run is under a key of its own in the checkpoints: those that came or shrank
+        # since the last one, those a checkpoint has, and those gone from it since
+        self._dirty: set[int] = set()
+        self._stored: set[int] = set()
+        self._gone: list[int] = []
+        self._shown: set[str] = set()  # models and pairs that have reached a checkpoint
+        self._whole: set[str] = set()  # ... that the latest :meth:`changes` wrote whole
+        #: models moved to another partition (streameval.app.stateops), whose outcomes in
+        #: the batches before this offset of the outcomes topic went there with them
+        self._moved: tuple[frozenset[str], int] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Outcomes received but not yet released (their join partitions' frontiers lag)."""
+        return self._waiting
+
+    def apply(self, offset: int, batch: OutcomeBatch) -> tuple[list[Record], list[Outcome]]:
+        """Take the outcome batch at ``offset``; return (records, outcomes released)."""
+        self.offset = max(self.offset, offset)
+        q = batch.partition
+        number = (batch.offset, batch.part)
+        if number <= self.applied.get(q, (-1, 0)):
+            return [], []  # re-sent by a join partition restored from an older snapshot
+        self.applied[q] = number
+        outcomes, seq = batch.outcomes, self._seq
+        if self._moved is not None:
+            if offset < self._moved[1]:
+                moved = self._moved[0]
+                outcomes = [o for o in outcomes if o.model_id not in moved]
+            else:
+                self._moved = None
+        if outcomes:
+            models, instances, *_, dues = zip(*outcomes, strict=True)  # columns, at C speed
+            run = list(
+                zip(
+                    dues,
+                    instances,
+                    models,
+                    range(seq + 1, seq + len(outcomes) + 1),
+                    outcomes,
+                    strict=True,
+                )
+            )
+            run.sort()  # in due order already but for ties: nearly free
+            self._runs[seq + 1] = run
+            self._dirty.add(seq + 1)
+            self._waiting += len(run)
+            self._seq = seq + len(outcomes)
+        if batch.frontier > self.frontiers.get(q, NO_TS):
+            self.frontiers[q] = batch.frontier
+        return self._release(self.release_min)
+
+    def _release(self, least: int) -> tuple[list[Record], list[Outcome]]:
+        """Evaluate what is due below the smallest frontier, if that is at least ``least``
+        outcomes. Outcomes a join partition sends later have due >= its frontier, hence >=
+        any limit already used: only a higher limit can release more, and only from the
+        front of each run."""
+        if len(self.frontiers) < self.join_partitions or not self._runs:
+            return [], []
+        limit = min(self.frontiers.values())
+        if limit <= self._limit:
+            return [], []
+        key = (limit,)
+        if least > 1:
+            due = 0
+            for run in self._runs.values():
+                due += bisect.bisect_left(run, key)
+                if due >= least:
+                    break
+            else:
+                return [], []  # too few yet: they wait for more, or for the tick
+        self._limit = limit
+        taken = self._take(key)
+        if not taken:
+            return [], []
+        taken.sort()  # sorted runs: timsort merges them
+        self._waiting -= len(taken)
+        released = [entry[4] for entry in taken]
+        records: list[Record] = []
+        start = 0
+        while start < len(released):  # bounded chunks: the delayed block is (n, bins + 2)
+            end = min(start + EVALUATE_CHUNK, len(released))
+            while (
+                end < len(released) and released[end].instance_id == released[end - 1].instance_id
+            ):
+                end += 1  # never split one instance's outcomes (comparisons pair them)
+            records += self.engine.evaluate(released[start:end])
+            start = end
+        return records, released
+
+    def _take(self, key: tuple) -> list[tuple[int, str, str, int, Outcome]]:
+        """The waiting outcomes before ``key``, run by run (not sorted as a whole)."""
+        taken, shortened, emptied = take_runs(self._runs, key)
+        self._dirty.update(shortened)
+        for number in emptied:
+            self._dirty.discard(number)
+            if number in self._stored:  # a checkpoint has it: its key goes
+                self._stored.discard(number)
+                self._gone.append(number)
+        return taken
+
+    def tick(self) -> tuple[list[Record], list[Outcome]]:
+        """Evaluate every outcome due, however few; then the latest records of every model
+        and pair that changed since its last record (every ``publish_interval``, and at
+        shutdown). Returns (records, outcomes released)."""
+        records, released = self._release(1)
+        return records + self.engine.finish(flush=False), released
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def changes(self) -> dict[bytes, bytes | None]:
+        """What changed since the last :meth:`cut` (streameval.app.changelog): each model's
+        and pair's state, encoded and cut into chunks of which only the changed ones count —
+        a window of 10⁵ outcomes costs what moved in it, not its size — the outcomes that
+        came or went while waiting for the frontiers, and the stage's scalars."""
+        engine = self.engine
+        parts: dict[bytes, bytes] = {}
+        whole = self._whole = set(engine.touched)  # the models and pairs written whole
+        for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
+            for name, evaluator in evaluators.items():
+                if name in engine.touched or name not in self._shown:
+                    self._shown.add(name)
+                    whole.add(name)
+                    # JSON, as every state() is made to round-trip exactly through
+                    parts.update(
+                        state_chunks(tag + encode_name(name), orjson.dumps(evaluator.state()))
+                    )
+        parts[STAGE] = encode_value(
+            {
+                "partition": self.partition,
+                "offset": self.offset,
+                "frontiers": [[q, f] for q, f in self.frontiers.items()],
+                "applied": [[q, o, part] for q, (o, part) in self.applied.items()],
+                "seq": self._seq,
+                "engine": engine.scalars(),
+                **({"moved": [sorted(self._moved[0]), self._moved[1]]} if self._moved else {}),
+            }
+        )
+        written = self._written
+        changes: dict[bytes, bytes | None] = {}
+        for key, value in parts.items():
+            if written.get(key) != value:
+                changes[key] = value
+        for key in written.keys() - parts.keys():  # a part that shrank: its last chunks go
+            # (and the waiting outcomes' chunks of a checkpoint from before they had keys)
+            if key[:1] == BUFFER or owner_of(key) in whole:
+                changes[key] = None
+        pack, runs = RUN.pack, self._runs
+        for number in self._gone:
+            changes[OUTCOME + pack(number)] = None
+        for number in self._dirty:
+            changes[OUTCOME + pack(number)] = encode_value([(e[3], *e[4]) for e in runs[number]])
+        self._pending = parts
+        return changes
+
+    def _runs_written(self) -> None:
+        """The runs as :meth:`changes` gave them are in a checkpoint."""
+        self._stored |= self._dirty
+        self._dirty.clear()
+        self._gone.clear()
+
+    def cut(self) -> Any:
+        """Close a checkpoint while the stage goes on: its changes are the cut's
+        ``changes``; :meth:`written` once they are durable."""
+        cut = EvalCut(self.changes(), self._pending, self._whole)
+        self.engine.touched.clear()
+        self._pending = {}
+        self._runs_written()
+        return cut
+
+    def written(self, cut: EvalCut) -> None:
+        self._settle(cut.parts, cut.touched)
+
+    def summary(self) -> dict[str, Any]:
+        """What a checkpoint's seal says of this evaluation partition: every model and pair
+        with a history, its count and the settings that shape it (streameval.app.evolve), and
+        where the partition is."""
+        shapes: list[dict[str, Any]] = []
+        index: dict[bytes, int] = {}
+        models = {}
+        for name, model in self.engine.models.items():
+            shape = model_shape_of(model.settings())
+            key = orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+            if key not in index:
+                index[key] = len(shapes)
+                shapes.append(shape)
+            models[name] = [model.n, index[key]]
+        pairs = {
+            key: [pair.n, pair.model_a, pair.model_b, list(pair.estimators)]
+            for key, pair in self.engine.pairs.items()
+            if pair.n
+        }
+        applied = [[q, o, part] for q, (o, part) in self.applied.items()]
+        return {
+            "offset": self.offset,
+            "applied": applied,
+            "waiting": self._waiting,
+            "models": models,
+            "pairs": pairs,
+            "shapes": shapes,
+        }
+
+    def _settle(self, parts: dict[bytes, bytes], touched: set[str]) -> None:
+        """``parts`` (of the models and pairs in ``touched``, and the buffer) are durable."""
+        written = self._written
+        for key in [k for k in written if k[:1] == BUFFER or owner_of(k) in touched]:
+            if key not in parts:
+                del written[key]
+        written.update(parts)
+
+    @classmethod
+    def restore(
+        cls, items: Iterable[tuple[bytes, bytes]], config: EvaluationConfig, join_partitions: int
+    ) -> EvalStage:
+        """The stage from the latest value of every key its checkpoints wrote."""
+        items = dict(items)
+        meta = decode_value(items[STAGE])
+        stage = cls(meta["partition"], config, join_partitions)
+        stage.offset = meta["offset"]
+        stage.frontiers = {q: f for q, f in meta["frontiers"]}
+        # (before steps were numbered, one outcome batch held all that an event batch set off)
+        stage.applied = {q: (o, part[0] if part else WHOLE) for q, o, *part in meta["applied"]}
+        engine_state = dict(meta["engine"])
+        engine_state["models"], engine_state["pairs"] = {}, {}
+        whole: dict[bytes, list[tuple[int, bytes]]] = {}
+        waiting = {}
+        for key, value in items.items():
+            if key[:1] == OUTCOME:
+                waiting[RUN.unpack(key[1:])[0]] = decode_value(value)
+            elif key[:1] in (MODEL, PAIR, BUFFER):
+                head, index = key[:-4], CHUNK_INDEX.unpack(key[-4:])[0]
+                whole.setdefault(head, []).append((index, value))
+        buffer: list = []
+        for head, chunks in whole.items():
+            data = b"".join(v for _, v in sorted(chunks))
+            if head[:1] == BUFFER:
+                buffer = decode_value(data)
+            else:
+                value = orjson.loads(data)
+                kind = "models" if head[:1] == MODEL else "pairs"
+                engine_state[kind][head[3:].decode()] = value
+        models, pairs = engine_state["models"], engine_state["pairs"]
+        stored = Stored(
+            models={m: model_shape_of(s["config"]) for m, s in models.items() if s["n"]},
+            pairs={
+                k: (s["model_a"], s["model_b"], {"estimators": s["estimators"]})
+                for k, s in pairs.items()
+                if s["n"]
+            },
+        )
+        verdict = judge(stored, config)
+        if verdict.refusals:
+            raise Refused(verdict, f"evaluation partition {meta['partition']}")
+        stage.engine = engine = Engine.from_state(config, engine_state)
+        stage._written = {k: v for k, v in items.items() if k[:1] != OUTCOME}
+        # what continues under other settings is written whole by the next checkpoint
+        stage._shown = {
+            m
+            for m, s in models.items()
+            if m in engine.models and engine.models[m].settings() == s["config"]
+        }
+        stage._shown |= {
+            k
+            for k, s in pairs.items()
+            if k in engine.pairs and list(engine.pairs[k].estimators) == s["estimators"]
+        }
+        if "moved" in meta:
+            stage._moved = (frozenset(meta["moved"][0]), meta["moved"][1])
+        stage._seq = meta.get("seq", 0)
+        if buffer:  # from before the runs had keys: one run, written at the next checkpoint
+            number = stage._seq + 1
+            waiting[number] = [(number + i, *row) for i, row in enumerate(buffer)]
+            stage._seq += len(buffer)
+            stage._dirty.add(number)
+        for number, rows in waiting.items():
+            run = []
+            for seq, model_id, instance_id, y_true, times, labels, t_instance, t_label, due in rows:
+                outcome = Outcome(
+                    model_id,
+                    instance_id,
+                    y_true,
+                    tuple(times),
+                    tuple(labels),
+                    t_instance,
+                    t_label,
+                    due,
+                )
+                run.append((due, instance_id, model_id, seq, outcome))
+            stage._runs[number] = run
+            stage._waiting += len(run)
+        stage._stored = set(waiting) - stage._dirty
+        return stage

@@ -1,0 +1,100 @@
+"""How the worker's data path is seen and ended: the probes (:attr:`Lifecycle.is_ready`,
+:attr:`Lifecycle.is_live`), :meth:`Lifecycle.stop`, and the shutdown that follows — the final
+records, a checkpoint and leaving the consumer group, all within ``shutdown_timeout_s``
+whether Kafka answers or not. Methods of :class:`~streameval.app.runner.Pipeline`, whose
+attributes they use.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .output import NoAnswer
+
+__all__ = ["CLOSE_RESERVE_S", "Lifecycle"]
+
+log = logging.getLogger("streameval.worker")
+
+#: Of ``shutdown_timeout_s``, what is kept for leaving the consumer group after the final
+#: checkpoint (at most): librdkafka's close waits out the session timeout when Kafka is away.
+CLOSE_RESERVE_S = 5.0
+
+
+class Lifecycle:
+    """The probes, stopping and the shutdown of :class:`~streameval.app.runner.Pipeline`."""
+
+    def stop(self) -> None:
+        """End the data path: its loop ends after the current turn; the final records, a
+        checkpoint and leaving the group follow — all within ``shutdown_timeout_s``, whether
+        Kafka answers or not (without it, the last checkpoint stands)."""
+        if self.stop_by is None:
+            self.stop_by = time.monotonic() + self.settings.shutdown_timeout_s
+            output = getattr(self, "output", None)
+            if output is not None:  # a produce waiting for Kafka must not outlast it either
+                output.deadline = self.stop_by - self._close_reserve()
+        self.stopping.set()
+
+    def _close_reserve(self) -> float:
+        return min(CLOSE_RESERVE_S, self.settings.shutdown_timeout_s / 3)
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the worker does its work now: in the group, its partitions restored, Kafka
+        reachable, not stopping (the readiness probe)."""
+        return (
+            self.ready.is_set()
+            and not self.restoring
+            and self._kafka_errors.reachable
+            and not self.stopping.is_set()
+        )
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the data path is running or starting (the liveness probe): false once it
+        has failed. Waiting for Kafka is live — a restart would not bring Kafka back."""
+        return self.failure is None
+
+    def _shutdown(self, checkpoint: bool = True) -> None:
+        if self.stop_by is None:  # stopping by itself (an error): the same time limit
+            self.stop_by = time.monotonic() + self.settings.shutdown_timeout_s
+        self.output.deadline = self.stop_by - self._close_reserve()
+        try:
+            try:
+                if checkpoint:
+                    log.info("shutting down: final records and a checkpoint")
+                    for stage in list(self.evals.values()):
+                        self._evaluated(*stage.tick())
+                    self._checkpoint(list(self.joins), list(self.evals), list(self._input_next))
+                else:  # nothing more is written: the last checkpoint stands, and is resumed from
+                    log.info("shutting down without a checkpoint")
+                    self.output.flush()
+            except NoAnswer as err:
+                self.checkpoints.rounds.clear()  # never to be completed: the last one stands
+                self.checkpoints.busy.clear()
+                log.warning(
+                    "Kafka did not answer within shutdown_timeout_s (%g s; %s): stopping "
+                    "without a final checkpoint. Nothing is lost: the last checkpoint stands, "
+                    "and a restart reads on from it and computes the rest again, exactly",
+                    self.settings.shutdown_timeout_s,
+                    err,
+                )
+            self._drop(list(self.joins), list(self.evals), list(self._input_next))
+        finally:
+            self._close_consumer()
+            if self._callback_error is not None and checkpoint:
+                log.error("leaving the group failed: %s", self._callback_error)
+
+    def _close_consumer(self) -> None:
+        """Leave the group (the partitions move on at once) — or, with Kafka away, give up at
+        the time limit: librdkafka's close then waits out the session timeout, and the group
+        notices the worker's absence after that timeout anyway."""
+        closing = threading.Thread(target=self.consumer.close, name="streameval-close", daemon=True)
+        closing.start()
+        closing.join(max(0.0, self.stop_by - time.monotonic()))
+        if closing.is_alive():
+            log.warning(
+                "Kafka did not answer the worker's leaving the group; the group will "
+                "notice within session_timeout_ms"
+            )

@@ -1,0 +1,174 @@
+"""The worker's rebalance callbacks: partitions assigned (each stage restored from its latest
+checkpoint, the router given the input partitions' committed progress), revoked (a
+checkpoint, then dropped) and lost (dropped). Methods of
+:class:`~streameval.app.runner.Pipeline`, whose attributes they use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from .checkpoint import progress_from_metadata, restore_eval, restore_join
+
+__all__ = ["Rebalancing"]
+
+log = logging.getLogger("streameval.worker")
+
+
+class Rebalancing:
+    """What :class:`~streameval.app.runner.Pipeline` does when Kafka moves its partitions."""
+
+    def _guarded(self, handler: Any) -> Any:
+        """A rebalance callback whose exception is raised again after ``consume`` returns.
+
+        confluent-kafka (2.16) re-raises an exception from a rebalance callback out of
+        ``consume()`` as a ``KafkaError`` object that no ``except`` clause matches, so the
+        data-path thread would die unnoticed. The callback keeps its exception instead, and the
+        loop raises it as it is (a ChangelogError stops the worker cleanly; anything else is a
+        crash, reported by the exit status)."""
+
+        def call(consumer: Any, partitions: list[Any]) -> None:
+            try:
+                handler(consumer, partitions)
+            except BaseException as err:
+                if self._callback_error is None:
+                    self._callback_error = err
+
+        return call
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.restoring = True
+        try:
+            self._assign(consumer, partitions)
+        finally:
+            self.restoring = False
+
+    def _assign(self, consumer: Any, partitions: list[Any]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING
+
+        t, started = self.topics, time.monotonic()
+        inputs = []
+        for tp in partitions:
+            if tp.topic == t.events:
+                stage = self.joins[tp.partition] = restore_join(
+                    self.join_changelog,
+                    tp.partition,
+                    self.settings,
+                    self.config,
+                    self.inputs,
+                    self.fingerprint,
+                    self.telemetry.restore_lag("join"),
+                )
+                if stage.behind:  # checkpointed between two steps: the rest comes first
+                    self._queued[tp.partition] = deque()
+            elif tp.topic == t.outcomes:
+                stage = self.evals[tp.partition] = restore_eval(
+                    self.eval_changelog,
+                    tp.partition,
+                    self.config,
+                    self.join_partitions,
+                    consumer,
+                    t.outcomes,
+                    self.telemetry.restore_lag("evaluate"),
+                )
+                self.telemetry.restored(stage.engine)
+            else:
+                inputs.append((tp.topic, tp.partition))
+                continue
+            tp.offset = stage.offset + 1 if stage.offset >= 0 else OFFSET_BEGINNING
+        restored = [f"join {q}@{s.offset}" for q, s in self.joins.items() if s.offset >= 0]
+        restored += [f"evaluation {r}@{s.offset}" for r, s in self.evals.items() if s.offset >= 0]
+        if restored:
+            log.info("restored from checkpoints: %s", ", ".join(restored))
+        self.router.assign(inputs, self._committed_progress(consumer, inputs))
+        consumer.assign(partitions)
+        # librdkafka keeps a partition the application paused paused through unassign and
+        # assign: one paused here before a rebalance (held, or its queue full) would never be
+        # fetched again. A partition assigned is fetched (resuming one not paused does nothing).
+        joins = [tp for tp in partitions if tp.topic == t.events]
+        if joins:
+            consumer.resume(joins)
+        log.info(
+            "assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
+            len(inputs),
+            sorted(self.joins),
+            sorted(self.evals),
+            time.monotonic() - started,
+        )
+        self.ready.set()
+
+    def _committed_progress(
+        self, consumer: Any, inputs: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """The progress each input partition had at its committed offset (kept in the commit's
+        metadata), so that the router's time rules decide after a restart as before it."""
+        from confluent_kafka import TopicPartition
+
+        if not inputs:
+            return {}
+        try:
+            committed = consumer.committed([TopicPartition(t, p) for t, p in inputs], timeout=10)
+        except Exception as err:  # the coordinator is busy: the progress builds up again
+            log.warning("could not read the committed offsets' progress (%s)", err)
+            return {}
+        progress = {}
+        for tp in committed:
+            ts = progress_from_metadata(tp.metadata)
+            if ts is not None:
+                progress[tp.topic, tp.partition] = ts
+        return progress
+
+    def _split(self, partitions: list[Any]) -> tuple[list[int], list[int], list[tuple[str, int]]]:
+        """Join partitions, evaluation partitions, input partitions."""
+        t = self.topics
+        joins = [tp.partition for tp in partitions if tp.topic == t.events]
+        evals = [tp.partition for tp in partitions if tp.topic == t.outcomes]
+        return joins, evals, [(tp.topic, tp.partition) for tp in partitions if tp.topic in t.inputs]
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        joins, evals, inputs = self._split(partitions)
+        started = time.monotonic()
+        for r in evals:
+            stage = self.evals.get(r)
+            if stage is not None:
+                self._evaluated(*stage.tick())
+        self._checkpoint(joins, evals, inputs)
+        self._drop(joins, evals, inputs)
+        consumer.unassign()
+        log.info(
+            "revoked %d partitions; checkpoint taken in %.2f s",
+            len(partitions),
+            time.monotonic() - started,
+        )
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        log.warning("partitions lost (this worker was too slow or cut off); dropping them")
+        joins, evals, inputs = self._split(partitions)
+        self.checkpoints.lost(
+            {(self.join_changelog.topic, q) for q in joins}
+            | {(self.eval_changelog.topic, r) for r in evals}
+        )
+        self._drop(joins, evals, inputs)
+
+    def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
+        models: set[str] = set()
+        for q in joins:
+            self._held.discard(q)  # fetched again when assigned again (_on_assign)
+            self._full.discard(q)
+            self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
+            stage = self.joins.pop(q, None)
+            if stage is not None:
+                stage.join.state.close()  # a disk store: free it for whoever takes it next
+            self.join_changelog.forget(q)
+        for r in evals:
+            stage = self.evals.pop(r, None)
+            self.eval_changelog.forget(r)
+            if stage is not None:
+                models |= set(stage.engine.models)
+        for tp in inputs:
+            self._input_next.pop(tp, None)
+        self.router.revoke(inputs)
+        self.telemetry.dropped(joins, models)

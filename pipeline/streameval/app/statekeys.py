@@ -1,0 +1,63 @@
+"""The keys a stage's checkpoint writes besides the join's own (streameval.core.state).
+
+Both stages keep their scalars under :data:`STAGE`. An evaluation partition writes each
+model's and pair's state as JSON cut into chunks of :data:`STATE_CHUNK` bytes, under
+:data:`MODEL` or :data:`PAIR`, the name and the chunk's number (so a checkpoint writes only the
+chunks that changed), and each run of outcomes waiting for the frontiers under :data:`OUTCOME`
+and the run's number (:data:`RUN`). :mod:`~streameval.app.eval_stage` writes and reads them;
+:mod:`~streameval.app.edits` rewrites them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+
+__all__ = [
+    "BUFFER",
+    "CHUNK_INDEX",
+    "MODEL",
+    "OUTCOME",
+    "PAIR",
+    "RUN",
+    "STAGE",
+    "STATE_CHUNK",
+    "WHOLE",
+    "encode_name",
+    "owner_of",
+    "state_chunks",
+]
+
+#: a stage's own scalars among its checkpoint's keys (the join's use other first bytes)
+STAGE = b"t"
+#: keys of an evaluation stage's checkpoint: a model's, a pair's state, a run of waiting
+#: outcomes (by the arrival number of its first); the waiting outcomes in chunks, before that
+MODEL, PAIR, OUTCOME, BUFFER = b"M", b"P", b"O", b"B"
+#: a run's number, after :data:`OUTCOME`
+RUN = struct.Struct(">Q")
+#: bytes per chunk of a model's encoded state
+STATE_CHUNK = 16 * 1024
+#: a chunk's number, at the end of its key
+CHUNK_INDEX = struct.Struct(">I")
+_LENGTH = struct.Struct(">H")
+#: the step of an outcome batch applied whole (checkpoints from before steps were numbered)
+WHOLE = 2**62
+
+
+def encode_name(name: str) -> bytes:
+    """A model's or pair's name as its chunk keys hold it (after the tag)."""
+    data = name.encode()
+    return _LENGTH.pack(len(data)) + data
+
+
+def owner_of(key: bytes) -> str | None:
+    """The model or pair a chunk key belongs to."""
+    if key[:1] not in (MODEL, PAIR):
+        return None
+    return key[3:-4].decode()
+
+
+def state_chunks(head: bytes, data: bytes) -> Iterable[tuple[bytes, bytes]]:
+    """``data`` cut into chunks under ``head`` + chunk number (at least one chunk)."""
+    for i, start in enumerate(range(0, max(len(data), 1), STATE_CHUNK)):
+        yield head + CHUNK_INDEX.pack(i), data[start : start + STATE_CHUNK]
