@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
-from streameval.core.measures import DEFAULT_CONFIDENCE, DEFAULT_MIN_N, check_confidence
+from streameval.core.intervals import DEFAULT_CONFIDENCE, DEFAULT_MIN_N, check_confidence
 from streameval.event_time import TimeRules
 
 __all__ = ["ConfigError", "EvaluationConfig", "load_config"]

@@ -220,25 +220,6 @@ def test_mcc_of_a_class_faded_to_rounding_noise_is_undefined_not_a_crash():
 # -- intervals (docs/measures.md, "Intervals") ---------------------------------------------------
 
 
-@pytest.mark.parametrize("p", [0.0, 0.03, 0.5, 0.93, 1.0])
-@pytest.mark.parametrize("n", [1, 40, 1000, 40_000, 2.7])
-@pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99])
-def test_wilson_bounds_are_the_roots_of_wilsons_quadratic(p, n, confidence):
-    """Wilson (1927): the π with (p − π)² = z²·π(1 − π)/n; z from the normal quantile."""
-    from statistics import NormalDist
-
-    from streameval.core.measures import normal_quantile, wilson
-
-    from tests.core.reference import wilson_roots
-
-    z = NormalDist().inv_cdf((1 + confidence) / 2)
-    assert normal_quantile(confidence) == pytest.approx(z, rel=1e-15)
-    low, high = wilson(p, n, normal_quantile(confidence))
-    want = wilson_roots(p, n, z)
-    assert low == pytest.approx(want[0], abs=1e-12) and high == pytest.approx(want[1], abs=1e-12)
-    assert 0.0 <= low <= p <= high <= 1.0
-
-
 def test_the_same_accuracy_on_40_and_on_40000_labels_is_not_the_same_claim():
     """The issue's case: 0.93 on 40 labels and on 40 000 differ in their intervals."""
     few = compute_measures(ConfusionSnapshot(np.array([[20, 1], [2, 17]]), 0, 0, 40, 40.0))

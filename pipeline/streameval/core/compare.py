@@ -48,7 +48,8 @@ from typing import Any
 
 from streameval.core.exact import canonical, float_log_ratio, log_ratio
 from streameval.core.forgetting import EstimatorSpec, check_continued, parse_estimators
-from streameval.core.measures import DEFAULT_CONFIDENCE, ROUNDING_NOISE, kish, normal_quantile
+from streameval.core.intervals import DEFAULT_CONFIDENCE, kish, normal_quantile
+from streameval.core.measures import ROUNDING_NOISE
 from streameval.core.paired_tallies import (
     PairBatch,
     Tally,

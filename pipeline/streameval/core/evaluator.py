@@ -15,8 +15,9 @@ from streameval.core.estimators import (
     validate_outcomes,
 )
 from streameval.core.forgetting import EstimatorSpec, check_continued, parse_estimators
+from streameval.core.intervals import DEFAULT_CONFIDENCE
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
-from streameval.core.measures import DEFAULT_CONFIDENCE, compute_measures
+from streameval.core.measures import compute_measures
 
 __all__ = ["DEFAULT_ESTIMATORS", "Evaluator"]
 

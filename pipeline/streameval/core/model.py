@@ -28,8 +28,9 @@ from streameval.core.drift import (
 from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
+from streameval.core.intervals import DEFAULT_CONFIDENCE
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
-from streameval.core.measures import DEFAULT_CONFIDENCE, compute_measures
+from streameval.core.measures import compute_measures
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
 
