@@ -16,7 +16,6 @@ from streameval.core.drift import (
 )
 from streameval.core.estimators import (
     ConfusionEstimator,
-    ConfusionSnapshot,
     CumulativeConfusion,
     FadingConfusion,
     WindowConfusion,
@@ -27,7 +26,7 @@ from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.join import Join
 from streameval.core.join_rules import DROP_REASONS
 from streameval.core.labels import DEFAULT_MAX_CLASSES, LabelEncoder
-from streameval.core.measures import SCALAR_MEASURES, compute_measures
+from streameval.core.measures import SCALAR_MEASURES, ConfusionSnapshot, compute_measures
 from streameval.core.model import ModelEvaluator, PairEvaluator
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from streameval.core.estimators import persistence
 from streameval.core.forgetting import (
     BlockFading,
     EstimatorSpec,
@@ -32,6 +31,7 @@ from streameval.core.forgetting import (
 )
 from streameval.core.labels import DEFAULT_MAX_CLASSES
 from streameval.core.measures import chance_is_certain, kappa_plus, skill
+from streameval.core.outcome_batches import persistence
 
 __all__ = [
     "BIN_RULES",

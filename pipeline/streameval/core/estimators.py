@@ -3,7 +3,8 @@
 Each estimator holds the k-class confusion state of one stream of outcomes (true class index,
 predicted class index) plus the no-change (persistent) predictor's score under the same
 estimator, and is updated by batch with numpy. Measures are read from a
-:class:`ConfusionSnapshot` by :func:`streameval.core.measures.compute_measures`.
+:class:`~streameval.core.measures.ConfusionSnapshot` by
+:func:`~streameval.core.measures.compute_measures`.
 
 References
 ----------
@@ -14,92 +15,23 @@ Algorithm 3 (fading factor, bias-free S_a/N_a). The project's choices: docs/meas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from streameval.core.forgetting import BlockFading, EstimatorSpec, Ring, geometric_sum
 from streameval.core.labels import DEFAULT_MAX_CLASSES
+from streameval.core.measures import ConfusionSnapshot, compute_measures
+from streameval.core.outcome_batches import persistence, validate_outcomes
 
 __all__ = [
     "ConfusionEstimator",
-    "ConfusionSnapshot",
     "CumulativeConfusion",
     "FadingConfusion",
     "WindowConfusion",
     "make_estimator",
     "parse_estimator",
 ]
-
-
-@dataclass(frozen=True)
-class ConfusionSnapshot:
-    """What every measure is computed from.
-
-    ``confusion[i, j]`` is the (possibly faded) count of outcomes with true class ``i`` and
-    predicted class ``j``. ``persistent_correct / persistent_total`` is the accuracy of the
-    no-change predictor under the same estimator (the first outcome of a stream has no previous
-    label and is not scored). ``n`` is the number of outcomes the estimate covers and
-    ``n_effective`` the sum of their weights (equal to ``n`` except under fading).
-
-    Under fading, ``squares`` holds the sums of the *squared* weights behind every denominator
-    of a published proportion — per true class (k rows), per predicted class (k columns), and of
-    the outcomes the persistent baseline scores (one) — for Kish's effective sample size
-    (Σw)²/Σw² (docs/measures.md, "Intervals"). ``None`` means every weight is 1, Σw² = Σw.
-    """
-
-    confusion: np.ndarray
-    persistent_correct: float
-    persistent_total: float
-    n: int
-    n_effective: float
-    squares: np.ndarray | None = None
-
-
-def validate_outcomes(y_true: Any, y_pred: Any, max_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Check a batch of class indices and return them as ``int64`` arrays.
-
-    Raises ``ValueError`` naming the argument, the value and what is allowed.
-    """
-    arrays = []
-    for name, values in (("y_true", y_true), ("y_pred", y_pred)):
-        array = np.asarray(values)
-        if array.ndim != 1:
-            raise ValueError(
-                f"{name} has shape {array.shape}; a 1-D array of class indices is needed"
-            )
-        if array.size and array.dtype.kind not in "iu":
-            if array.dtype.kind == "f":
-                if not np.all(np.isfinite(array)):
-                    bad = array[~np.isfinite(array)][0]
-                    raise ValueError(
-                        f"{name} contains {bad}; class indices must be finite integers"
-                    )
-                if not np.all(array == np.floor(array)):
-                    bad = array[array != np.floor(array)][0]
-                    raise ValueError(f"{name} contains {bad}; class indices must be integers")
-            elif array.dtype.kind != "b":
-                raise ValueError(
-                    f"{name} has dtype {array.dtype}; class indices must be integers "
-                    "(encode labels with LabelEncoder first)"
-                )
-        array = array.astype(np.int64, copy=False)
-        if array.size:
-            low, high = int(array.min()), int(array.max())
-            if low < 0:
-                raise ValueError(f"{name} contains {low}; class indices must be >= 0")
-            if high >= max_classes:
-                raise ValueError(
-                    f"{name} contains {high}; class indices must be < max_classes={max_classes}"
-                )
-        arrays.append(array)
-    if arrays[0].shape != arrays[1].shape:
-        raise ValueError(
-            f"y_true has {arrays[0].size} outcomes but y_pred has {arrays[1].size}; "
-            "they must have the same length"
-        )
-    return arrays[0], arrays[1]
 
 
 def _cell_counts(y_true: np.ndarray, y_pred: np.ndarray, k: int, weights=None) -> np.ndarray:
@@ -116,19 +48,6 @@ def _cell_counts(y_true: np.ndarray, y_pred: np.ndarray, k: int, weights=None) -
 def _matrix(rows: list, dtype) -> np.ndarray:
     """A square matrix from nested lists (possibly 0×0)."""
     return np.array(rows, dtype=dtype).reshape(len(rows), len(rows))
-
-
-def persistence(y_true: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per outcome: was the no-change predictor scored, and was it right.
-
-    The no-change predictor predicts the previous outcome's true label; the very first
-    outcome of a stream (``last == -1``) has none and is not scored.
-    """
-    previous = np.empty_like(y_true)
-    previous[0] = last
-    previous[1:] = y_true[:-1]
-    scored = previous >= 0
-    return scored, scored & (previous == y_true)
 
 
 class ConfusionEstimator:
@@ -169,11 +88,12 @@ class ConfusionEstimator:
             self.apply(y_true, y_pred, k, *persistence(y_true, self._last))
 
     def apply(self, y_true, y_pred, n_classes: int, scored, correct) -> None:
-        """Add a non-empty batch that :func:`validate_outcomes` accepted.
+        """Add a non-empty batch that ``validate_outcomes`` accepted.
 
         For callers that feed several estimators the same stream (the
         :class:`~streameval.core.evaluator.Evaluator`): they validate once and compute the
-        persistent-baseline flags once with :func:`persistence`. ``n_classes`` bounds the indices.
+        persistent-baseline flags once with ``persistence``
+        (:mod:`streameval.core.outcome_batches`). ``n_classes`` bounds the indices.
         """
         self._grow(n_classes)
         self._update(y_true, y_pred, scored, correct)
@@ -191,9 +111,7 @@ class ConfusionEstimator:
         raise NotImplementedError
 
     def measures(self, labels=None, positive=None) -> dict[str, float]:
-        """All measures of :func:`streameval.core.measures.compute_measures` for this estimate."""
-        from streameval.core.measures import compute_measures
-
+        """All measures of :func:`~streameval.core.measures.compute_measures` for this estimate."""
         return compute_measures(self.snapshot(), labels=labels, positive=positive)
 
     def _common_state(self) -> dict[str, Any]:

@@ -7,17 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from streameval.core.estimators import (
-    ConfusionEstimator,
-    ConfusionSnapshot,
-    make_estimator,
-    persistence,
-    validate_outcomes,
-)
+from streameval.core.estimators import ConfusionEstimator, make_estimator
 from streameval.core.forgetting import EstimatorSpec, check_continued, parse_estimators
 from streameval.core.intervals import DEFAULT_CONFIDENCE
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
-from streameval.core.measures import compute_measures
+from streameval.core.measures import ConfusionSnapshot, compute_measures
+from streameval.core.outcome_batches import persistence, validate_outcomes
 
 __all__ = ["DEFAULT_ESTIMATORS", "Evaluator"]
 

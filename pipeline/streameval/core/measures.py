@@ -1,7 +1,7 @@
 """Classification measures and baselines from a (possibly faded) confusion matrix.
 
-One function, :func:`compute_measures`, turns a
-:class:`~streameval.core.estimators.ConfusionSnapshot` into the flat mapping of every
+One function, :func:`compute_measures`, turns a :class:`ConfusionSnapshot` (what every
+estimator of :mod:`streameval.core.estimators` reads out) into the flat mapping of every
 measure the project publishes. Undefined values are NaN (docs/measures.md).
 
 Measures (names on the wire)
@@ -59,20 +59,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.intervals import DEFAULT_CONFIDENCE, kish, normal_quantile, wilson
 
 __all__ = [
     "INTERVAL_MEASURES",
     "SCALAR_MEASURES",
+    "ConfusionSnapshot",
     "compute_measures",
 ]
 
 NAN = math.nan
+
+
+@dataclass(frozen=True)
+class ConfusionSnapshot:
+    """What every measure is computed from.
+
+    ``confusion[i, j]`` is the (possibly faded) count of outcomes with true class ``i`` and
+    predicted class ``j``. ``persistent_correct / persistent_total`` is the accuracy of the
+    no-change predictor under the same estimator (the first outcome of a stream has no previous
+    label and is not scored). ``n`` is the number of outcomes the estimate covers and
+    ``n_effective`` the sum of their weights (equal to ``n`` except under fading).
+
+    Under fading, ``squares`` holds the sums of the *squared* weights behind every denominator
+    of a published proportion — per true class (k rows), per predicted class (k columns), and of
+    the outcomes the persistent baseline scores (one) — for Kish's effective sample size
+    (Σw)²/Σw² (docs/measures.md, "Intervals"). ``None`` means every weight is 1, Σw² = Σw.
+    """
+
+    confusion: np.ndarray
+    persistent_correct: float
+    persistent_total: float
+    n: int
+    n_effective: float
+    squares: np.ndarray | None = None
+
 
 #: Measures reported with interval bounds ``<name>_lo``, ``<name>_hi`` (per class, too:
 #: ``precision_lo[c]``, and ``precision_positive_lo`` ...)
@@ -207,7 +233,7 @@ def compute_measures(
     The binary example E11 of docs/measures.md (TP=8, FN=2, FP=4, TN=86; class 1 is positive):
 
     >>> import numpy as np
-    >>> from streameval.core.estimators import ConfusionSnapshot
+    >>> from streameval.core.measures import ConfusionSnapshot
     >>> snap = ConfusionSnapshot(np.array([[86, 4], [2, 8]]), 0, 0, 100, 100.0)
     >>> m = compute_measures(snap, positive=1)
     >>> [round(m[k], 6) for k in ("accuracy", "kappa", "mcc", "g_mean", "f1_positive")]

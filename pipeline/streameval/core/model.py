@@ -25,12 +25,11 @@ from streameval.core.drift import (
     make_detector,
     saved_spec,
 )
-from streameval.core.estimators import ConfusionSnapshot
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.intervals import DEFAULT_CONFIDENCE
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
-from streameval.core.measures import compute_measures
+from streameval.core.measures import ConfusionSnapshot, compute_measures
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
 
