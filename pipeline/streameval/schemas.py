@@ -194,9 +194,14 @@ def _retimed(cls: Any, ts_type: Any, default: Any = msgspec.NODEFAULT) -> Any:
         )
     config = cls.__struct_config__
     return msgspec.defstruct(
-        cls.__name__, fields, kw_only=True, frozen=True, forbid_unknown_fields=True,
-        tag=config.tag, tag_field=config.tag_field,
-    )  # fmt: skip
+        cls.__name__,
+        fields,
+        kw_only=True,
+        frozen=True,
+        forbid_unknown_fields=True,
+        tag=config.tag,
+        tag_field=config.tag_field,
+    )
 
 
 def _in_unit(decode: Any, unit: str, canonical: dict[Any, Any] | None = None) -> Any:

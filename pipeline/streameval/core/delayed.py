@@ -76,9 +76,15 @@ class DelayedBatch:
             labels.extend(ys[1:])
         as_int = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
         return cls(
-            as_int(y_true), as_int(initial), as_int(final), as_int(t_instance), as_int(t_label),
-            as_int(owner), as_int(times), as_int(labels),
-        )  # fmt: skip
+            as_int(y_true),
+            as_int(initial),
+            as_int(final),
+            as_int(t_instance),
+            as_int(t_label),
+            as_int(owner),
+            as_int(times),
+            as_int(labels),
+        )
 
 
 def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") -> np.ndarray:
@@ -201,8 +207,13 @@ class _Rows:
     def tail(self, start: int) -> _Rows:
         """Outcomes ``start:``."""
         cut = int(np.searchsorted(self.varied, start))
-        return _Rows(self.y_true[start:], self.pred[start:], self.uniform[start:],
-                     self.grid[cut:], self.per[start:])  # fmt: skip
+        return _Rows(
+            self.y_true[start:],
+            self.pred[start:],
+            self.uniform[start:],
+            self.grid[cut:],
+            self.per[start:],
+        )
 
 
 class _BinnedState:
@@ -233,8 +244,13 @@ class _BinnedState:
             # (k) | persistent predictor correct, scored
             self._fading = BlockFading(spec.factor, 1 + columns + 2)
         if self.window:  # pred: every view's prediction; a uniform outcome's in column 0 only
-            self._ring = Ring(self.window, true=np.int64, pred=(np.int64, (views,)),
-                              uniform=bool, per=(np.int64, (2,)))  # fmt: skip
+            self._ring = Ring(
+                self.window,
+                true=np.int64,
+                pred=(np.int64, (views,)),
+                uniform=bool,
+                per=(np.int64, (2,)),
+            )
 
     def grow(self, k: int) -> None:
         if k > self.k:
@@ -256,8 +272,8 @@ class _BinnedState:
         c, k = self.views + 1, self.k
         pred_at, true_at, per_at = 1 + c, 1 + c + c * k, 1 + c + c * k + k
         if rows is not None and len(rows):
-            y_true, pred, uniform, varied, per = (rows.y_true, rows.pred, rows.uniform,
-                                                  rows.varied, rows.per)  # fmt: skip
+            y_true, pred, uniform = rows.y_true, rows.pred, rows.uniform
+            varied, per = rows.varied, rows.per
             hits = pred == y_true
             shared_hit = uniform & hits
             grid_hits = rows.grid == y_true[varied][:, None]
@@ -274,18 +290,30 @@ class _BinnedState:
                 varied_weights = weights[varied[lo:hi] - part.start]
                 hit_views, hit_rows = np.nonzero(grid_hits[lo:hi].T)
                 same = uniform[part]
-                index = np.concatenate([
-                    np.zeros(weights.size, dtype=np.intp),
-                    np.ones(int(shared_hit[part].sum()), dtype=np.intp), 2 + hit_views,
-                    shared_bins[part][same], grid_bins[lo:hi].ravel(), true_bins[part],
-                    np.full(int(correct[part].sum()), per_at),
-                    np.full(int(scored[part].sum()), per_at + 1),
-                ])  # fmt: skip
-                values = np.concatenate([
-                    weights, weights[shared_hit[part]], varied_weights[hit_rows],
-                    weights[same], np.repeat(varied_weights, c - 1), weights,
-                    weights[correct[part]], weights[scored[part]],
-                ])  # fmt: skip
+                index = np.concatenate(
+                    [
+                        np.zeros(weights.size, dtype=np.intp),
+                        np.ones(int(shared_hit[part].sum()), dtype=np.intp),
+                        2 + hit_views,
+                        shared_bins[part][same],
+                        grid_bins[lo:hi].ravel(),
+                        true_bins[part],
+                        np.full(int(correct[part].sum()), per_at),
+                        np.full(int(scored[part].sum()), per_at + 1),
+                    ]
+                )
+                values = np.concatenate(
+                    [
+                        weights,
+                        weights[shared_hit[part]],
+                        varied_weights[hit_rows],
+                        weights[same],
+                        np.repeat(varied_weights, c - 1),
+                        weights,
+                        weights[correct[part]],
+                        weights[scored[part]],
+                    ]
+                )
                 return index, values
 
             self._fading.update(len(rows), contribute)
@@ -326,8 +354,9 @@ class _BinnedState:
             pred = np.zeros((m, self.views), dtype=np.int64)
             pred[rows.uniform, 0] = rows.pred[rows.uniform]
             pred[rows.varied] = rows.grid
-            entered, left = self._ring.push(true=rows.y_true, pred=pred, uniform=rows.uniform,
-                                            per=rows.per)  # fmt: skip
+            entered, left = self._ring.push(
+                true=rows.y_true, pred=pred, uniform=rows.uniform, per=rows.per
+            )
             if left["true"].size:
                 self._add(self._stats(self._ring_rows(left)), sign=-1.0)
             self._add(self._stats(rows.tail(m - entered["true"].size)))
@@ -361,8 +390,10 @@ class _BinnedState:
         if scored_per > 0:
             p_per = correct_per / scored_per
             per_is_one = correct_per == scored_per
-            plus = [kappa_plus(k, skill(a, p_per, per_is_one))
-                    for k, a in zip(kappa, p.tolist(), strict=True)]  # fmt: skip
+            plus = [
+                kappa_plus(k, skill(a, p_per, per_is_one))
+                for k, a in zip(kappa, p.tolist(), strict=True)
+            ]
         else:
             plus = nan
         return {"accuracy": p, "kappa": np.array(kappa), "kappa_plus": np.asarray(plus)}
@@ -371,10 +402,14 @@ class _BinnedState:
         if self.kind == "fading":
             return {"k": self.k, "seen": self.seen, "fading": self._fading.state()}
         out = {
-            "k": self.k, "total": self.total, "correct": self.correct.tolist(),
-            "pred": self.pred.tolist(), "true": self.true.tolist(), "per": self.per.tolist(),
+            "k": self.k,
+            "total": self.total,
+            "correct": self.correct.tolist(),
+            "pred": self.pred.tolist(),
+            "true": self.true.tolist(),
+            "per": self.per.tolist(),
             "seen": self.seen,
-        }  # fmt: skip
+        }
         if self.window:
             held = self._ring.held()
             pred, uniform = held["pred"], held["uniform"]
@@ -498,9 +533,16 @@ class DelayedEvaluator:
             grid = bin_predictions(batch, bins, self.bin_rule)
         elif at.size:
             position = np.cumsum(binned) - 1
-            only = DelayedBatch(y_true[at], initial[at], batch.final[at], batch.t_instance[at],
-                                batch.t_label[at], position[batch.owner], batch.times,
-                                batch.labels)  # fmt: skip
+            only = DelayedBatch(
+                y_true[at],
+                initial[at],
+                batch.final[at],
+                batch.t_instance[at],
+                batch.t_label[at],
+                position[batch.owner],
+                batch.times,
+                batch.labels,
+            )
             grid = bin_predictions(only, bins, self.bin_rule)
         else:
             grid = np.empty((0, bins + 2), dtype=np.int64)
@@ -550,10 +592,15 @@ class DelayedEvaluator:
 
     def state(self) -> dict[str, Any]:
         out = {
-            "estimators": list(self.estimators), "bins": self.bins, "alpha": self.alpha,
-            "bin_rule": self.bin_rule, "max_classes": self.max_classes, "last": self._last,
-            "n": self._n, "states": {name: s.state() for name, s in self._states.items()},
-        }  # fmt: skip
+            "estimators": list(self.estimators),
+            "bins": self.bins,
+            "alpha": self.alpha,
+            "bin_rule": self.bin_rule,
+            "max_classes": self.max_classes,
+            "last": self._last,
+            "n": self._n,
+            "states": {name: s.state() for name, s in self._states.items()},
+        }
         if self._fresh:
             out["fresh"] = sorted(self._fresh)
         return out

@@ -230,11 +230,14 @@ class ModelEvaluator:
             "views": {view: ev.state() for view, ev in self._views.items()},
             "delayed": self._delayed.state(),
             "detectors": [det.state() for det in self._detectors],
-            **({"detector_starts": list(self._detector_starts)} if any(self._detector_starts)
-               else {}),
+            **(
+                {"detector_starts": list(self._detector_starts)}
+                if any(self._detector_starts)
+                else {}
+            ),
             "n": self._n,
             "latency": list(self._latency),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_state(
@@ -281,8 +284,10 @@ class ModelEvaluator:
         ev._n = state["n"]
         saved = [detector_from_state(s) for s in state["detectors"]]
         starts = state.get("detector_starts", [0] * len(saved))
-        by_spec = [(canonical_spec(det.spec()), det, start)
-                   for det, start in zip(saved, starts, strict=True)]  # fmt: skip
+        by_spec = [
+            (canonical_spec(det.spec()), det, start)
+            for det, start in zip(saved, starts, strict=True)
+        ]
         ev._detectors, ev._detector_starts = [], []
         for spec in ev.detectors:
             wanted = canonical_spec(spec)
