@@ -109,7 +109,8 @@ def evolved_finals(
     {key: n}}`` as the checkpoints' seals say, None for the last phase); ``resets``: phase ->
     estimators `state reset --estimator` dropped before it."""
     from streameval.app.edits import without_estimator
-    from streameval.core.model import ModelEvaluator, PairEvaluator
+    from streameval.core.model import ModelEvaluator
+    from streameval.core.pair import PairEvaluator
     from streameval.engine import Engine
 
     outcomes = outcomes_of(lines, phases[0][0])

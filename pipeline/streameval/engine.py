@@ -21,8 +21,9 @@ from typing import Any
 from streameval.config import EvaluationConfig
 from streameval.core.alarm import Alarm
 from streameval.core.join import Join, join_partition
-from streameval.core.model import ModelEvaluator, PairEvaluator
+from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome
+from streameval.core.pair import PairEvaluator
 from streameval.records import (
     ComparisonRecord,
     DriftAlarmRecord,

@@ -1,4 +1,4 @@
-"""ModelEvaluator and PairEvaluator: normalization, alarms, state."""
+"""ModelEvaluator: normalization, alarms, state."""
 
 import json
 import math
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.core.model import NORMALIZED_MEASURES, ModelEvaluator, PairEvaluator
+from streameval.core.model import NORMALIZED_MEASURES, ModelEvaluator
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
 
@@ -88,35 +88,6 @@ def test_alarms_place_the_change_however_the_batches_fall():
             got += part.update(outcomes[lo:hi])
             part = ModelEvaluator.from_state(json.loads(json.dumps(part.state())))
         assert got == alarms
-
-
-def test_pair_state_round_trip_and_same_model_refused():
-    pair = PairEvaluator("a", "b", estimators=["cumulative", "fading:0.9"])
-    outcomes = _outcomes([1, 1, 0], [1, 0, 0], "a") + _outcomes([1, 1, 0], [0, 1, 0], "b")
-    assert pair.update(outcomes) == 3
-    restored = PairEvaluator.from_state(json.loads(json.dumps(pair.state())))
-    assert restored.measures() == pair.measures() and restored.n == 3
-    with pytest.raises(ValueError, match="two different models"):
-        PairEvaluator("a", "a")
-
-
-def test_pairs_never_cross_incarnations_of_a_reused_id():
-    """An id used again after its first resolution is a new instance: its outcomes pair with
-    each other, not with the first incarnation's, in one call or split over several."""
-
-    def outcome(model, due, label):
-        return Outcome(model, "i1", "a", (due - 5,), (label,), due - 5, due - 1, due)
-
-    stream = [outcome("a", 10, "a"), outcome("b", 10, "b"), outcome("b", 50, "a"),
-              outcome("a", 50, "b")]  # fmt: skip
-    pair = PairEvaluator("a", "b")
-    assert pair.pairs(stream) == [(stream[0], stream[1]), (stream[3], stream[2])]
-    whole, split = PairEvaluator("a", "b"), PairEvaluator("a", "b")
-    whole.update(stream)
-    split.update(stream[:2])
-    split.update(stream[2:])
-    assert whole.n == split.n == 2
-    assert whole.measures() == split.measures()
 
 
 @settings(max_examples=60, deadline=None)
@@ -214,9 +185,6 @@ def test_an_estimator_a_history_has_is_never_dropped_silently():
     model.update(_drifting(20, seed=1, drift_at=10))
     with pytest.raises(ValueError, match=r"\['window:10'\].*history would go"):
         ModelEvaluator.from_state(model.state(), ["cumulative", "window:20"])
-    pair = PairEvaluator("a", "b", estimators=["cumulative", "window:10"])
-    with pytest.raises(ValueError, match=r"\['window:10'\]"):
-        PairEvaluator.from_state(pair.state(), ["cumulative"])
 
 
 def test_detectors_under_new_settings_go_on_start_or_go():
@@ -276,20 +244,3 @@ def test_an_old_checkpoint_keeps_its_detectors_when_a_new_setting_is_on_by_defau
     restored = ModelEvaluator.from_state(old)
     assert restored.update(outcomes[n0:]) == expected and expected
     assert model_shape_of(old["config"])["detectors"][0]["restart_threshold"] == 0.0
-
-
-def test_a_pair_continued_under_more_estimators():
-    a, b = _drifting(3000, seed=6, drift_at=2000, model="a"), _drifting(3000, 7, 1000, "b")
-    outcomes = [o for pair in zip(a, b, strict=True) for o in pair]
-    whole = PairEvaluator("a", "b", estimators=["cumulative"])
-    whole.update(outcomes)
-    first = PairEvaluator("a", "b", estimators=["cumulative"])
-    first.update(outcomes[:2000])
-    continued = PairEvaluator.from_state(first.state(), ["window:100", "cumulative"])
-    continued.update(outcomes[2000:])
-    fresh = PairEvaluator("a", "b", estimators=["window:100"])
-    fresh.update(outcomes[2000:])
-    measures = continued.measures()
-    assert list(measures) == ["window:100", "cumulative"]
-    assert _same(measures["cumulative"], whole.measures()["cumulative"])
-    assert _same(measures["window:100"], fresh.measures()["window:100"])

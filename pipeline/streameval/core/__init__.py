@@ -27,10 +27,11 @@ from streameval.core.join import Join
 from streameval.core.join_rules import DROP_REASONS
 from streameval.core.labels import DEFAULT_MAX_CLASSES, LabelEncoder
 from streameval.core.measures import SCALAR_MEASURES, ConfusionSnapshot, compute_measures
-from streameval.core.model import ModelEvaluator, PairEvaluator
+from streameval.core.model import ModelEvaluator
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
 from streameval.core.page_hinkley import PageHinkley
+from streameval.core.pair import PairEvaluator
 
 __all__ = [
     "DEFAULT_DETECTORS",
