@@ -21,18 +21,13 @@ from streameval.app.wire import (
     decode_outcomes,
     encode,
 )
+from streameval.messages import DEAD_LETTER_REASONS, MAX_DEPTH, EventError, StoredMessage
+from streameval.records import InstanceRecord, LabelRecord, PredictionRecord
 from streameval.schemas import (
-    DEAD_LETTER_REASONS,
-    MAX_DEPTH,
     BatchDecoder,
-    EventError,
     InstanceEvent,
-    InstanceRecord,
     LabelEvent,
-    LabelRecord,
     PredictionEvent,
-    PredictionRecord,
-    StoredMessage,
     decode_event,
 )
 from streameval.topics import INPUT_KINDS

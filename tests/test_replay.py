@@ -282,7 +282,7 @@ def test_the_router_and_replay_refuse_the_same_events_for_the_same_reasons(tmp_p
     """One rule: the same lines through the worker's router (one partition per type, as replay
     takes them, and no Kafka timestamps) and through replay are refused alike."""
     from streameval.app.router import Router
-    from streameval.schemas import StoredMessage
+    from streameval.messages import StoredMessage
     from streameval.topics import INPUT_KINDS
 
     second = 1000

@@ -5,17 +5,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from streameval.messages import DEAD_LETTER_REASONS, EventError, StoredMessage
+from streameval.records import MAX_TS, MIN_TS
 from streameval.schemas import (
-    DEAD_LETTER_REASONS,
-    MAX_TS,
-    MIN_TS,
     BatchDecoder,
-    EventError,
     InstanceEvent,
     KafkaTimeDecoder,
     LabelEvent,
     PredictionEvent,
-    StoredMessage,
     decode_event,
 )
 from streameval.topics import topics_dir

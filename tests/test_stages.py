@@ -34,7 +34,8 @@ from streameval.app.wire import (
 from streameval.core.outcome import Outcome
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
-from streameval.schemas import StoredMessage, decode_event
+from streameval.messages import StoredMessage
+from streameval.schemas import decode_event
 from streameval.simulate.malformed import Record, mix
 from streameval.simulate.scripted import TOPIC_OF
 from streameval.topics import INPUT_KINDS

@@ -1,10 +1,10 @@
-"""Event time: which well-formed events may move the service's clocks.
+"""Event time: the unit it comes in, and which well-formed events may move the clocks.
 
-Decoding (:mod:`streameval.schemas`) is about one message alone, its time included: ``ts`` in
-``ts_unit`` or the Kafka timestamp, made epoch milliseconds (:func:`streameval.schemas.event_ms`).
-Whether an event may enter the join at all depends on its event time against its partition's
-progress, which the worker's router and ``streameval replay`` judge alike with
-:class:`TimeRules`.
+An event's time is epoch milliseconds: its ``ts`` in ``[time] ts_unit`` (:func:`event_ms`) or
+its message's Kafka timestamp (:func:`kafka_ms`), refused unless it is a plausible date — the
+one rule of the worker's decoders and replay's (:mod:`streameval.schemas`). Whether an event
+may then enter the join depends on its time against its partition's progress, which the
+worker's router and ``streameval replay`` judge alike with :class:`TimeRules`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,81 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from streameval.schemas import EventError
+from streameval.messages import NO_TIMESTAMP, EventError
+from streameval.records import MAX_TS, MIN_TS
 
-__all__ = ["NO_TS", "TimeRules"]
+__all__ = ["NO_TS", "TS_UNITS", "TimeRules", "event_ms", "kafka_ms"]
+
+#: ``[time] ts_unit``: the units ``ts`` may come in, with their names and sizes in nanoseconds
+TS_UNITS = {
+    "s": ("seconds", 10**9),
+    "ms": ("milliseconds", 10**6),
+    "us": ("microseconds", 10**3),
+    "ns": ("nanoseconds", 1),
+}
+
+
+_KAFKA_TS = ' (record timestamps are epoch ms; [time] ts_source = "kafka" reads event time there)'
+
+
+def _date(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def event_ms(ts: int, unit: str = "ms", kafka: bool = False) -> int:
+    """``ts``, a time in ``unit``, as epoch milliseconds — if it is a date from 1973-03-03 to
+    2200-01-01 (:data:`MIN_TS` .. :data:`MAX_TS` in ms). Else :class:`EventError`, saying in
+    which unit it would be a date and what to do; ``kafka``: ``ts`` is a Kafka timestamp
+    (milliseconds by the protocol: only its producer can fix it).
+
+    The one rule of the worker's decoder and replay's, so that they refuse the same events.
+    The units' ranges are 1000 times apart and each spans a factor of 73, so a value can be a
+    date in one unit only: today is about 1.8e9 in seconds, 1.8e12 in ms, 1.8e15 in µs.
+
+    >>> event_ms(1_767_225_600, "s")
+    1767225600000
+    >>> event_ms(1_767_225_600)
+    Traceback (most recent call last):
+    ...
+    streameval.messages.EventError: ts 1767225600 looks like seconds, not milliseconds (2026-01-01 00:00:00 UTC in seconds): multiply it by 1000 at the producer, or set [time] ts_unit = "s"
+    """  # noqa: E501
+    name, size = TS_UNITS[unit]
+    ms = ts * size // 1_000_000
+    if MIN_TS <= ms <= MAX_TS:
+        return ms
+    what = "the Kafka timestamp" if kafka else "ts"
+    for other, (other_name, other_size) in TS_UNITS.items():
+        as_ms = ts * other_size // 1_000_000
+        if other != unit and MIN_TS <= as_ms <= MAX_TS:
+            factor = other_size // size or size // other_size
+            fix = f"{'multiply' if other_size > size else 'divide'} it by {factor} at the producer"
+            fix += _KAFKA_TS if kafka else f', or set [time] ts_unit = "{other}"'
+            raise EventError(
+                f"{what} {ts} looks like {other_name}, not {name} ({_date(as_ms)} in "
+                f"{other_name}): {fix}",
+                "wrong_ts_unit",
+            )
+    raise EventError(
+        f"{what} {ts} is no date from 1973-03-03 to 2200-01-01, in {name} or any other unit: "
+        f"send the epoch time of the event in {name}"
+        + (_KAFKA_TS if kafka else f' ([time] ts_unit = "{unit}")'),
+        "bad_timestamp",
+    )
+
+
+def kafka_ms(timestamp: tuple[int, int]) -> int:
+    """Event time from a message's Kafka timestamp (``Message.timestamp()``), for
+    ``[time] ts_source = "kafka"``; :class:`EventError` if it has none or no plausible one."""
+    stamped, ms = timestamp
+    if stamped == NO_TIMESTAMP:
+        raise EventError(
+            'the message has no Kafka timestamp, and [time] ts_source = "kafka" reads event '
+            "time from it: send it with one (the producer's send time, or timestamp=), or put "
+            'ts in the message and set ts_source = "field"',
+            "no_timestamp",
+        )
+    return event_ms(ms, "ms", kafka=True)
+
 
 #: "nothing seen yet" for the progress (largest ``ts``) of an input partition
 NO_TS = -(2**62)

@@ -18,10 +18,10 @@ from streameval.config import EvaluationConfig
 from streameval.core.join import Join
 from streameval.engine import Engine
 from streameval.event_time import NO_TS, TimeRules
+from streameval.messages import EventError
 from streameval.records import Record
 from streameval.schemas import (
     Event,
-    EventError,
     InstanceEvent,
     LabelEvent,
     PredictionEvent,

@@ -16,7 +16,8 @@ from typing import Any
 
 from streameval.config import EvaluationConfig
 from streameval.event_time import NO_TS, TimeRules
-from streameval.schemas import BatchDecoder, DeadLetter, EventError, KafkaTimeDecoder, Message
+from streameval.messages import DeadLetter, EventError, Message
+from streameval.schemas import BatchDecoder, KafkaTimeDecoder
 
 from .wire import INSTANCE, LABEL, PREDICTION, EventRow, Source
 

@@ -1,0 +1,141 @@
+"""Why a message did not decode, in words a producer can act on.
+
+Any exception of a decoder becomes an :class:`~streameval.messages.EventError` with a reason
+code (:func:`explain`), after a second try past a UTF-8 byte order mark (:func:`after_mark`);
+the nesting bound is checked before msgspec parses (:func:`too_deep`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from streameval.event_time import TS_UNITS, event_ms
+from streameval.messages import BOM, MAX_DEPTH, EventError
+
+__all__ = ["after_mark", "explain", "too_deep"]
+
+
+#: fields that give away a message of another kind, per kind of topic
+_FOREIGN = {
+    "instance": {"model_id": "a prediction", "label": "a prediction or a label"},
+    "label": {"model_id": "a prediction"},
+    "prediction": {},
+}
+_FIELDS = {
+    "instance": "instance_id, ts, features",
+    "prediction": "instance_id, model_id, ts, label, scores, model_version",
+    "label": "instance_id, ts, label",
+}
+
+
+class _Ts(msgspec.Struct):
+    ts: Any = None
+
+
+_read_ts = msgspec.json.Decoder(_Ts).decode
+
+
+def explain(
+    err: BaseException, kind: str | None = None, value: bytes = b"", unit: str = "ms"
+) -> EventError:
+    """Any exception of the decoder as a message and a stable reason code (``kind``: the kind
+    of message expected, if known; ``value``: the message; ``unit``: that of its ``ts``)."""
+    if isinstance(err, EventError):
+        return err
+    if value[:1] == b"\x00" and len(value) >= 5:  # JSON text never starts with a NUL
+        schema = int.from_bytes(value[1:5], "big")
+        return EventError(
+            f"the message starts with Confluent Schema Registry framing (magic byte 0, schema "
+            f"id {schema}) before its payload: streameval reads plain JSON values; produce the "
+            "JSON text as UTF-8 bytes, not with a Schema Registry serializer (JSONSerializer, "
+            "AvroSerializer, ProtobufSerializer)",
+            "schema_registry",
+        )
+    message = str(err)
+    if isinstance(err, UnicodeDecodeError):
+        return EventError(
+            f"a string is not valid UTF-8 ({message}); encode text as UTF-8", "invalid_utf8"
+        )
+    if isinstance(err, RecursionError):
+        return EventError(f"nested deeper than {MAX_DEPTH} levels", "too_deep")
+    if not isinstance(err, msgspec.DecodeError):
+        return EventError(f"could not be decoded ({type(err).__name__}: {message})", "undecodable")
+    if not isinstance(err, msgspec.ValidationError):
+        return EventError(f"not valid JSON: {message}", "invalid_json")
+    if "Invalid value" in message and "$.type" in message:
+        return EventError(
+            message + "; `type` must be one of 'instance', 'prediction', 'label'", "unknown_type"
+        )
+    if message.startswith("Object contains unknown field"):
+        name = message.split("`")[1] if message.count("`") >= 2 else ""
+        foreign = _FOREIGN.get(kind or "", {}).get(name)
+        if foreign:
+            return EventError(
+                f"{message}: this looks like {foreign}, not a {kind}; send it to its own topic",
+                "wrong_topic",
+            )
+        allowed = f" (a {kind} has {_FIELDS[kind]})" if kind in _FIELDS else ""
+        return EventError(message + allowed, "unknown_field")
+    if message.startswith("Object missing required field"):
+        return EventError(message, "missing_field")
+    if message.startswith("Expected `object`"):
+        return EventError(message + "; a message is one JSON object", "not_an_object")
+    if "$.ts" in message and ("<=" in message or ">=" in message):
+        try:  # say which unit it looks like
+            event_ms(_read_ts(value).ts, unit)
+        except EventError as error:
+            return error
+        except Exception:
+            pass
+        return EventError(message + f" (ts is epoch {TS_UNITS[unit][0]})", "bad_timestamp")
+    if "$.label" in message and ("<=" in message or ">=" in message) and "length" not in message:
+        return EventError(message + " (integer labels are 64-bit)", "bad_label")
+    if "length >=" in message:
+        return EventError(message + " (ids and labels must not be empty)", "empty_value")
+    return EventError(message, "wrong_type")
+
+
+def _nesting(value: bytes) -> int:
+    """How deep arrays and objects nest in a JSON text (brackets inside strings do not count),
+    without parsing it: a bound checked before msgspec recurses into ``features``."""
+    data = np.frombuffer(value, dtype=np.uint8)
+    backslash = data == 0x5C
+    # a quote is escaped when an odd run of backslashes precedes it
+    index = np.arange(data.size)
+    last_plain = np.maximum.accumulate(np.where(backslash, -1, index))
+    run = index - 1 - np.concatenate(([-1], last_plain[:-1]))
+    quote = (data == 0x22) & (run % 2 == 0)
+    outside = np.cumsum(quote) % 2 == 0  # a string's content lies between odd and even quotes
+    step = ((data == 0x5B) | (data == 0x7B)).astype(np.int64)
+    step -= (data == 0x5D) | (data == 0x7D)
+    step[~outside] = 0
+    return int(np.cumsum(step).max(initial=0))
+
+
+def after_mark(decode: Any, value: bytes, err: BaseException, kind: str | None, unit: str) -> Any:
+    """After ``decode`` refused ``value`` with ``err``: the record of what follows a UTF-8 byte
+    order mark, if there is one and it decodes; else the :class:`EventError` saying why not."""
+    if value.startswith(BOM):
+        value = value[len(BOM) :]
+        try:
+            return decode(value)
+        except Exception as again:
+            err = again
+    raise explain(err, kind, value, unit) from None
+
+
+def too_deep(value: bytes) -> bool:
+    """Whether ``value`` nests arrays and objects deeper than :data:`MAX_DEPTH`; cheap for
+    the usual message, which has far fewer brackets than that.
+
+    >>> too_deep(b'{"features": {"x": [[1, 2], [3]]}}'), too_deep(b"[" * 65 + b"]" * 65)
+    (False, True)
+    >>> too_deep(b'{"s": "' + b"[" * 100 + b'"}')  # inside a string: not nesting
+    False
+    """
+    if value.count(b"[") + value.count(b"{") <= MAX_DEPTH:
+        return False
+    return _nesting(value) > MAX_DEPTH
