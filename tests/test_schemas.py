@@ -124,18 +124,6 @@ def test_code_and_json_schema_agree(kind, message, valid):
     assert schema_says == code_says == valid
 
 
-def test_the_committed_schemas_are_the_ones_the_types_generate():
-    """topics/schemas/ is generated from streameval.records: `python -m streameval.records
-    --write` after a change of a type, and this test holds the files to it."""
-    from streameval.records import generated_schemas
-
-    for name, text in generated_schemas().items():
-        assert (topics_dir() / "schemas" / name).read_text() == text, (
-            f"{name} differs from what streameval.records generates; run "
-            "`python -m streameval.records --write`"
-        )
-
-
 @pytest.mark.parametrize("kind", ["instance", "prediction", "label"])
 def test_the_types_accept_what_the_schemas_accept(kind):
     import msgspec
@@ -184,17 +172,6 @@ def test_the_docs_list_every_dead_letter_reason():
     table = text[text.index("## Dead letters") :]
     for code in DEAD_LETTER_REASONS:
         assert f"| `{code}` |" in table, f"docs/replay.md does not explain {code}"
-
-
-def test_the_schema_command_checks_writes_and_names_a_wrong_folder(tmp_path, capsys):
-    from streameval.records import generated_schemas, main
-
-    assert main([]) == 0  # the package's files are up to date
-    assert main([str(tmp_path)]) == 1 and "differ from the types" in capsys.readouterr().out
-    assert main(["--write", str(tmp_path)]) == 0
-    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == generated_schemas()
-    assert main([str(tmp_path / "missing")]) == 2
-    assert "is not a folder" in capsys.readouterr().err
 
 
 def _decode(value: bytes, kind="label", timestamp=None, **time):

@@ -1,9 +1,9 @@
 """Every message streameval reads or writes, as msgspec types: the one definition of its format.
 
-The JSON Schemas in ``topics/schemas/`` are generated from these types (``python -m
-streameval.records --write``) and a test fails when the committed files differ from what this
-module generates. What the types cannot say — per-class measure names, the unit interval with
-its rounding slack — is declared next to them, in their ``extra_json_schema``.
+The JSON Schemas in ``topics/schemas/`` are generated from these types
+(:mod:`streameval.schema_files`). What the types cannot say — per-class measure names, the
+unit interval with its rounding slack — is declared next to them, in their
+``extra_json_schema``.
 
 Input messages have the fields of their topic and no others (unknown fields are refused by the
 decoder and by the schemas alike). The Engine builds its output records as these types;
@@ -13,9 +13,6 @@ a record decoded as plain JSON (a dict) into its type, naming where it differs.
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -26,6 +23,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "MAX_TS",
     "MIN_TS",
+    "SCHEMA_DEFS",
     "ComparisonRecord",
     "DeadLetterHeaders",
     "DriftAlarmRecord",
@@ -43,7 +41,6 @@ __all__ = [
     "Record",
     "check_record",
     "decode_record",
-    "generated_schemas",
 ]
 
 #: Event times are epoch milliseconds of a date from 1973-03-03 (10^11 ms) to 2200-01-01: in
@@ -119,7 +116,8 @@ class LabelMessage(LabelRecord, frozen=True):
 _VALUE = {"anyOf": [{"type": "number"}, {"type": "null"}]}
 #: a share, allowed its rounding slack
 _UNIT = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": -1e-9, "maximum": 1.000000001}]}
-_DEFS = {"value": _VALUE, "unit": _UNIT}
+#: what ``$ref`` of the annotations below points to: a schema has those it uses in its ``$defs``
+SCHEMA_DEFS = {"value": _VALUE, "unit": _UNIT}
 _REF_VALUE, _REF_UNIT = {"$ref": "#/$defs/value"}, {"$ref": "#/$defs/unit"}
 _SIGNED = (
     "kappa",
@@ -375,51 +373,6 @@ class DeadLetterHeaders(
 Record = InitialMetricsRecord | FinalMetricsRecord | DriftAlarmRecord | ComparisonRecord
 
 
-# -- schemas ----------------------------------------------------------------------------------
-#: topics/schemas/<file>: (type, title)
-SCHEMA_FILES: dict[str, tuple[Any, str]] = {
-    "instance.schema.json": (InstanceMessage, "instance"),
-    "prediction.schema.json": (PredictionMessage, "prediction"),
-    "label.schema.json": (LabelMessage, "label"),
-    "metrics.schema.json": (MetricsRecord, "metrics"),
-    "drift-alarm.schema.json": (DriftAlarmRecord, "drift alarm"),
-    "comparison.schema.json": (ComparisonRecord, "comparison"),
-    "dead-letter.schema.json": (DeadLetterHeaders, "dead letter"),
-}
-_METRICS = (
-    "Every measure of one model and one view under every estimator; null where a "
-    "measure is undefined. Key: model_id."
-)
-
-
-def _schema(name: str, kind: Any, title: str) -> dict[str, Any]:
-    generated = msgspec.json.schema(kind)
-    defs = generated.pop("$defs", {})
-    if "$ref" in generated:  # one struct: its definition is the schema
-        generated = defs.pop(generated.pop("$ref").rsplit("/", 1)[1])
-    generated.pop("title", None)
-    if kind is MetricsRecord:
-        generated = {"description": _METRICS, **generated}
-    if kind is DeadLetterHeaders:  # Kafka headers: every value is a string
-        generated["additionalProperties"] = {"type": "string"}
-    used = json.dumps([generated, defs])
-    defs |= {key: value for key, value in _DEFS.items() if f"#/$defs/{key}" in used}
-    head = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"streameval/{name}",
-        "title": title,
-    }
-    return {**head, **generated, **({"$defs": defs} if defs else {})}
-
-
-def generated_schemas() -> dict[str, str]:
-    """File name → the JSON Schema text this module generates for it."""
-    return {
-        name: json.dumps(_schema(name, kind, title), indent=2, ensure_ascii=False) + "\n"
-        for name, (kind, title) in SCHEMA_FILES.items()
-    }
-
-
 # -- records -------------------------------------------------------------------------------
 _RECORDS: dict[str, Any] = {
     "metrics": MetricsRecord,
@@ -447,31 +400,3 @@ def decode_record(kind: str, data: bytes) -> Any:
     ('page_hinkley', 21042, 20310)
     """
     return _DECODERS[kind].decode(data)
-
-
-def main(argv: list[str]) -> int:
-    """``python -m streameval.records [--write] [DIR]``: check (or write) the schema files."""
-    write = "--write" in argv
-    rest = [arg for arg in argv if arg != "--write"]
-    folder = Path(rest[0]) if rest else Path(__file__).parent / "resources" / "topics" / "schemas"
-    if not folder.is_dir():
-        print(
-            f"{folder} is not a folder; give the folder of the schema files (default: the "
-            "package's topics/schemas)",
-            file=sys.stderr,
-        )
-        return 2
-    stale = []
-    for name, text in generated_schemas().items():
-        path = folder / name
-        if not path.exists() or path.read_text() != text:
-            stale.append(name)
-            if write:
-                path.write_text(text)
-    verb = "wrote" if write else "differ from the types (python -m streameval.records --write)"
-    print(f"{verb}: {', '.join(stale)}" if stale else "every schema is up to date")
-    return 1 if stale and not write else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
