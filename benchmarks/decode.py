@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import jsonschema
-from streameval.schemas import BatchDecoder
+from streameval.codec import BatchDecoder
 from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -191,9 +191,9 @@ def error_streams(config: Any, grace_ms: int = GRACE_MS) -> dict[str, tuple[np.n
     outcome (int32), both in resolution order (the order ``ModelEvaluator.update`` sees).
     """
     import orjson
+    from streameval.codec import decode_event
     from streameval.config import load_config
     from streameval.engine import Engine
-    from streameval.schemas import decode_event
     from streameval.simulate.system import simulate
 
     engine = Engine(load_config(join={"label_grace_ms": grace_ms}))

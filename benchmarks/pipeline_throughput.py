@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from streameval.app.wire import decode_events  # noqa: E402
+from streameval.codec import BatchDecoder  # noqa: E402
 from streameval.devkafka import free_port  # noqa: E402
-from streameval.schemas import BatchDecoder  # noqa: E402
 from streameval.simulate.scripted import ScriptedStream  # noqa: E402
 
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}

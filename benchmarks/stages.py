@@ -44,9 +44,9 @@ from streameval.app.wire import (  # noqa: E402
     decode_outcomes,
     encode,
 )
+from streameval.codec import encode_record  # noqa: E402
 from streameval.config import load_config  # noqa: E402
 from streameval.messages import StoredMessage  # noqa: E402
-from streameval.schemas import encode_record  # noqa: E402
 from streameval.simulate.scripted import TOPIC_OF, ScriptedStream  # noqa: E402
 from streameval.topics import INPUT_KINDS  # noqa: E402
 

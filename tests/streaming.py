@@ -6,9 +6,9 @@ import io
 from typing import Any
 
 import orjson
+from streameval.codec import encode_record
 from streameval.config import EvaluationConfig, load_config
 from streameval.replay import replay
-from streameval.schemas import encode_record
 from streameval.simulate.scripted import ScriptedStream
 
 

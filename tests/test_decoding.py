@@ -21,15 +21,15 @@ from streameval.app.wire import (
     decode_outcomes,
     encode,
 )
-from streameval.messages import DEAD_LETTER_REASONS, MAX_DEPTH, EventError, StoredMessage
-from streameval.records import InstanceRecord, LabelRecord, PredictionRecord
-from streameval.schemas import (
+from streameval.codec import (
     BatchDecoder,
     InstanceEvent,
     LabelEvent,
     PredictionEvent,
     decode_event,
 )
+from streameval.messages import DEAD_LETTER_REASONS, MAX_DEPTH, EventError, StoredMessage
+from streameval.records import InstanceRecord, LabelRecord, PredictionRecord
 from streameval.topics import INPUT_KINDS
 
 FIELDS = ["type", "instance_id", "model_id", "ts", "label", "scores", "features",

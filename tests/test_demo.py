@@ -2,11 +2,11 @@
 
 import json
 
+from streameval.codec import decode_event
 from streameval.config import load_config
 from streameval.demo import WORKER_CONFIG, ChangeWatch
 from streameval.engine import Engine
 from streameval.records import DriftAlarmRecord
-from streameval.schemas import decode_event
 from streameval.simulate.system import SimulationConfig, simulate
 
 

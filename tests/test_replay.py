@@ -13,11 +13,11 @@ import pytest
 import streameval.replay
 from click.testing import CliRunner
 from streameval.cli import main
+from streameval.codec import decode_event, encode_record
 from streameval.config import load_config
 from streameval.core.join import Join
 from streameval.engine import Engine
 from streameval.replay import replay
-from streameval.schemas import decode_event, encode_record
 from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,9 +5,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from streameval.messages import DEAD_LETTER_REASONS, EventError, StoredMessage
-from streameval.records import MAX_TS, MIN_TS
-from streameval.schemas import (
+from streameval.codec import (
     BatchDecoder,
     InstanceEvent,
     KafkaTimeDecoder,
@@ -15,6 +13,8 @@ from streameval.schemas import (
     PredictionEvent,
     decode_event,
 )
+from streameval.messages import DEAD_LETTER_REASONS, EventError, StoredMessage
+from streameval.records import MAX_TS, MIN_TS
 from streameval.topics import topics_dir
 
 ROOT = Path(__file__).resolve().parents[1]

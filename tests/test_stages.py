@@ -31,11 +31,11 @@ from streameval.app.wire import (
     decode_outcomes,
     encode,
 )
+from streameval.codec import decode_event
 from streameval.core.outcome import Outcome
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
 from streameval.messages import StoredMessage
-from streameval.schemas import decode_event
 from streameval.simulate.malformed import Record, mix
 from streameval.simulate.scripted import TOPIC_OF
 from streameval.topics import INPUT_KINDS

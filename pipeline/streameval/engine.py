@@ -18,6 +18,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
+from streameval.codec import Event, InstanceEvent, LabelEvent, PredictionEvent
 from streameval.config import EvaluationConfig
 from streameval.core.alarm import Alarm
 from streameval.core.join import Join, join_partition
@@ -33,7 +34,6 @@ from streameval.records import (
     PairMeasures,
     Record,
 )
-from streameval.schemas import Event, InstanceEvent, LabelEvent, PredictionEvent
 
 __all__ = ["Engine"]
 

@@ -2,7 +2,7 @@
 
 An event's time is epoch milliseconds: its ``ts`` in ``[time] ts_unit`` (:func:`event_ms`) or
 its message's Kafka timestamp (:func:`kafka_ms`), refused unless it is a plausible date — the
-one rule of the worker's decoders and replay's (:mod:`streameval.schemas`). Whether an event
+one rule of the worker's decoders and replay's (:mod:`streameval.codec`). Whether an event
 may then enter the join depends on its time against its partition's progress, which the
 worker's router and ``streameval replay`` judge alike with :class:`TimeRules`.
 """
@@ -120,8 +120,8 @@ class TimeRules:
     its ``ts`` if that is later.
 
     ``ts_unit`` and ``ts_source`` say how event time is read (``[time]`` of the settings):
-    the decoders take them (:class:`~streameval.schemas.BatchDecoder`,
-    :func:`~streameval.schemas.decode_event`), and every time here is in milliseconds.
+    the decoders take them (:class:`~streameval.codec.BatchDecoder`,
+    :func:`~streameval.codec.decode_event`), and every time here is in milliseconds.
 
     Examples
     --------

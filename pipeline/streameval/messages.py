@@ -1,6 +1,6 @@
 """An input message as the decoders see it, and what a malformed one becomes.
 
-The decoders (:mod:`streameval.schemas`) read a :class:`Message` — a Kafka message, or a
+The decoders (:mod:`streameval.codec`) read a :class:`Message` — a Kafka message, or a
 :class:`StoredMessage` held in memory — and turn any byte string that is no event into a
 :class:`DeadLetter`: the original bytes with a reason a person can act on and a short code to
 count by (:data:`DEAD_LETTER_REASONS`), carried by :class:`EventError`.

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from streameval.codec import Event, decode_event
 from streameval.messages import BOM, EventError
-from streameval.schemas import Event, decode_event
 from streameval.topics import INPUT_KINDS
 
 __all__ = ["ProduceError", "check_file", "produce_file"]

@@ -96,7 +96,7 @@ class LabelRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 # A message may say its type, which must be its topic's (replay files, which merge the topics,
-# need it); the decoder reads it leniently to name a mismatch (streameval.schemas).
+# need it); the decoder reads it leniently to name a mismatch (streameval.codec).
 class InstanceMessage(InstanceRecord, frozen=True):
     __doc__ = InstanceRecord.__doc__
     type: Literal["instance"] | None = None

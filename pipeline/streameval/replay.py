@@ -14,13 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from streameval.config import EvaluationConfig
-from streameval.core.join import Join
-from streameval.engine import Engine
-from streameval.event_time import NO_TS, TimeRules
-from streameval.messages import EventError
-from streameval.records import Record
-from streameval.schemas import (
+from streameval.codec import (
     Event,
     InstanceEvent,
     LabelEvent,
@@ -28,6 +22,12 @@ from streameval.schemas import (
     decode_event,
     encode_record,
 )
+from streameval.config import EvaluationConfig
+from streameval.core.join import Join
+from streameval.engine import Engine
+from streameval.event_time import NO_TS, TimeRules
+from streameval.messages import EventError
+from streameval.records import Record
 
 __all__ = ["MalformedLine", "ReplayResult", "replay"]
 

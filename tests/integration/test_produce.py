@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from streameval.cli import main
-from streameval.schemas import KafkaTimeDecoder, decode_event
+from streameval.codec import KafkaTimeDecoder, decode_event
 from streameval.simulate.scripted import ScriptedStream
 from streameval.topics import INPUT_KINDS, create_topics, load_topics
 

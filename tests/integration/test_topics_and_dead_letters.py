@@ -5,7 +5,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from streameval.schemas import BatchDecoder
+from streameval.codec import BatchDecoder
 from streameval.topics import create_topics, describe_topics, load_topics
 
 pytestmark = pytest.mark.kafka

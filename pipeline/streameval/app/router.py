@@ -14,10 +14,10 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
+from streameval.codec import BatchDecoder, KafkaTimeDecoder
 from streameval.config import EvaluationConfig
 from streameval.event_time import NO_TS, TimeRules
 from streameval.messages import DeadLetter, EventError, Message
-from streameval.schemas import BatchDecoder, KafkaTimeDecoder
 
 from .wire import INSTANCE, LABEL, PREDICTION, EventRow, Source
 

@@ -28,11 +28,11 @@ from typing import Any
 
 import orjson
 
+from streameval.codec import encode_record
 from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
 from streameval.logs import KAFKA_LOG
 from streameval.records import ComparisonRecord, DriftAlarmRecord, Record
-from streameval.schemas import encode_record
 from streameval.store import StoreError
 from streameval.topics import Topics
 

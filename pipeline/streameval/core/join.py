@@ -67,8 +67,8 @@ class Join(JoinRules):
       conflicts, a later instance record *late*; all counted and ignored.
     * An instance without a label ``label_ttl`` after its first event expires, counted as
       unlabelled per model. When more than ``max_pending`` instances are pending, the oldest
-      (by first event) goes: resolved early if it already has its label, else evicted and
-      counted.
+      (by first event) is evicted and counted (a pending instance never has its label: the
+      label resolves it).
 
     Events arrive through :meth:`add_events` (or ``add_*`` one at a time) and wait until
     :meth:`advance` moves the clock past them. An event stamped at or before the clock when it

@@ -68,9 +68,13 @@ from streameval.core.intervals import DEFAULT_CONFIDENCE, kish, normal_quantile,
 
 __all__ = [
     "INTERVAL_MEASURES",
+    "ROUNDING_NOISE",
     "SCALAR_MEASURES",
     "ConfusionSnapshot",
+    "chance_is_certain",
     "compute_measures",
+    "kappa_plus",
+    "skill",
 ]
 
 NAN = math.nan

@@ -23,12 +23,12 @@ from typing import Any
 
 import orjson
 
+from streameval.messages import BOM
 from streameval.simulate.scripted import TOPIC_OF, ScriptedStream
 
 __all__ = ["BAD_KINDS", "ODD_KINDS", "Record", "mix"]
 
 DAY = 86_400_000
-BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
