@@ -13,12 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn import metrics
 from streameval.core.forgetting import EstimatorSpec
-from streameval.core.probabilistic import (
-    EPSILON,
-    ScoredBatch,
-    ScoreEstimator,
-    auc_horizon,
-)
+from streameval.core.probabilistic import EPSILON, ScoredBatch, ScoreEstimator
+from streameval.core.roc_auc import auc_horizon
 
 SPECS = [
     "cumulative",
