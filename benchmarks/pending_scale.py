@@ -73,13 +73,13 @@ def _batches(first: int, count: int, pending: int, step: int = 200):
         for n, i in enumerate(range(start, stop)):
             iid, t = _id(i), START + i * 10
             truth = "yes" if i % 3 else "no"
-            rows.append((INSTANCE, iid, "", t, "", 0, 4 * i))
+            rows.append((INSTANCE, iid, "", t, "", 0, 4 * i, None))
             for m, model in enumerate(MODELS):
                 guess = truth if guesses[n, m] else ("no" if truth == "yes" else "yes")
-                rows.append((PREDICTION, iid, model, t, guess, 0, 4 * i + m + 1))
+                rows.append((PREDICTION, iid, model, t, guess, 0, 4 * i + m + 1, None))
             j = i - pending
             if j >= 0:
-                rows.append((LABEL, _id(j), "", t + 5, "yes" if j % 3 else "no", 1, i))
+                rows.append((LABEL, _id(j), "", t + 5, "yes" if j % 3 else "no", 1, i, None))
         yield rows, START + (stop - 1) * 10 + 5
 
 

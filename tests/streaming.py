@@ -14,7 +14,8 @@ from streameval.simulate.scripted import ScriptedStream
 
 def make_stream(instances: int = 3000, seed: int = 5) -> ScriptedStream:
     """≥ 3 models, re-predictions, delayed labels of varied latency (labels overtaking
-    predictions by up to 500 ms), a drift of the champion, a few malformed records."""
+    predictions by up to 500 ms), a drift of the champion, a few malformed records, scores on
+    most predictions."""
     return ScriptedStream(
         instances=instances,
         drift_at=instances // 2,
@@ -22,6 +23,7 @@ def make_stream(instances: int = 3000, seed: int = 5) -> ScriptedStream:
         min_delay_ms=20,
         max_transport_ms=500,
         malformed=7,
+        scored=0.7,  # most predictions carry scores, some do not
         seed=seed,
     )
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from streameval.app.router import Router
 from streameval.app.wire import (
     LABEL,
+    PREDICTION,
     WIRE_VERSION,
     EventBatch,
     Source,
@@ -175,23 +176,52 @@ def test_an_internal_batch_decodes_or_raises_wire_error(data):
 
 
 def test_the_wire_layout_of_events_and_outcomes_is_fixed():
-    """Version 1 of the internal batches, byte for byte: a change of the core's tuples that
+    """Version 2 of the internal batches, byte for byte: a change of the core's tuples that
     would change these bytes must come with a new WIRE_VERSION (wire.py refuses to load)."""
     import msgspec
     from streameval.app.wire import EVENT_LAYOUT, OUTCOME_LAYOUT, OutcomeBatch
     from streameval.core.outcome import Outcome
 
-    event = (LABEL, "i1", "", 5, "cat", 0, 17)
-    outcome = Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5)
+    scores = ("cat", 0.75, "dog", 0.25)
+    event = (PREDICTION, "i1", "m", 5, "cat", 0, 17, scores)
+    outcome = Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5, (None, scores))
     events = encode(EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)], [event]))
     outcomes = encode(OutcomeBatch(WIRE_VERSION, 1, 17, 5, [outcome], 2))
-    assert msgspec.msgpack.decode(events) == [1, [["labels", 0, 5, False]],
-                                              [[2, "i1", "", 5, "cat", 0, 17]]]  # fmt: skip
+    assert msgspec.msgpack.decode(events) == [
+        2,
+        [["labels", 0, 5, False]],
+        [[1, "i1", "m", 5, "cat", 0, 17, ["cat", 0.75, "dog", 0.25]]],
+    ]
     assert msgspec.msgpack.decode(outcomes) == [
-        1, 1, 17, 5, [["m", "i1", "cat", [3, 4], ["dog", "cat"], 3, 5, 5]], 2
-    ]  # fmt: skip
+        2,
+        1,
+        17,
+        5,
+        [["m", "i1", "cat", [3, 4], ["dog", "cat"], 3, 5, 5, [None, ["cat", 0.75, "dog", 0.25]]]],
+        2,
+    ]
     assert len(EVENT_LAYOUT) == len(event) and OUTCOME_LAYOUT == Outcome._fields
     assert decode_outcomes(outcomes).outcomes == [outcome]
+    assert decode_events(events).events == [event]
+
+
+def test_batches_of_wire_version_1_read_as_batches_without_scores():
+    """What an upgrade may find on the internal topics: version 1, before scores."""
+    import msgspec
+    from streameval.core.outcome import Outcome
+
+    events = msgspec.msgpack.encode(
+        [1, [["labels", 0, 5, False]], [[2, "i1", "", 5, "cat", 0, 17]]]
+    )
+    outcomes = msgspec.msgpack.encode(
+        [1, 1, 17, 5, [["m", "i1", "cat", [3, 4], ["dog", "cat"], 3, 5, 5]], 2]
+    )
+    assert decode_events(events).events == [(LABEL, "i1", "", 5, "cat", 0, 17, None)]
+    assert decode_outcomes(outcomes).outcomes == [
+        Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5)
+    ]
+    with pytest.raises(WireError, match="wire version 3"):
+        decode_events(msgspec.msgpack.encode([3, [], []]))
 
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 2_000, 200_000])
@@ -225,6 +255,6 @@ def test_the_router_routes_what_follows_a_byte_order_mark():
         StoredMessage("labels", 0, 0, None, b"\xef\xbb\xbf" + label),
         StoredMessage("labels", 0, 1, None, b"\x00\x00\x00\x00\x07" + label),
     ], now_ms=1767225600000)  # fmt: skip
-    assert rows == [[(LABEL, "i1", "", 1767225600000, "a", 0, 0)]]
+    assert rows == [[(LABEL, "i1", "", 1767225600000, "a", 0, 0, None)]]
     assert [letter.code for letter in letters] == ["schema_registry"]
     assert router.decoder.counters == {"schema_registry": 1}

@@ -10,8 +10,9 @@ import msgspec
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from streameval.config import load_config
+from streameval.core.probabilistic import PROBABILISTIC_MEASURES
 from streameval.exporter import Exporter, Selection, estimator_label
-from streameval.records import DriftAlarmRecord
+from streameval.records import DriftAlarmRecord, check_record
 from streameval.replay import replay
 from streameval.series import DEFAULT_MEASURES
 
@@ -211,7 +212,9 @@ def test_the_default_selection_exports_what_the_dashboards_and_alerts_use():
         for (name, k), v in series.items()
         if name == "streameval_measure"
     }
+    # (the sample's predictions have no scores: no log_loss, brier, ece, roc_auc)
     scalars = set(DEFAULT_MEASURES) - {"n", "n_effective", "precision", "recall"}
+    scalars -= set(PROBABILISTIC_MEASURES)
     assert measures.keys() == {("final", e, m) for e in estimators for m in scalars} | {
         ("initial", e, "accuracy") for e in estimators
     }
@@ -520,3 +523,48 @@ def test_build_info_says_what_each_worker_runs():
 def _samples(registry):
     text = generate_latest(registry).decode()
     return [(s.name, s) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def _with_scores(record):
+    """The record as if its model's predictions had carried scores (two confidence bins)."""
+    scored = {
+        "n_scored": 40,
+        "log_loss": 0.4,
+        "brier": 0.25,
+        "ece": 0.05,
+        "roc_auc": 0.81,
+        "roc_auc_grid": 0.0,
+        "reliability": {
+            "confidence": [0.6, 0.9],
+            "accuracy": [0.55, 0.93],
+            "weight": [0.25, 0.75],
+        },
+    }
+    estimators = {name: {**values, **scored} for name, values in record.estimators.items()}
+    return msgspec.structs.replace(record, estimators=estimators)
+
+
+def test_a_model_with_scores_exports_their_measures_and_on_demand_its_calibration():
+    initial, final = (_with_scores(r) for r in _latest())
+    check_record(msgspec.to_builtins(final))  # the record's schema has them
+    registry = CollectorRegistry()
+    Exporter(registry).observe([initial, final])
+    series = _series(registry)
+    estimators = {estimator_label(e) for e in final.estimators}
+    scored = {
+        (dict(k)["estimator"], dict(k)["measure"])
+        for (name, k), _ in series.items()
+        if name == "streameval_measure" and dict(k)["measure"] in PROBABILISTIC_MEASURES
+    }
+    assert scored == {(e, m) for e in estimators for m in ("log_loss", "brier", "ece", "roc_auc")}
+    assert not any(name == "streameval_reliability" for name, _ in series)
+    registry = CollectorRegistry()
+    chosen = Selection(measures=frozenset({"reliability"}), initial_measures=frozenset())
+    Exporter(registry, selection=chosen).observe([initial, final])
+    bins = {
+        (dict(k)["estimator"], dict(k)["bin"], dict(k)["quantity"]): v
+        for (name, k), v in _series(registry).items()
+        if name == "streameval_reliability"
+    }
+    assert bins["window_1000", "002", "accuracy"] == 0.93
+    assert len(bins) == len(estimators) * 2 * 3

@@ -11,6 +11,7 @@ from streameval.codec import (
     KafkaTimeDecoder,
     LabelEvent,
     PredictionEvent,
+    canonical_scores,
     decode_event,
 )
 from streameval.messages import DEAD_LETTER_REASONS, EventError, StoredMessage
@@ -51,7 +52,7 @@ EXAMPLES = {  # (kind, message, valid?)
                 "model_id": "m",
                 "ts": T,
                 "label": 3,
-                "scores": {"a": 0.5},
+                "scores": {"3": 0.5, "-4": 0.5},
                 "model_version": "v2",
             },
             True,
@@ -65,7 +66,7 @@ EXAMPLES = {  # (kind, message, valid?)
             {"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "scores": {"a": "x"}},
             False,
         ),
-        ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "scores": {"a": 0.5}}, True),
+        ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "scores": {"a": 1.0}}, True),
         ({"instance_id": "i", "model_id": "m", "ts": T, "label": 2**63 - 1}, True),
         ({"instance_id": "i", "model_id": "m", "ts": T, "label": 2**63}, False),
         ({"instance_id": "i", "model_id": "m", "ts": T, "label": "a", "confidence": 1}, False),
@@ -122,6 +123,44 @@ def test_code_and_json_schema_agree(kind, message, valid):
     except ValueError:
         code_says = False
     assert schema_says == code_says == valid
+
+
+#: scores the types accept and the decoder refuses (bad_scores): what the schema says with an
+#: if/then on the label's type, and what no schema can say (a sum), in its description
+SCORES_BEYOND_TYPES = [
+    ({"label": 3, "scores": {"a": 1.0}}, False),
+    ({"label": 3, "scores": {"03": 1.0}}, False),
+    ({"label": 3, "scores": {"3": 0.4, "4": 0.5}}, True),
+    ({"label": "a", "scores": {"a": 0.5}}, True),
+    ({"label": "a", "scores": {"a": 0.5, "b": 0.500002}}, True),
+]
+
+
+@pytest.mark.parametrize(("fields", "schema_accepts"), SCORES_BEYOND_TYPES)
+def test_the_decoder_refuses_scores_that_name_no_class_or_are_no_distribution(
+    fields, schema_accepts
+):
+    message = {"instance_id": "i", "model_id": "m", "ts": T, **fields}
+    assert jsonschema.Draft202012Validator(SCHEMAS["prediction"]).is_valid(message) is (
+        schema_accepts
+    )
+    kind, letter = BatchDecoder({"t": "prediction"}).decode_message(
+        _Message("t", json.dumps(message).encode())
+    )
+    assert kind is None and letter.code == "bad_scores"
+    with pytest.raises(EventError) as caught:
+        decode_event(json.dumps({"type": "prediction", **message}))
+    assert caught.value.code == "bad_scores" and str(caught.value) == letter.reason
+    assert "scores" in letter.reason
+
+
+def test_scores_that_add_up_to_1_within_the_tolerance_are_kept():
+    message = {"instance_id": "i", "model_id": "m", "ts": T, "label": 2}
+    message["scores"] = {"2": 0.3, "10": 0.7000009}
+    kind, record = BatchDecoder({"t": "prediction"}).decode_message(
+        _Message("t", json.dumps(message).encode())
+    )
+    assert kind == "prediction" and canonical_scores(record.scores, 2) == (2, 0.3, 10, 0.7000009)
 
 
 @pytest.mark.parametrize("kind", ["instance", "prediction", "label"])

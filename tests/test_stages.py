@@ -31,7 +31,7 @@ from streameval.app.wire import (
     decode_outcomes,
     encode,
 )
-from streameval.codec import decode_event
+from streameval.codec import canonical_scores, decode_event
 from streameval.core.outcome import Outcome
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
@@ -452,7 +452,9 @@ def test_the_router_before_and_after_its_partitions():
             StoredMessage("labels", 0, 4, None, b"{"),
         ]
     )
-    assert [row for rows in per_partition for row in rows] == [(LABEL, "i1", "", t0, "a", 0, 3)]
+    assert [row for rows in per_partition for row in rows] == [
+        (LABEL, "i1", "", t0, "a", 0, 3, None)
+    ]
     assert [letter.offset for letter in letters] == [4]
     assert router.consumed == {("labels", 0): 5}
     router.at_end("labels", 0, 1_000.0)
@@ -472,9 +474,18 @@ _EVENTS = st.lists(
         st.integers(0, 30).map(lambda ms: 1_767_225_600_000 + ms),  # ts
         st.sampled_from(["a", "b", 1]),
         st.integers(0, 2),  # the partition of its topic a producer happened to choose
+        st.sampled_from([None, 0.25, 0.75]),  # a prediction's scores: none, or its label's p
     ),
     max_size=40,
 )
+
+
+def _scores(label, p):
+    """A prediction's scores as a producer sends them (None: it sends none)."""
+    if p is None:
+        return None
+    other = {"a": "b", "b": "a", 1: 0}[label]
+    return {str(label): p, str(other): 1 - p}
 
 
 def _through_join_stage(logs, config, seed):
@@ -499,8 +510,9 @@ def _through_join_stage(logs, config, seed):
             src = tps.index(tp)
             for _ in range(rng.randint(1, 3)):
                 if read[tp] < len(logs[tp]):
-                    kind, iid, model, ts, label, _ = logs[tp][read[tp]]
+                    kind, iid, model, ts, label, _, p = logs[tp][read[tp]]
                     code = {"instance": INSTANCE, "prediction": PREDICTION, "label": LABEL}[kind]
+                    scores = _scores(label, p) if code == PREDICTION else None
                     rows.append(
                         (
                             code,
@@ -510,6 +522,7 @@ def _through_join_stage(logs, config, seed):
                             label if code != INSTANCE else "",
                             src,
                             read[tp],
+                            None if scores is None else canonical_scores(scores, label),
                         )
                     )
                     read[tp] += 1
@@ -524,9 +537,9 @@ def _through_join_stage(logs, config, seed):
 @settings(max_examples=300, deadline=None)
 @given(events=_EVENTS, grace=st.integers(0, 6), seeds=st.tuples(st.integers(), st.integers()))
 def test_competing_records_resolve_alike_for_any_keying_and_interleaving(events, grace, seeds):
-    """Conflicting labels, second instance records, re-predictions stamped alike: the
-    outcomes depend on the events alone — not on the partitions producers chose, nor on the
-    order in which the join read them — and they are replay's."""
+    """Conflicting labels, second instance records, re-predictions stamped alike (scores
+    or none, alike or not): the outcomes depend on the events alone — not on the partitions
+    producers chose, nor on the order in which the join read them — and they are replay's."""
     config = make_config(join={"label_grace_ms": grace})
     order = sorted(range(len(events)), key=lambda i: events[i][3])  # delivered in ts order
 
@@ -535,7 +548,7 @@ def test_competing_records_resolve_alike_for_any_keying_and_interleaving(events,
 
     logs = {}
     for i in order:  # one keying: the partition each event names
-        kind, *_, part = events[i]
+        kind, *_, part, _ = events[i]
         logs.setdefault((kind + "s", part), []).append(events[i])
     first = sorted(_through_join_stage(logs, config, seeds[0]), key=key)
     logs = {}
@@ -546,12 +559,14 @@ def test_competing_records_resolve_alike_for_any_keying_and_interleaving(events,
     engine = Engine(config)
     replayed = []
     for i in order:
-        kind, iid, model, ts, label, _ = events[i]
+        kind, iid, model, ts, label, _, p = events[i]
         fields = {"instance_id": iid, "ts": ts}
         if kind != "instance":
             fields["label"] = label
         if kind == "prediction":
             fields["model_id"] = model
+            if p is not None:
+                fields["scores"] = _scores(label, p)
         replayed += engine.resolve([decode_event(orjson.dumps({"type": kind, **fields}))])
     replayed += engine.join.flush()
     assert sorted(replayed, key=key) == first
@@ -617,7 +632,10 @@ def test_the_router_reads_event_time_as_the_settings_say():
     stamps = [t0 + 5, t0 + 9, None, t0 - 8 * day, t0 // 1000]
     messages = [StoredMessage("labels", 0, n, None, values[n], stamps[n]) for n in range(5)]
     rows, letters = router.route(messages, now_ms=t0 + day)
-    assert rows[0] == [(LABEL, "i0", "", t0 + 5, "a", 0, 0), (LABEL, "i1", "", t0 + 9, "a", 0, 1)]
+    assert rows[0] == [
+        (LABEL, "i0", "", t0 + 5, "a", 0, 0, None),
+        (LABEL, "i1", "", t0 + 9, "a", 0, 1, None),
+    ]
     assert [letter.code for letter in letters] == ["no_timestamp", "ts_too_old", "wrong_ts_unit"]
     assert router.progress(("labels", 0)) == t0 + 9
 
@@ -625,7 +643,7 @@ def test_the_router_reads_event_time_as_the_settings_say():
     router.assign([("labels", 0)])
     value = b'{"instance_id": "i0", "ts": %d, "label": "a"}' % (t0 // 1000)
     rows, letters = router.route([StoredMessage("labels", 0, 0, None, value, t0)], now_ms=t0)
-    assert rows[0] == [(LABEL, "i0", "", t0, "a", 0, 0)] and letters == []
+    assert rows[0] == [(LABEL, "i0", "", t0, "a", 0, 0, None)] and letters == []
 
 
 def _outcomes(n, due=1_000):

@@ -24,6 +24,15 @@ _events = st.lists(
 )
 
 
+def _row(kind, iid, model, ts, label, n):
+    """The n-th event as the join takes it; two predictions of three have scores, which the
+    stores keep with them."""
+    scores = None
+    if kind == PREDICTION and n % 3:
+        scores = ("a", 0.25, "b", 0.75) if label != 7 else (7, 1.0)
+    return (kind, iid, model if kind == PREDICTION else "", ts, label, 0, n, scores)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     events=_events,
@@ -46,7 +55,7 @@ def test_disk_and_memory_states_give_the_same_outcomes(
     for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
         if behind > 10:  # else the clock stays: waiting events pile up
             clock = max(clock, ts - behind + 10)
-        row = (kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)
+        row = _row(kind, iid, model, ts, label, n)
         want += memory.add_events([row], clock, budget=budget)[0]
         got += disk.add_events([row], clock, budget=budget)[0]
         if action is not None:
@@ -87,9 +96,7 @@ def test_a_store_rebuilt_from_its_changelog_is_the_store(tmp_path_factory, event
     join = Join(3, 50, 5)
     log, number, chunks, sealed_at = [], 0, 0, None
     for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
-        join.add_events(
-            [(kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)], max(0, ts - behind)
-        )
+        join.add_events([_row(kind, iid, model, ts, label, n)], max(0, ts - behind))
         if action is not None:
             records, new_chunks = checkpoint_records(number + 1, join.changes(), chunks, {})
             log += records
@@ -115,7 +122,8 @@ def test_a_store_rebuilt_from_its_changelog_is_the_store(tmp_path_factory, event
 
 def _database(state: DiskState) -> tuple[dict, dict, set]:
     """What a disk store's database holds: records, remembered instances, queue keys."""
-    from streameval.core.state import MEMORY, RECORD, decode_value
+    from streameval.core.pending import PREDICTIONS
+    from streameval.core.state import MEMORY, RECORD, decode_value, intern_record
 
     records, memory, queues = {}, {}, set()
     it = state.db.iter()
@@ -123,7 +131,7 @@ def _database(state: DiskState) -> tuple[dict, dict, set]:
     while it.valid():
         key = it.key()
         if key[:1] == RECORD:
-            records[key[1:].decode()] = decode_value(it.value())
+            records[key[1:].decode()] = intern_record(decode_value(it.value()), PREDICTIONS)
         elif key[:1] == MEMORY:
             memory[key[1:].decode()] = tuple(decode_value(it.value()))
         elif key[:1] in (b"x", b"f"):
@@ -169,7 +177,7 @@ def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, t
     got, want = [], []
     for n, (kind, iid, model, ts, label, behind, action) in enumerate(events):
         clock = max(clock, ts - behind)
-        row = (kind, iid, model if kind == PREDICTION else "", ts, label, 0, n)
+        row = _row(kind, iid, model, ts, label, n)
         want += memory.add_events([row], clock)[0]
         got += disk.add_events([row], clock)[0]
         assert got == want

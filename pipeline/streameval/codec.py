@@ -14,12 +14,14 @@ well-formed event may enter the join at all).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Union
 
 import msgspec
 import numpy as np
 
+from streameval.core.outcome import Label
 from streameval.decode_errors import after_mark, explain, too_deep
 from streameval.event_time import TS_UNITS, event_ms, kafka_ms
 from streameval.messages import MAX_DEPTH, DeadLetter, EventError, Message
@@ -27,15 +29,64 @@ from streameval.records import MAX_MESSAGE_BYTES, InstanceRecord, LabelRecord, P
 
 __all__ = [
     "KINDS",
+    "SCORES_SUM_TOLERANCE",
     "BatchDecoder",
     "Event",
     "InstanceEvent",
     "KafkaTimeDecoder",
     "LabelEvent",
     "PredictionEvent",
+    "canonical_scores",
     "decode_event",
     "encode_record",
 ]
+
+
+#: How far from 1 the probabilities of a prediction's ``scores`` may add up.
+SCORES_SUM_TOLERANCE = 1e-6
+
+
+def canonical_scores(scores: dict[str, float], label: Label) -> tuple:
+    """A prediction's ``scores`` (as decoded: 1 to 1000 probabilities from 0 to 1) checked for
+    what a schema cannot say, and made one value: ``(class, p, class, p, ...)``, classes in
+    order, each named as ``label`` names its class (an integer label's classes are the integers
+    the keys spell). Raises :class:`EventError` (``bad_scores``) saying what is wrong: the
+    probabilities must add up to 1 within 1e-6, an integer label's classes be digits.
+
+    >>> canonical_scores({"ok": 0.25, "fraud": 0.75}, "ok")
+    ('fraud', 0.75, 'ok', 0.25)
+    >>> canonical_scores({"1": 0.5, "0": 0.5}, 1)
+    (0, 0.5, 1, 0.5)
+    >>> canonical_scores({"yes": 0.5, "no": 0.6}, "yes")
+    Traceback (most recent call last):
+    ...
+    streameval.messages.EventError: scores add up to 1.1, not 1: send a probability per class (they sum to 1 within 1e-06)
+    """  # noqa: E501
+    total = math.fsum(scores.values())
+    if abs(total - 1.0) > SCORES_SUM_TOLERANCE:
+        raise EventError(
+            f"scores add up to {total:.12g}, not 1: send a probability per class (they sum "
+            f"to 1 within {SCORES_SUM_TOLERANCE:g})",
+            "bad_scores",
+        )
+    if isinstance(label, int):
+        pairs = []
+        for key, p in scores.items():
+            try:
+                cls = int(key)
+            except ValueError:
+                cls = None
+            if cls is None or str(cls) != key or not -(2**63) <= cls < 2**63:
+                raise EventError(
+                    f"scores key {key!r} names no class: the label is an integer, so scores "
+                    'name classes by their digits ({"0": 0.2, "1": 0.8})',
+                    "bad_scores",
+                ) from None
+            pairs.append((cls, p))
+    else:
+        pairs = list(scores.items())
+    pairs.sort()
+    return tuple(x for pair in pairs for x in pair)
 
 
 # replay files merge the three topics into one stream: each line says its type
@@ -136,9 +187,12 @@ def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:
         raise explain(RecursionError())
     decode = _event_decoder(ts_unit)
     try:
-        return decode(data)
+        event = decode(data)
     except Exception as err:  # whatever the input: EventError and nothing else out of here
-        return after_mark(decode, data, err, None, ts_unit)
+        event = after_mark(decode, data, err, None, ts_unit)
+    if type(event) is PredictionEvent and event.scores is not None:
+        canonical_scores(event.scores, event.label)
+    return event
 
 
 def _numpy_scalar(value: Any) -> Any:
@@ -279,6 +333,11 @@ class BatchDecoder:
                 except EventError as error:
                     return None, self.dead_letter(message, error)
             if record.type is None or record.type == kind:
+                if kind == "prediction" and record.scores is not None:
+                    try:
+                        canonical_scores(record.scores, record.label)
+                    except EventError as error:
+                        return None, self.dead_letter(message, error)
                 return kind, record
             error = EventError(
                 f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",

@@ -54,6 +54,8 @@ from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.intervals import DEFAULT_CONFIDENCE, DEFAULT_MIN_N, check_confidence
+from streameval.core.probabilistic import DEFAULT_ECE_BINS
+from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 from streameval.event_time import TimeRules
 
 __all__ = ["ConfigError", "EvaluationConfig", "load_config"]
@@ -99,6 +101,17 @@ class DelayedConfig(_Strict):
     bin_rule: Literal["vote", "last"] = "vote"
 
 
+class ScoresConfig(_Strict):
+    ece_bins: int = Field(
+        DEFAULT_ECE_BINS, ge=1, le=1000, description="equal-width confidence bins of the ECE"
+    )
+    auc_max_values: int = Field(
+        DEFAULT_AUC_MAX_VALUES,
+        ge=2,
+        description="distinct scores per class the all-history AUC keeps exactly",
+    )
+
+
 class ModelConfig(_Strict):
     positive_label: str | int | None = None
     detectors: list[dict[str, Any]] | None = None
@@ -126,6 +139,7 @@ class EvaluationConfig(_Strict):
     join: JoinConfig = Field(default_factory=JoinConfig)
     time: TimeConfig = Field(default_factory=TimeConfig)
     delayed: DelayedConfig = Field(default_factory=DelayedConfig)
+    scores: ScoresConfig = Field(default_factory=ScoresConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     comparisons: list[ComparisonConfig] = Field(default_factory=list)
 

@@ -91,6 +91,11 @@ def explain(
         except Exception:
             pass
         return EventError(message + f" (ts is epoch {TS_UNITS[unit][0]})", "bad_timestamp")
+    if "$.scores" in message and ("<=" in message or ">=" in message):
+        return EventError(
+            message + " (scores are a probability per class, from 0 to 1, for 1 to 1000 classes)",
+            "bad_scores",
+        )
     if "$.label" in message and ("<=" in message or ">=" in message) and "length" not in message:
         return EventError(message + " (integer labels are 64-bit)", "bad_label")
     if "length >=" in message:

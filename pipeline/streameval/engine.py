@@ -18,7 +18,13 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
-from streameval.codec import Event, InstanceEvent, LabelEvent, PredictionEvent
+from streameval.codec import (
+    Event,
+    InstanceEvent,
+    LabelEvent,
+    PredictionEvent,
+    canonical_scores,
+)
 from streameval.config import EvaluationConfig
 from streameval.core.alarm import Alarm
 from streameval.core.join import Join, join_partition
@@ -144,11 +150,23 @@ class Engine:
                 self._now = event.ts
             kind = type(event)
             if kind is PredictionEvent:
-                row = (PREDICTION, event.instance_id, event.model_id, event.ts, event.label, 0, 0)
+                scores = event.scores
+                if scores is not None:
+                    scores = canonical_scores(scores, event.label)
+                row = (
+                    PREDICTION,
+                    event.instance_id,
+                    event.model_id,
+                    event.ts,
+                    event.label,
+                    0,
+                    0,
+                    scores,
+                )
             elif kind is LabelEvent:
-                row = (LABEL, event.instance_id, "", event.ts, event.label, 0, 0)
+                row = (LABEL, event.instance_id, "", event.ts, event.label, 0, 0, None)
             elif kind is InstanceEvent:
-                row = (INSTANCE, event.instance_id, "", event.ts, "", 0, 0)
+                row = (INSTANCE, event.instance_id, "", event.ts, "", 0, 0, None)
             else:
                 raise TypeError(f"not an event: {event!r}")
             now = self._now - 1
@@ -257,6 +275,8 @@ class Engine:
                 bin_rule=d.bin_rule,
                 detectors=cfg.detectors_of(model_id),
                 normalize_max_count=cfg.normalize_max_count,
+                ece_bins=cfg.scores.ece_bins,
+                auc_max_values=cfg.scores.auc_max_values,
             )
         return model
 

@@ -50,6 +50,7 @@ DEAD_LETTER_REASONS = {
     "wrong_ts_unit": "ts a date in another unit than ts_unit (seconds sent as milliseconds)",
     "no_timestamp": "with ts_source = 'kafka': a message without a Kafka timestamp",
     "bad_label": "an integer label outside the signed 64-bit range",
+    "bad_scores": "scores that are no probabilities, or name no class like the label does",
     "ts_in_future": "ts later than the message was sent (or than now), beyond max_future_ms",
     "ts_too_old": "ts older than its partition's latest event by more than label_ttl_ms",
     "unknown_topic": "read from a topic that is not an input topic",

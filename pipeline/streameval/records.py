@@ -75,6 +75,20 @@ class InstanceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     features: dict[str, Any] | None = None
 
 
+#: A prediction's probability per class (the decoder also checks what a schema cannot say:
+#: that they add up to 1, and that an integer label's classes are named by their digits).
+Scores = Annotated[
+    dict[str, Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]],
+    msgspec.Meta(
+        min_length=1,
+        max_length=1000,
+        description="a probability per class, adding up to 1 within 1e-6 (checked by the "
+        "decoder); the classes are named as the label names its class: an integer label's "
+        'by their digits ({"0": 0.2, "1": 0.8})',
+    ),
+]
+
+
 class PredictionRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A model's prediction for an instance; several per model and instance are its evolving
     predictions. Key: instance_id."""
@@ -83,7 +97,7 @@ class PredictionRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     model_id: Id
     ts: Timestamp
     label: ClassLabel
-    scores: dict[str, float] | None = None
+    scores: Scores | None = None
     model_version: str | None = None
 
 
@@ -140,6 +154,32 @@ _WARMING_UP = {
     "description": "n_kish is below the configured min_n: too few outcomes to act on",
 }
 
+_NON_NEGATIVE = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": 0}]}
+_UNITS = {"type": "array", "items": _REF_UNIT}
+#: the measures of a model's scores, once its view has a prediction with scores
+#: (docs/measures.md, "Scores")
+_PROBABILISTIC = {
+    "n_scored": {"type": "integer", "minimum": 0, "description": "outcomes with scores covered"},
+    "log_loss": _NON_NEGATIVE,
+    "brier": {
+        "anyOf": [{"type": "null"}, {"type": "number", "minimum": 0, "maximum": 2.000000001}]
+    },
+    "ece": _REF_UNIT,
+    "roc_auc": _REF_UNIT,
+    "roc_auc_grid": {
+        "type": "number",
+        "minimum": 0,
+        "description": "step of the grid the all-history AUC rounds scores to (0: exact)",
+    },
+    "reliability": {
+        "type": "object",
+        "description": "per confidence bin: mean confidence, accuracy and share of the weight",
+        "required": ["confidence", "accuracy", "weight"],
+        "properties": {"confidence": _UNITS, "accuracy": _UNITS, "weight": _UNITS},
+        "additionalProperties": False,
+    },
+}
+
 EstimatorName = Annotated[
     str, msgspec.Meta(pattern=r"^(cumulative|window:[1-9][0-9]*|fading:[0-9.eE+-]+)$")
 ]
@@ -155,6 +195,7 @@ Measures = Annotated[
                     for name in SCALAR_MEASURES
                 },
                 "warming_up": _WARMING_UP,
+                **_PROBABILISTIC,
             },
             "patternProperties": {
                 r"^(precision|recall|f1)\[.+\]$": _REF_UNIT,

@@ -50,6 +50,15 @@ def _schema(name: str, kind: Any, title: str) -> dict[str, Any]:
     generated.pop("title", None)
     if kind is MetricsRecord:
         generated = {"description": _METRICS, **generated}
+    if kind is PredictionMessage:  # an integer label's classes are named by their digits
+        generated["allOf"] = [
+            {
+                "if": {"properties": {"label": {"type": "integer"}}},
+                "then": {
+                    "properties": {"scores": {"propertyNames": {"pattern": "^-?(0|[1-9][0-9]*)$"}}}
+                },
+            }
+        ]
     if kind is DeadLetterHeaders:  # Kafka headers: every value is a string
         generated["additionalProperties"] = {"type": "string"}
     used = json.dumps([generated, defs])

@@ -27,6 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from streameval.core.measures import SCALAR_MEASURES
 from streameval.core.model import NORMALIZED_MEASURES
+from streameval.core.probabilistic import PROBABILISTIC_MEASURES
 
 __all__ = [
     "ALL",
@@ -87,6 +88,8 @@ EXPORTABLE_MEASURES = (
     "warming_up",  # 1 while the estimate's n_kish is below min_n, else 0
     *(f"normalized_{name}" for name in NORMALIZED_MEASURES),
     *CLASS_MEASURES,
+    *PROBABILISTIC_MEASURES,  # of a model whose predictions carry scores
+    "reliability",  # the calibration bins: streameval_reliability
 )
 #: What a selection lists to export every measure
 ALL = "all"
@@ -113,6 +116,11 @@ DEFAULT_MEASURES = (
     "accuracy_hi",
     "kappa_temporal_lo",
     "kappa_temporal_hi",
+    # a model whose predictions carry scores (docs/measures.md, "Scores")
+    "log_loss",
+    "brier",
+    "ece",
+    "roc_auc",
 )
 #: The initial view's default: its accuracy, beside the final view's
 DEFAULT_INITIAL_MEASURES = ("accuracy",)
@@ -234,8 +242,12 @@ class _View:
         self.scalars = tuple(
             n
             for n in EXPORTABLE_MEASURES
-            if n not in COUNTS and n not in CLASS_MEASURES and (names is None or n in names)
+            if n not in COUNTS
+            and n not in CLASS_MEASURES
+            and n != "reliability"
+            and (names is None or n in names)
         )
+        self.reliability = names is None or "reliability" in names
         self.counts = tuple(n for n in COUNTS if names is None or n in names)
         self.per_class = tuple(n for n in CLASS_MEASURES if names is None or n in names)
 
@@ -301,6 +313,12 @@ class SnapshotCollector(Collector):
             "Latest per-class precision, recall or F1 of a model.",
             labels=["model", "view", "estimator", "measure", "class"],
         )
+        reliability = GaugeMetricFamily(
+            "streameval_reliability",
+            "Calibration of a model's scores per confidence bin (bins are zero-padded, 001 the "
+            "least confident): the mean confidence, the accuracy and the share of the weight.",
+            labels=["model", "view", "estimator", "bin", "quantity"],
+        )
         delayed = GaugeMetricFamily(
             "streameval_delayed_measure",
             "Delayed-label measures: initial, final and prioritised (psi) performance.",
@@ -349,6 +367,12 @@ class SnapshotCollector(Collector):
                         measure.add_metric([model, view, est, name], _value(value))
                 for name in chosen.counts:
                     counts[name].add_metric([model, view, est], _value(get(name)))
+                bins = get("reliability") if chosen.reliability else None
+                if bins is not None:
+                    for quantity, values_of_bins in bins.items():
+                        for i, value in enumerate(values_of_bins):
+                            labels = [model, view, est, f"{i + 1:03d}", quantity]
+                            reliability.add_metric(labels, _value(value))
                 for cls in classes:
                     for name in chosen.per_class:
                         value = get(f"{name}[{cls}]", _ABSENT)
@@ -393,5 +417,6 @@ class SnapshotCollector(Collector):
             histogram.add_metric([model], buckets, total)
         yield measure
         yield from counts.values()
-        yield from (per_class, delayed, binned, outcomes, latency, comparison, disagreements)
+        yield from (per_class, reliability, delayed, binned, outcomes, latency)
+        yield from (comparison, disagreements)
         yield histogram

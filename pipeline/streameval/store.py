@@ -413,7 +413,7 @@ class DiskState:
         it = self.db.iter()
         it.seek(RECORD)
         while it.valid() and it.key()[:1] == RECORD:
-            yield it.key()[1:].decode(), decode_value(it.value())
+            yield it.key()[1:].decode(), intern_record(decode_value(it.value()), PREDICTIONS)
             it.next()
 
     def disk_bytes(self) -> int:

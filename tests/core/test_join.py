@@ -301,9 +301,18 @@ def _as_rows(events, pile_up=False):
     for n, (kind, iid, model, ts, label, ahead, moves) in enumerate(events):
         if moves or not pile_up:
             clock = max(clock, ts - ahead)
-        rows.append((kinds[kind], iid, model if kind == "p" else "", ts, label, 0, n))
+        scores = _scores(label, n) if kind == "p" else None
+        rows.append((kinds[kind], iid, model if kind == "p" else "", ts, label, 0, n, scores))
         clocks.append(clock)
     return rows, clocks
+
+
+def _scores(label, n):
+    """Scores for a prediction, or none: repeats of one prediction may differ in them."""
+    if n % 3 == 0:
+        return None
+    p = (n % 7) / 8
+    return ("a", p, "b", 1 - p) if isinstance(label, str) else (3, 1.0)
 
 
 def _at_once(rows, clocks, grace, ttl, max_pending):
@@ -390,8 +399,10 @@ def test_waiting_events_applied_in_slices(events, grace, ttl, max_pending, budge
 def test_a_join_restored_between_slices_is_still_behind():
     rows = []
     for i in range(10):
-        rows += [(PREDICTION, f"i{i}", "m", 10 + i, "a", 0, 2 * i),
-                 (LABEL, f"i{i}", "", 20 + i, "a" if i % 2 else "b", 0, 2 * i + 1)]  # fmt: skip
+        rows += [
+            (PREDICTION, f"i{i}", "m", 10 + i, "a", 0, 2 * i, None),
+            (LABEL, f"i{i}", "", 20 + i, "a" if i % 2 else "b", 0, 2 * i + 1, None),
+        ]
     whole = Join(label_grace=0)
     whole.add_events(rows, 0)
     want = whole.advance(100)
@@ -491,8 +502,9 @@ def test_a_batch_of_events_is_its_events_taken_one_by_one(batches, grace, ttl, m
         events = []
         for kind, iid, model, ts, label, source, step in rows:
             offsets[source] += step
-            events.append((kind, iid, model if kind == PREDICTION else "", ts, label, source,
-                           offsets[source]))  # fmt: skip
+            scores = _scores(label, offsets[source]) if kind == PREDICTION else None
+            model = model if kind == PREDICTION else ""
+            events.append((kind, iid, model, ts, label, source, offsets[source], scores))
         out, skipped = batch.add_events(events, now, seen)
         got += out
         repeats += skipped

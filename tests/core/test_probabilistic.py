@@ -198,7 +198,7 @@ def grid_for(values, cap):
 @settings(max_examples=40)
 @given(
     values=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=80),
-    cap=st.integers(1, 12),
+    cap=st.integers(2, 12),
     cuts=st.lists(st.integers(0, 80), max_size=5),
 )
 def test_all_history_auc_keeps_at_most_its_values_on_the_finest_grid(values, cap, cuts):

@@ -469,7 +469,9 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     inputs = [("predictions", 0)]
     for q in range(2):  # each with 10 instances waiting for their labels
         join = JoinStage(q, config, inputs)
-        rows = [(PREDICTION, f"j{q}-{i}", "champion", 1_000 + i, "yes", 0, i) for i in range(10)]
+        rows = [
+            (PREDICTION, f"j{q}-{i}", "champion", 1_000 + i, "yes", 0, i, None) for i in range(10)
+        ]
         join.apply(0, EventBatch(WIRE_VERSION, [Source("predictions", 0, 5_000, False)], rows))
         assert join.join.pending == 10
         write(topics.join_changelog, q, join.changes())

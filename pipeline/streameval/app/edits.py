@@ -246,7 +246,7 @@ def move(
     rows += [tuple(outcome) for outcome in unread]
     if rows:
         # a run is kept sorted by (due, instance_id, model_id, arrival)
-        rows.sort(key=lambda r: (r[-1], r[1], r[0]))
+        rows.sort(key=lambda r: (r[7], r[1], r[0]))  # due is the eighth field
         first = dst.get("seq", 0) + 1
         out_target[OUTCOME + pack(first)] = encode_value(
             [(first + i, *row) for i, row in enumerate(rows)]

@@ -125,7 +125,7 @@ class EvalStage:
             else:
                 self._moved = None
         if outcomes:
-            models, instances, *_, dues = zip(*outcomes, strict=True)  # columns, at C speed
+            models, instances, *_, dues, _ = zip(*outcomes, strict=True)  # columns, at C speed
             run = list(
                 zip(
                     dues,
@@ -368,7 +368,10 @@ class EvalStage:
             stage._dirty.add(number)
         for number, rows in waiting.items():
             run = []
-            for seq, model_id, instance_id, y_true, times, labels, t_instance, t_label, due in rows:
+            for seq, *fields in rows:
+                model_id, instance_id, y_true, times, labels, t_instance, t_label, due = fields[:8]
+                # (a row of a checkpoint from before scores were kept has none)
+                scores = tuple(fields[8]) if len(fields) > 8 else ()
                 outcome = Outcome(
                     model_id,
                     instance_id,
@@ -378,6 +381,7 @@ class EvalStage:
                     t_instance,
                     t_label,
                     due,
+                    scores,
                 )
                 run.append((due, instance_id, model_id, seq, outcome))
             stage._runs[number] = run

@@ -40,6 +40,8 @@ import orjson
 
 from streameval.config import EvaluationConfig
 from streameval.core.drift import canonical_spec, saved_spec
+from streameval.core.probabilistic import DEFAULT_ECE_BINS
+from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 
 __all__ = [
     "JOIN_SETTINGS",
@@ -79,6 +81,8 @@ SETTINGS = {
     "delayed.bins": "shapes",
     "delayed.alpha": "shapes",
     "delayed.bin_rule": "shapes",
+    "scores.ece_bins": "shapes",
+    "scores.auc_max_values": "shapes",
     "join.label_grace_ms": "shapes",
     "join.label_ttl_ms": "shapes",
     "join.max_pending": "shapes",
@@ -103,6 +107,11 @@ _MODEL_SETTINGS = {
     "bins": ("delayed.bins", "its delayed-label block was binned under the old value"),
     "alpha": ("delayed.alpha", "its Ψ weights were the old ones"),
     "bin_rule": ("delayed.bin_rule", "its delayed-label bins were filled by the old rule"),
+    "ece_bins": ("scores.ece_bins", "its calibration was binned under the old value"),
+    "auc_max_values": (
+        "scores.auc_max_values",
+        "its all-history AUC kept (or rounded) its scores under the old limit",
+    ),
 }
 
 
@@ -138,6 +147,8 @@ def model_shape(config: EvaluationConfig, model_id: str) -> dict[str, Any]:
             "alpha": delayed.alpha,
             "bin_rule": delayed.bin_rule,
             "detectors": config.detectors_of(model_id),
+            "ece_bins": config.scores.ece_bins,
+            "auc_max_values": config.scores.auc_max_values,
         }
     )
 
@@ -153,6 +164,9 @@ def model_shape_of(settings: Mapping[str, Any]) -> dict[str, Any]:
         "bin_rule": settings["bin_rule"],
         # as the state ran them: a detector setting added since was off there
         "detectors": [canonical_spec(saved_spec(spec)) for spec in settings["detectors"]],
+        # a state from before scores were kept had none, as if under the defaults
+        "ece_bins": settings.get("ece_bins", DEFAULT_ECE_BINS),
+        "auc_max_values": settings.get("auc_max_values", DEFAULT_AUC_MAX_VALUES),
     }
 
 
@@ -345,14 +359,6 @@ def _judge_join(stored: Stored, config: EvaluationConfig, verdict: Verdict) -> N
     reset = sorted(q for q, shape in stored.joins.items() if shape is None)
     if reset:
         verdict.new.append(f"join partitions {_listing(tuple(map(str, reset)))} (reset)")
-
-
-def _setting(config: EvaluationConfig, model_id: str, key: str) -> Any:
-    if key == "positive_label":
-        return config.model(model_id).positive_label
-    if key == "max_classes":
-        return config.max_classes
-    return getattr(config.delayed, key)
 
 
 def _estimators(

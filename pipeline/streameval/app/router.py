@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from streameval.codec import BatchDecoder, KafkaTimeDecoder
+from streameval.codec import BatchDecoder, KafkaTimeDecoder, canonical_scores
 from streameval.config import EvaluationConfig
 from streameval.event_time import NO_TS, TimeRules
 from streameval.messages import DeadLetter, EventError, Message
@@ -156,6 +156,14 @@ class Router:
                     if kind is None:
                         letters.append(record)
                         continue
+                kind = src_kinds[src]
+                scores = None
+                if kind == "prediction" and record.scores is not None:
+                    try:
+                        scores = canonical_scores(record.scores, record.label)
+                    except EventError as error:
+                        letters.append(self.decoder.dead_letter(message, error))
+                        continue
                 ts = record.ts
                 high = accepted[src]
                 if ts > high:  # moves its partition's progress: not past when it was sent
@@ -170,13 +178,12 @@ class Router:
                     letters.append(self._refuse(message, ts, high, now_ms))
                     continue
                 iid = record.instance_id
-                kind = src_kinds[src]
                 if kind == "prediction":
-                    row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset)
+                    row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset, scores)
                 elif kind == "label":
-                    row = (LABEL, iid, "", ts, record.label, src, offset)
+                    row = (LABEL, iid, "", ts, record.label, src, offset, None)
                 else:
-                    row = (INSTANCE, iid, "", ts, "", src, offset)
+                    row = (INSTANCE, iid, "", ts, "", src, offset, None)
                 out[crc32(iid.encode()) % partitions].append(row)
             except Exception as err:  # a defect, not the message's fault: it never stops us
                 log.exception("input %s[%d]@%d", message.topic(), message.partition(), offset)

@@ -15,17 +15,19 @@ per-message cost of Kafka and of the framework is paid once per batch:
   partition's frontier: every later outcome from it has ``due`` ≥ the frontier.
 
 A batch whose ``v`` is not :data:`WIRE_VERSION` is refused with a clear error: the stages of
-one application must run the same version. The layout of an event and of an outcome inside a
-batch is fixed here (:data:`EVENT_LAYOUT`, :data:`OUTCOME_LAYOUT`): the core's tuples are
-encoded as they are, for speed, and this module refuses to load if the core's ``Outcome``
-no longer has this layout — a change of it is a new wire version, never a silent one.
+one application must run the same version — but for batches of version 1, written before
+predictions carried their scores, which read as batches without scores (an upgrade may leave
+some on the internal topics). The layout of an event and of an outcome inside a batch is fixed
+here (:data:`EVENT_LAYOUT`, :data:`OUTCOME_LAYOUT`): the core's tuples are encoded as they are,
+for speed, and this module refuses to load if the core's ``Outcome`` no longer has this layout
+— a change of it is a new wire version, never a silent one.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, EventRow, Outcome
+from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, EventRow, Label, Outcome
 
 __all__ = [
     "EVENT_LAYOUT",
@@ -43,10 +45,10 @@ __all__ = [
     "encode",
 ]
 
-WIRE_VERSION = 1
-#: An event on the wire (version 1): a msgpack array of these, in this order.
-EVENT_LAYOUT = ("kind", "instance_id", "model_id", "ts", "label", "source", "offset")
-#: An outcome on the wire (version 1): a msgpack array of these, in this order.
+WIRE_VERSION = 2
+#: An event on the wire (version 2): a msgpack array of these, in this order.
+EVENT_LAYOUT = ("kind", "instance_id", "model_id", "ts", "label", "source", "offset", "scores")
+#: An outcome on the wire (version 2): a msgpack array of these, in this order.
 OUTCOME_LAYOUT = (
     "model_id",
     "instance_id",
@@ -56,6 +58,7 @@ OUTCOME_LAYOUT = (
     "t_instance",
     "t_label",
     "due",
+    "scores",
 )
 if Outcome._fields != OUTCOME_LAYOUT:
     raise ImportError(
@@ -94,8 +97,15 @@ class OutcomeBatch(msgspec.Struct, array_like=True):
     part: int = 0
 
 
+class _EventBatchV1(msgspec.Struct, array_like=True):
+    v: int
+    sources: list[Source]
+    events: list[tuple[int, str, str, int, Label, int, int]]
+
+
 _encoder = msgspec.msgpack.Encoder()
 _events = msgspec.msgpack.Decoder(EventBatch)
+_events_v1 = msgspec.msgpack.Decoder(_EventBatchV1)
 _outcomes = msgspec.msgpack.Decoder(OutcomeBatch)
 
 
@@ -103,8 +113,8 @@ def encode(batch: EventBatch | OutcomeBatch) -> bytes:
     return _encoder.encode(batch)
 
 
-def _check(batch):
-    if batch.v != WIRE_VERSION:
+def _check(batch, readable=(WIRE_VERSION,)):
+    if batch.v not in readable:
         raise WireError(
             f"internal batch of wire version {batch.v}, this worker reads {WIRE_VERSION}: run "
             "one version of streameval per application id"
@@ -115,14 +125,18 @@ def _check(batch):
 def decode_events(data: bytes) -> EventBatch:
     """
     >>> batch = EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)],
-    ...                    [(LABEL, "i1", "", 5, "cat", 0, 17)])
+    ...                    [(LABEL, "i1", "", 5, "cat", 0, 17, None)])
     >>> decode_events(encode(batch)) == batch
     True
     """
     try:
         batch = _events.decode(data)
     except Exception as err:  # any bytes: WireError and nothing else
-        raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
+        try:
+            old = _check(_events_v1.decode(data), readable=(1,))
+        except Exception:
+            raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
+        return EventBatch(WIRE_VERSION, old.sources, [(*row, None) for row in old.events])
     return _check(batch)
 
 
@@ -131,4 +145,5 @@ def decode_outcomes(data: bytes) -> OutcomeBatch:
         batch = _outcomes.decode(data)
     except Exception as err:  # any bytes: WireError and nothing else
         raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None
-    return _check(batch)
+    # an outcome of version 1 has no scores (Outcome.scores defaults to none)
+    return _check(batch, readable=(1, WIRE_VERSION))

@@ -25,7 +25,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from streameval.core.join_rules import JoinRules
-from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, EventRow, Label, Outcome
+from streameval.core.outcome import (
+    INSTANCE,
+    LABEL,
+    PREDICTION,
+    EventRow,
+    Label,
+    Outcome,
+    Scores,
+)
 from streameval.core.pending import PREDICTIONS
 from streameval.core.state import EVENT, META, decode_value
 from streameval.core.waiting import Waiting, WaitingEvents
@@ -158,15 +166,22 @@ class Join(JoinRules):
         return self._clock < self._target
 
     def add_instance(self, instance_id: str, ts: int, now: int) -> list[Outcome]:
-        return self.add_events([(INSTANCE, instance_id, "", ts, "", 0, 0)], now)[0]
+        return self.add_events([(INSTANCE, instance_id, "", ts, "", 0, 0, None)], now)[0]
 
     def add_prediction(
-        self, instance_id: str, model_id: str, ts: int, label: Label, now: int
+        self,
+        instance_id: str,
+        model_id: str,
+        ts: int,
+        label: Label,
+        now: int,
+        scores: Scores | None = None,
     ) -> list[Outcome]:
-        return self.add_events([(PREDICTION, instance_id, model_id, ts, label, 0, 0)], now)[0]
+        row = (PREDICTION, instance_id, model_id, ts, label, 0, 0, scores)
+        return self.add_events([row], now)[0]
 
     def add_label(self, instance_id: str, ts: int, label: Label, now: int) -> list[Outcome]:
-        return self.add_events([(LABEL, instance_id, "", ts, label, 0, 0)], now)[0]
+        return self.add_events([(LABEL, instance_id, "", ts, label, 0, 0, None)], now)[0]
 
     def add_events(
         self,
@@ -192,14 +207,14 @@ class Join(JoinRules):
         late: list[Waiting] = []
         repeats = 0
         seq = self._seq
-        for kind, instance_id, model_id, ts, label, source, offset in events:
+        for kind, instance_id, model_id, ts, label, source, offset, scores in events:
             if seen is not None:
                 if offset <= seen[source]:
                     repeats += 1
                     continue
                 seen[source] = offset
             seq += 1
-            entry = (ts, kind, instance_id, model_id, type(label) is str, label, seq)
+            entry = (ts, kind, instance_id, model_id, type(label) is str, label, seq, scores)
             if ts > clock:
                 run.append(entry)
             else:
@@ -266,7 +281,7 @@ class Join(JoinRules):
         state.prefetch({e[2] for e in events})
         instance, prediction, label_ = self._instance, self._prediction, self._label
         max_pending, pending = self.max_pending, state.pending_count
-        for ts, kind, instance_id, model_id, _, label, _ in events:
+        for ts, kind, instance_id, model_id, _, label, _, scores in events:
             clock = self._clock
             if ts > clock:
                 if self._next <= ts:  # something timed acts before this event
@@ -275,7 +290,7 @@ class Join(JoinRules):
             elif self._next <= clock + 1:  # a late event: it comes now
                 self._rules(clock + 1, out)
             if kind == PREDICTION:
-                prediction(instance_id, model_id, ts, label, out)
+                prediction(instance_id, model_id, ts, label, scores, out)
             elif kind == LABEL:
                 label_(instance_id, ts, label, out)
             else:

@@ -13,7 +13,7 @@ import sys
 from collections import Counter, deque
 from typing import Any
 
-from streameval.core.outcome import Label, Outcome
+from streameval.core.outcome import Label, Outcome, Scores, scores_order
 from streameval.core.pending import (
     CREATED,
     DUE,
@@ -23,8 +23,10 @@ from streameval.core.pending import (
     PREDICTIONS,
     T_INSTANCE,
     models_of,
+    plain,
     queue_entries,
     resolve_outcomes,
+    scores_of,
 )
 from streameval.core.state import MemoryState
 
@@ -142,7 +144,13 @@ class JoinRules:
             self._touch(instance_id)
 
     def _prediction(
-        self, instance_id: str, model_id: str, ts: int, label: Label, out: list[Outcome]
+        self,
+        instance_id: str,
+        model_id: str,
+        ts: int,
+        label: Label,
+        scores: Scores | None,
+        out: list[Outcome],
     ) -> None:
         if self._memory.get(instance_id) is not None:
             self._count("late_prediction", model_id)
@@ -164,10 +172,15 @@ class JoinRules:
         if type(label) is str:
             label = _intern(label)
         for i in range(PREDICTIONS, len(record), 3):
-            if record[i] == model_id and record[i + 1] == ts and record[i + 2] == label:
+            if record[i] == model_id and record[i + 1] == ts and plain(record[i + 2]) == label:
                 self._count("duplicate_prediction", model_id)
+                # of repeats that differ in their scores, the one greater in content order
+                # stays, whichever came first
+                if scores_order(scores) > scores_order(scores_of(record[i + 2])):
+                    record[i + 2] = [label, scores]
+                    self._touch(instance_id)
                 return
-        record += (model_id, ts, label)
+        record += (model_id, ts, label if scores is None else [label, scores])
         self._touch(instance_id)
 
     def _label(self, instance_id: str, ts: int, label: Label, out: list[Outcome]) -> None:

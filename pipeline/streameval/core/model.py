@@ -30,6 +30,9 @@ from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import ConfusionSnapshot, compute_measures
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
+from streameval.core.probabilistic import DEFAULT_ECE_BINS
+from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
+from streameval.core.scored import ScoredViews, score_classes
 
 __all__ = ["NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator"]
 
@@ -106,6 +109,8 @@ class ModelEvaluator:
         bin_rule: str = "vote",
         detectors: Sequence[dict[str, Any]] = DEFAULT_DETECTORS,
         normalize_max_count: int = 50_000,
+        ece_bins: int = DEFAULT_ECE_BINS,
+        auc_max_values: int = DEFAULT_AUC_MAX_VALUES,
     ) -> None:
         self.model_id = model_id
         self.normalize_max_count = normalize_max_count
@@ -115,12 +120,16 @@ class ModelEvaluator:
         self.max_classes = max_classes
         self.bins, self.alpha, self.bin_rule = bins, alpha, bin_rule
         self.detectors = tuple(dict(d) for d in detectors)
+        self.ece_bins, self.auc_max_values = ece_bins, auc_max_values
         self._labels = LabelEncoder(max_classes=max_classes)
         self._views = {
             view: Evaluator(self.specs, positive_label, max_classes, labels=self._labels)
             for view in VIEWS
         }
         self._delayed = DelayedEvaluator(self.specs, bins, alpha, bin_rule, max_classes)
+        self._scored = ScoredViews(
+            self.specs, ece_bins, auc_max_values, positive=positive_label is not None
+        )
         self._detectors = [make_detector(spec) for spec in self.detectors]
         #: per detector, the model's outcomes before it was added (:meth:`from_state`): its
         #: alarms' indices count the model's outcomes
@@ -143,11 +152,17 @@ class ModelEvaluator:
         if n == 0:
             return []
         # the outcomes' fields as columns, transposed at C speed (Outcome is a named tuple)
-        _, ids, y_trues, timelines, labels, t_instances, t_labels, _ = zip(*outcomes, strict=True)
+        _, ids, y_trues, timelines, labels, t_instances, t_labels, _, scores = zip(
+            *outcomes, strict=True
+        )
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
         codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
+        scored = any(scores)
+        extra = score_classes(scores) if scored else None
+        if extra is not None and self._labels.lookup(list(chain.from_iterable(extra))) is None:
+            codes = None
         if codes is None:  # a new class
-            codes = _discover(self._labels, y_trues, labels, lengths)
+            codes = _discover(self._labels, y_trues, labels, lengths, extra)
         y_true, predicted = codes[:n], codes[n:]
         ends = np.cumsum(lengths)
         starts = ends - lengths
@@ -175,6 +190,8 @@ class ModelEvaluator:
         self._latency[0] += n
         self._latency[1] += int(latency.sum())
         self._latency[2] = max(self._latency[2], int(latency.max()))
+        if scored:
+            self._scored.update(y_true, scores, self._labels, self._positive_code())
         self._n += n
         errors = (final != y_true).astype(np.float64)
         places = _Places(ids, t_instances, t_labels)
@@ -193,6 +210,10 @@ class ModelEvaluator:
         cumulative and window estimators when a positive label is configured. Interval bounds
         at ``confidence``; ``warming_up`` while an estimate's ``n_kish`` is below ``min_n``."""
         views = {view: ev.measures(confidence, min_n) for view, ev in self._views.items()}
+        positive_code = self._positive_code()
+        for view, estimates in views.items():
+            for name, values in self._scored.measures(view, positive_code).items():
+                estimates[name].update(values)
         if self.positive_label is not None:
             final = self._views["final"]
             positive = self._labels.index(self.positive_label)
@@ -218,7 +239,15 @@ class ModelEvaluator:
             "bin_rule": self.bin_rule,
             "detectors": [dict(d) for d in self.detectors],
             "normalize_max_count": self.normalize_max_count,
+            "ece_bins": self.ece_bins,
+            "auc_max_values": self.auc_max_values,
         }
+
+    def _positive_code(self) -> int | None:
+        """The positive class's index (None: no positive label, or not seen yet)."""
+        if self.positive_label is None or self.positive_label not in self._labels:
+            return None
+        return self._labels.index(self.positive_label)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -227,6 +256,7 @@ class ModelEvaluator:
             "labels": self._labels.state(),
             "views": {view: ev.state() for view, ev in self._views.items()},
             "delayed": self._delayed.state(),
+            **({"scored": scored} if (scored := self._scored.state()) else {}),
             "detectors": [det.state() for det in self._detectors],
             **(
                 {"detector_starts": list(self._detector_starts)}
@@ -279,6 +309,13 @@ class ModelEvaluator:
             restored._labels = ev._labels
             ev._views[view] = restored
         ev._delayed = DelayedEvaluator.from_state(state["delayed"], ev.specs)
+        ev._scored = ScoredViews.from_state(
+            state.get("scored", {}),
+            ev.specs,
+            ev.ece_bins,
+            ev.auc_max_values,
+            positive=ev.positive_label is not None,
+        )
         ev._n = state["n"]
         saved = [detector_from_state(s) for s in state["detectors"]]
         starts = state.get("detector_starts", [0] * len(saved))
@@ -354,14 +391,26 @@ def _discover(
     y_trues: Sequence[Label],
     labels: Sequence[Sequence[Label]],
     lengths: np.ndarray,
+    extra: Sequence[Sequence[Label]] | None = None,
 ) -> np.ndarray:
     """Codes of ``[*y_trues, *predictions]``, new classes numbered in outcome order (each
-    outcome's truth, then its predictions), so that a class's index, and with it the order of
-    every sum, does not depend on where batches are cut. All or nothing, like ``encode``."""
-    per_outcome = encoder.encode(
-        list(chain.from_iterable((t, *p) for t, p in zip(y_trues, labels, strict=True)))
-    )
-    truth_at = np.cumsum(lengths + 1) - (lengths + 1)
-    prediction = np.ones(per_outcome.size, dtype=bool)
-    prediction[truth_at] = False
+    outcome's truth, then its predictions, then the classes its scores name, ``extra``), so
+    that a class's index, and with it the order of every sum, does not depend on where batches
+    are cut. All or nothing, like ``encode``."""
+    if extra is None:
+        rows = ((t, *p) for t, p in zip(y_trues, labels, strict=True))
+        sizes = lengths + 1
+    else:
+        rows = ((t, *p, *x) for t, p, x in zip(y_trues, labels, extra, strict=True))
+        sizes = lengths + 1 + np.fromiter(map(len, extra), dtype=np.int64, count=lengths.size)
+    per_outcome = encoder.encode(list(chain.from_iterable(rows)))
+    truth_at = np.cumsum(sizes) - sizes
+    prediction = np.zeros(per_outcome.size, dtype=bool)
+    prediction[np.repeat(truth_at + 1, lengths) + _within(lengths)] = True
     return np.concatenate([per_outcome[truth_at], per_outcome[prediction]])
+
+
+def _within(lengths: np.ndarray) -> np.ndarray:
+    """0, 1, …, n−1 for each n of ``lengths``, concatenated."""
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - lengths, lengths)

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["INSTANCE", "LABEL", "PREDICTION", "EventRow", "Outcome", "label_order"]
+__all__ = [
+    "INSTANCE",
+    "LABEL",
+    "PREDICTION",
+    "EventRow",
+    "Outcome",
+    "Scores",
+    "label_order",
+    "scores_order",
+]
 
 Label = str | int
+#: A prediction's scores as one value: ``(class, p, class, p, ...)``, classes in order
+#: (streameval.codec.canonical_scores); a sequence of either kind, as msgpack gives it back.
+Scores = tuple[Label | float, ...]
 #: The kinds of event, as :class:`EventRow` and the worker's wire format carry them
 INSTANCE, PREDICTION, LABEL = 0, 1, 2
-#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset)
-EventRow = tuple[int, str, str, int, Label, int, int]
+#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset, a
+#: prediction's scores or None)
+EventRow = tuple[int, str, str, int, Label, int, int, Scores | None]
 
 
 class Outcome(NamedTuple):
@@ -19,7 +32,8 @@ class Outcome(NamedTuple):
 
     ``times`` and ``labels`` are the model's prediction timeline, oldest first, every entry
     stamped at or before the label: ``labels[0]`` is the initial prediction, ``labels[-1]`` the
-    final one, anything between are re-predictions (the evolving predictions of Grzenda et al.).
+    final one, anything between are re-predictions (the evolving predictions of Grzenda et al.);
+    ``scores``, when any prediction had them, the probabilities of each.
     A named tuple: cheap to build by the million, and it travels between the worker's stages
     as a msgpack array as it is.
     """
@@ -34,6 +48,8 @@ class Outcome(NamedTuple):
     #: when the join resolved it on its clock (the label's time; for a label that came late,
     #: the clock when it came): with ``instance_id`` the key that orders outcomes
     due: int = 0
+    #: the scores of each prediction of the timeline (None: it had none), or () when none had
+    scores: tuple[Scores | None, ...] = ()
 
     @property
     def initial(self) -> Label:
@@ -53,3 +69,9 @@ def label_order(label: Label) -> tuple[int, Label]:
     [1, 2, 'a', 'b']
     """
     return (1, label) if isinstance(label, str) else (0, label)
+
+
+def scores_order(scores: Scores | None) -> tuple:
+    """A total order of two predictions' scores alike but for them: none first, then by
+    content (two predictions of one label name their classes alike)."""
+    return () if scores is None else (1, *scores)

@@ -7,15 +7,17 @@ One flat list per instance, the fewest objects per instance::
 ``created`` is the time of its first event (its expiry and eviction order); ``t_instance`` is
 None until the instance record or a prediction gives it; ``label``, ``label_ts`` and ``due`` are
 set when the label comes, which resolves the instance at once (its events up to then are all
-in). The predictions follow as (model_id, ts, label) triples. Model ids and string labels are
-interned, so a pending instance shares them with every other one.
+in). The predictions follow as (model_id, ts, label) triples; a prediction with scores has
+``[label, scores]`` in its label's place (a record written before scores were kept is one
+without any). Model ids and string labels are interned, so a pending instance shares them with
+every other one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from streameval.core.outcome import Label, Outcome, label_order
+from streameval.core.outcome import Label, Outcome, Scores, label_order
 
 __all__ = [
     "CREATED",
@@ -26,8 +28,10 @@ __all__ = [
     "PREDICTIONS",
     "T_INSTANCE",
     "models_of",
+    "plain",
     "queue_entries",
     "resolve_outcomes",
+    "scores_of",
 ]
 
 CREATED, T_INSTANCE, HAS_RECORD, LABEL_, LABEL_TS, DUE, PREDICTIONS = range(7)
@@ -41,6 +45,16 @@ def queue_entries(record: list, label_ttl: int) -> list[tuple[str, int]]:
     """The time-queue entries (queue, time) a pending instance's record stands for: its
     expiry."""
     return [("expiry", record[CREATED] + label_ttl + 1)]
+
+
+def plain(entry: Label | list) -> Label:
+    """The label of a record's prediction entry (``label`` or ``[label, scores]``)."""
+    return entry[0] if type(entry) is list else entry
+
+
+def scores_of(entry: Label | list) -> Scores | None:
+    """The scores of a record's prediction entry (None: it had none)."""
+    return entry[1] if type(entry) is list else None
 
 
 def models_of(record: list) -> list[str]:
@@ -64,7 +78,21 @@ def resolve_outcomes(
                 return
             labels = record[PREDICTIONS + 2 :: 3]
             for model_id, t, y in zip(models, times, labels, strict=True):
-                fields = (model_id, instance_id, label, (t,), (y,), t_instance, label_ts, due)
+                if type(y) is list:  # with scores
+                    y, scores = y[0], (y[1],)
+                else:
+                    scores = ()
+                fields = (
+                    model_id,
+                    instance_id,
+                    label,
+                    (t,),
+                    (y,),
+                    t_instance,
+                    label_ts,
+                    due,
+                    scores,
+                )
                 out.append(_new_outcome(Outcome, fields))
             return
     _resolve_timelines(instance_id, record, due, count, out)
@@ -94,11 +122,12 @@ def _resolve_timelines(
     if t_instance is None:
         return
     for model_id, kept in kept_by_model.items():
-        if len(kept) == 1:
-            times, labels = (kept[0][0],), (kept[0][1],)
-        else:
-            times, labels = zip(*kept, strict=True)
-        fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due)
+        times, entries = zip(*kept, strict=True)
+        labels = tuple(map(plain, entries))
+        scores = tuple(map(scores_of, entries))
+        if not any(s is not None for s in scores):
+            scores = ()
+        fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due, scores)
         out.append(_new_outcome(Outcome, fields))
 
 
@@ -116,8 +145,8 @@ def _instance_time(
     return record[T_INSTANCE]
 
 
-def _by_time_then_label(entry: tuple[int, Label]) -> tuple[int, tuple[int, Label]]:
-    return entry[0], label_order(entry[1])
+def _by_time_then_label(entry: tuple[int, Label | list]) -> tuple[int, tuple[int, Label]]:
+    return entry[0], label_order(plain(entry[1]))
 
 
 def _timelines(record: list) -> dict[str, list[tuple[int, Label]]]:

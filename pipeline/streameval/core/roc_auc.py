@@ -206,6 +206,11 @@ class CountedAUC:
     """AUC over all history: positives and negatives counted per distinct value of each class."""
 
     def __init__(self, max_values: int) -> None:
+        if isinstance(max_values, bool) or not isinstance(max_values, int) or max_values < 2:
+            raise ValueError(
+                f"auc_max_values={max_values!r} is not allowed; use an integer >= 2 (the "
+                "distinct scores per class the AUC over all history keeps exactly)"
+            )
         self.max_values = max_values
         self.tracked: list[int] = []
         self._n = 0

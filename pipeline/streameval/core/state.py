@@ -67,8 +67,13 @@ def intern_record(record: list, predictions_at: int) -> list:
     for i in range(predictions_at, len(record), 3):
         if type(record[i]) is str:
             record[i] = _intern(record[i])
-        if type(record[i + 2]) is str:
-            record[i + 2] = _intern(record[i + 2])
+        entry = record[i + 2]
+        if type(entry) is str:
+            record[i + 2] = _intern(entry)
+        elif type(entry) is list:  # [label, scores]: the scores a tuple, as when they came
+            if type(entry[0]) is str:
+                entry[0] = _intern(entry[0])
+            entry[1] = tuple(entry[1])
     return record
 
 

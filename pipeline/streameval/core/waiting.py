@@ -12,13 +12,14 @@ import bisect
 from collections.abc import Iterable
 from typing import Any
 
-from streameval.core.outcome import Label
+from streameval.core.outcome import Label, Scores
 from streameval.core.state import encode_value, event_key
 
 __all__ = ["Waiting", "WaitingEvents", "merge_runs", "take_runs"]
 
-#: a waiting event: (ts, kind, instance_id, model_id, label is a string, label, sequence)
-Waiting = tuple[int, int, str, str, bool, Label, int]
+#: a waiting event: (ts, kind, instance_id, model_id, label is a string, label, sequence,
+#: scores or None); the sequence is unique, so two events never compare their scores
+Waiting = tuple[int, int, str, str, bool, Label, int, Scores | None]
 
 
 def take_runs(runs: dict[Any, list], key: tuple) -> tuple[list, list, list]:
@@ -95,7 +96,8 @@ class WaitingEvents:
     def restored(cls, entries: Iterable[list]) -> WaitingEvents:
         """The events a checkpoint holds, waiting again (one sorted run)."""
         waiting = cls()
-        run = sorted(tuple(e) for e in entries)
+        # (an event of a checkpoint from before scores were kept has none)
+        run = sorted((*e[:7], None if len(e) < 8 or e[7] is None else tuple(e[7])) for e in entries)
         waiting.runs = {0: run} if run else {}
         waiting._run_number = 1
         return waiting

@@ -55,6 +55,9 @@ class ScriptedStream:
     #: fraction of instances whose label never comes
     unlabelled: float = 0.0
     malformed: int = 0
+    #: fraction of predictions that carry scores (the predicted class's probability higher
+    #: when it is right), drawn apart so that the rest of the stream does not change
+    scored: float = 0.0
     seed: int = 1
 
     def events(self) -> list[tuple[float, int, dict]]:
@@ -69,6 +72,7 @@ class ScriptedStream:
         delay = self.min_delay_ms + rng.exponential(self.mean_delay_ms, n).astype(np.int64)
         t_label = ts + delay
         labelled = rng.random(n) >= self.unlabelled
+        scoring = np.random.default_rng([self.seed, 1]) if self.scored else None
         out: list[tuple[float, int, dict]] = []
         seq = 0
         for i in range(n):
@@ -94,6 +98,8 @@ class ScriptedStream:
                         "ts": int(when),
                         "label": classes[guess],
                     }
+                    if scoring is not None and scoring.random() < self.scored:
+                        event["scores"] = _scores(scoring, classes, guess, wrong)
                     out.append((when + lag, seq, event))
                     seq += 1
             if labelled[i]:
@@ -137,3 +143,12 @@ class ScriptedStream:
                 handle.write(line + b"\n")
                 count += 1
         return count
+
+
+def _scores(rng: np.random.Generator, classes: list[str], guess: int, wrong: bool) -> dict:
+    """Probabilities with the guess on top, surer when it is right (to three decimals)."""
+    top = round(float(rng.uniform(0.4, 0.8) if wrong else rng.uniform(0.55, 0.99)), 3)
+    if len(classes) == 1:
+        return {classes[0]: 1.0}
+    rest = (1.0 - top) / (len(classes) - 1)
+    return {c: top if j == guess else rest for j, c in enumerate(classes)}
