@@ -389,11 +389,12 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     from streameval.exporter import Exporter
     from streameval.records import DriftAlarmRecord
 
-    from .test_exporter import _replayed
+    from .test_exporter import _latest, _replayed, _with_scores
 
     registry = CollectorRegistry()
     exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"])
     exporter.observe(_replayed())
+    exporter.observe([_with_scores(r) for r in _latest("challenger")])  # a model with scores
     exporter.observe([DriftAlarmRecord("drift_alarm", "champion", 9, "final", "page_hinkley",
                                        101.0, 100.0, 7, 0.5, "i7", 8, 4, 6, "i4", 5, 0.2, 0.4,
                                        {"type": "page_hinkley"})])  # fmt: skip

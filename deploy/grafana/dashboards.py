@@ -425,6 +425,43 @@ def overview() -> dict[str, Any]:
             "before its label arrived.",
         )
     )
+    lay.row("Scores: ranking and calibration (models whose predictions carry scores)")
+    lay.add(
+        panel(
+            "timeseries",
+            "ROC AUC",
+            [target(measure("roc_auc"), legend)],
+            description="How well the scores rank: the chance that an instance of the positive "
+            "class (or of each class against the rest, averaged) scores higher than one that "
+            "is not. 0.5 is a coin. Empty for models whose predictions have no scores.",
+            minimum=0,
+            maximum=1,
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Log-loss and Brier score",
+            [target(measure("log_loss|brier"), legend)],
+            description="How much probability the scores gave the class that came true (lower "
+            "is better). log_loss: mean −ln p of the true class; brier: mean "
+            "Σ_c (p_c − 1[y = c])², in [0, 2] (docs/measures.md, Scores).",
+            minimum=0,
+        )
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Expected calibration error",
+            [target(measure("ece"), legend)],
+            unit="percentunit",
+            description="The weighted mean gap between the top class's probability and how "
+            "often it is right, over confidence bins (scores.ece_bins). 0: the probabilities "
+            "mean what they say. Each bin's confidence and accuracy (a reliability diagram) are "
+            "in the metrics records, and are series when export_measures lists reliability.",
+            minimum=0,
+        )
+    )
     lay.row("Activity")
     lay.add(
         panel(

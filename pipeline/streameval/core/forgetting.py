@@ -255,10 +255,6 @@ class Ring:
         slots = self._held_slots()
         return {name: column[slots] for name, column in self._columns.items()}
 
-    def at(self, name: str, positions: np.ndarray) -> np.ndarray:
-        """Column ``name`` of the held outcomes at ``positions`` (counted from the first push)."""
-        return self._columns[name][positions % self.size]
-
     def restore(self, seen: int, **held: Any) -> None:
         """Refill from :meth:`held` rows (oldest first) of a ring that had seen ``seen``."""
         self.seen = seen

@@ -24,6 +24,7 @@ for data streams with concept drift*, Knowledge and Information Systems 52(2). H
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -70,20 +71,31 @@ def mann_whitney(values: np.ndarray, positive: np.ndarray, negative: np.ndarray)
     return float(np.sum(pos * (below + 0.5 * neg))) / (total_pos * total_neg)
 
 
+@functools.lru_cache(maxsize=16)
+def _decay(fading_factor: float, length: int) -> np.ndarray:
+    """a^j for j = 0 .. length − 1, as sequential products (the same bits everywhere)."""
+    table = np.cumprod(np.concatenate(([1.0], np.full(length - 1, fading_factor))))
+    table.flags.writeable = False
+    return table
+
+
 class Ordered:
-    """Held outcomes in order of one class's probability, then of their index (age)."""
+    """Held outcomes in order of one class's probability, then of their index (age), and
+    whether each is of that class."""
 
     def __init__(self) -> None:
         self.values = np.empty(0)
         self.index = np.empty(0, dtype=np.int64)
+        self.positive = np.empty(0, dtype=bool)
 
-    def insert(self, values: np.ndarray, index: np.ndarray) -> None:
+    def insert(self, values: np.ndarray, index: np.ndarray, positive: np.ndarray) -> None:
         """Add outcomes newer than every one held (``index`` ascending)."""
         order = np.argsort(values, kind="stable")
-        values, index = values[order], index[order]
+        values, index, positive = values[order], index[order], positive[order]
         at = np.searchsorted(self.values, values, side="right")
         self.values = np.insert(self.values, at, values)
         self.index = np.insert(self.index, at, index)
+        self.positive = np.insert(self.positive, at, positive)
 
     def remove(self, values: np.ndarray, index: np.ndarray) -> None:
         """Drop outcomes older than every one that stays."""
@@ -101,6 +113,7 @@ class Ordered:
             raise RuntimeError("the AUC's ordered scores lost their order")
         self.values = np.delete(self.values, at)
         self.index = np.delete(self.index, at)
+        self.positive = np.delete(self.positive, at)
 
 
 class HeldAUC:
@@ -126,9 +139,10 @@ class HeldAUC:
         self._ring = Ring(self.size, y=np.int64, p=(np.float64, (width,)))
         self._ring.restore(seen, y=held["y"], p=p)
         first = seen - held["y"].size
-        for _ in new:
+        for c in new:
             ordered = Ordered()
-            ordered.insert(np.zeros(held["y"].size), np.arange(first, seen, dtype=np.int64))
+            index = np.arange(first, seen, dtype=np.int64)
+            ordered.insert(np.zeros(held["y"].size), index, held["y"] == c)
             self._ordered.append(ordered)
 
     def update(self, y_true: np.ndarray, proba: np.ndarray) -> None:
@@ -142,7 +156,7 @@ class HeldAUC:
         index_out = np.arange(seen - held, seen - held + n_out, dtype=np.int64)  # the oldest
         for j, ordered in enumerate(self._ordered):
             ordered.remove(left["p"][:, j], index_out)
-            ordered.insert(entered["p"][:, j], index_in)
+            ordered.insert(entered["p"][:, j], index_in, entered["y"] == self.tracked[j])
 
     def auc(self, positive: int | None) -> float:
         """The positive class's AUC, or the macro average over the tracked classes."""
@@ -155,17 +169,12 @@ class HeldAUC:
             if c not in self.tracked:
                 continue
             ordered = self._ordered[self.tracked.index(c)]
-            index = ordered.index
             if self.fading_factor is None:
-                weights = np.ones(index.size)
-            else:
-                weights = np.power(self.fading_factor, (seen - 1 - index).astype(np.float64))
-            is_positive = self._ring.at("y", index) == c
-            value = mann_whitney(
-                ordered.values,
-                np.where(is_positive, weights, 0.0),
-                np.where(is_positive, 0.0, weights),
-            )
+                weights = np.ones(ordered.index.size)
+            else:  # a^(t−i): i within the horizon, so t − 1 − i < size
+                weights = _decay(self.fading_factor, self.size)[seen - 1 - ordered.index]
+            positives = np.where(ordered.positive, weights, 0.0)
+            value = mann_whitney(ordered.values, positives, weights - positives)
             if not math.isnan(value):
                 results.append(value)
         if positive is not None:
@@ -193,7 +202,7 @@ class HeldAUC:
         self._ordered = []
         for j in range(width):
             ordered = Ordered()
-            ordered.insert(p[:, j], index)
+            ordered.insert(p[:, j], index, y == self.tracked[j])
             self._ordered.append(ordered)
 
 

@@ -55,6 +55,8 @@ class SimulationConfig:
     unlabelled: float = 0.0  # fraction of instances whose label never comes
     repredict_every: int = 100  # K of Grzenda et al.'s Algorithm 1; 0: none
     rate: float = 200.0  # instances per second of event time
+    #: predictions carry the model's probabilities (River's predict_proba_one) as ``scores``
+    scores: bool = True
     start_ms: int = 1_767_225_600_000
     seed: int = 42
 
@@ -159,9 +161,22 @@ def _model(name: str, seed: int):
     return dummy.PriorClassifier()
 
 
-def _predict(model, x) -> Any:
+def _predict(model, x, scored: bool) -> tuple[Any, dict[str, float] | None]:
+    """The model's class for ``x`` and, if ``scored``, its probabilities as ``scores`` (none
+    before it has learnt anything)."""
     y = model.predict_one(x)
-    return 0 if y is None else (int(y) if isinstance(y, bool | np.bool_) else y)
+    y = 0 if y is None else (int(y) if isinstance(y, bool | np.bool_) else y)
+    if not scored:
+        return y, None
+    proba = model.predict_proba_one(x)
+    total = math.fsum(proba.values())
+    if not proba or not total > 0:
+        return y, None
+    return y, {str(_plain(c)): p / total for c, p in proba.items()}
+
+
+def _plain(label: Any) -> Any:
+    return int(label) if isinstance(label, bool | np.bool_ | np.integer) else label
 
 
 # -- the system -----------------------------------------------------------------------------
@@ -175,6 +190,7 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
     pending: dict[int, tuple[dict, Any, str]] = {}  # i -> (x, y, instance_id)
     due: deque[tuple[int, int]] = deque()  # (labels count when due for a re-prediction, i)
     labels_seen = 0
+    scored = config.scores
     seq = itertools.count()
     source = _instances(config)
 
@@ -189,10 +205,10 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
                 if j in pending:
                     xj, _, jid = pending[j]
                     for name, model in models.items():
-                        yield _prediction(jid, name, t_label, _predict(model, xj))
+                        yield _prediction(jid, name, t_label, _predict(model, xj, scored))
                     due.append((labels_seen + k, j))
             for name, model in models.items():
-                yield _prediction(iid, name, t_label, _predict(model, x))  # the final one
+                yield _prediction(iid, name, t_label, _predict(model, x, scored))  # the final one
                 model.learn_one(x, y)
             yield {"type": "label", "instance_id": iid, "ts": t_label, "label": y}
             labels_seen += 1
@@ -204,7 +220,7 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
         iid = f"sim-{config.seed}-{i:08d}"
         yield {"type": "instance", "instance_id": iid, "ts": ts}
         for name, model in models.items():
-            yield _prediction(iid, name, ts, _predict(model, x))
+            yield _prediction(iid, name, ts, _predict(model, x, scored))
         if rng.random() < config.unlabelled:
             continue
         if config.delay == "fixed_instances":
@@ -220,5 +236,11 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
     yield from deliver_labels_until(2**62)
 
 
-def _prediction(iid: str, model: str, ts: int, label: Any) -> dict[str, Any]:
-    return {"type": "prediction", "instance_id": iid, "model_id": model, "ts": ts, "label": label}
+def _prediction(
+    iid: str, model: str, ts: int, predicted: tuple[Any, dict[str, float] | None]
+) -> dict[str, Any]:
+    label, scores = predicted
+    event = {"type": "prediction", "instance_id": iid, "model_id": model, "ts": ts, "label": label}
+    if scores is not None:
+        event["scores"] = scores
+    return event
