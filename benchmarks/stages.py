@@ -12,6 +12,7 @@ alone).
 
     .venv/bin/python benchmarks/stages.py                     # 1M events
     .venv/bin/python benchmarks/stages.py --events 300000 --profile 25
+    .venv/bin/python benchmarks/stages.py --compare-scores 3   # without and with scores
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ from streameval.topics import INPUT_KINDS  # noqa: E402
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
 
 
-def messages(events: int, partitions: int) -> list[StoredMessage]:
-    """The benchmark's stream as input messages, in delivery order."""
+def messages(events: int, partitions: int, scored: float = 0.0) -> list[StoredMessage]:
+    """The benchmark's stream as input messages, in delivery order (``scored``: the share of
+    predictions that carry scores)."""
     instances = events // 5
     stream = ScriptedStream(
         instances=instances,
@@ -63,6 +65,7 @@ def messages(events: int, partitions: int) -> list[StoredMessage]:
         drift_at=instances // 2,
         interval_ms=2,
         mean_delay_ms=2000,
+        scored=scored,
         seed=3,
     )
     offsets: dict[tuple[str, int], int] = defaultdict(int)
@@ -145,8 +148,21 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--chunk", type=int, default=20_000, help="messages per consume call")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
+    parser.add_argument(
+        "--scored", type=float, default=0.0, help="share of predictions with scores (0 to 1)"
+    )
+    parser.add_argument(
+        "--compare-scores",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="alternate the stream without scores and with scores on every prediction",
+    )
     args = parser.parse_args()
-    msgs = messages(args.events, args.partitions)
+    if args.compare_scores:
+        compare_scores(args)
+        return
+    msgs = messages(args.events, args.partitions, args.scored)
     gc.freeze()  # the input, held here, is not the worker's: keep it out of its collections
     gc.set_threshold(*GC_THRESHOLDS)  # as the worker does
     collections = [0, 0, 0]  # per generation, during the run
@@ -175,6 +191,35 @@ def main() -> None:
     print(f"garbage collections (generations 0, 1, 2): {collections} at thresholds {GC_THRESHOLDS}")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+
+
+def compare_scores(args: argparse.Namespace) -> None:
+    """The data path's rate without scores and with scores on every prediction, the two
+    streams alternated ``args.compare_scores`` times (the same events, the same outcomes)."""
+    shares = {"without scores": 0.0, "with scores": 1.0}
+    streams = {
+        name: messages(args.events, args.partitions, share) for name, share in shares.items()
+    }
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    rates: dict[str, list[float]] = {name: [] for name in streams}
+    counts = {}
+    for _ in range(args.compare_scores):
+        for name, msgs in streams.items():
+            started = time.perf_counter()
+            seconds, _ = run(msgs, args.partitions, args.chunk)
+            rates[name].append(len(msgs) / (time.perf_counter() - started))
+            counts[name] = (len(msgs), int(seconds["outcomes"]))
+    for name, values in rates.items():
+        values.sort()
+        events, outcomes = counts[name]
+        low, median, high = values[0], values[len(values) // 2], values[-1]
+        print(
+            f"{name:<15} {low:>10,.0f} / {median:>10,.0f} / {high:>10,.0f} events/s "
+            f"(min / median / max of {len(values)}; {events:,} events, {outcomes:,} outcomes)"
+        )
+    ratio = rates["with scores"][len(values) // 2] / rates["without scores"][len(values) // 2]
+    print(f"with scores / without, medians: {ratio:.2f} (target >= 0.80)")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,23 @@ def mann_whitney(values: np.ndarray, positive: np.ndarray, negative: np.ndarray)
     return float(np.sum(pos * (below + 0.5 * neg))) / (total_pos * total_neg)
 
 
+def merged(old: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``old`` with ``new`` inserted before the positions ``at`` (nondecreasing: each new
+    element after the old ones before it and the new ones before it) — ``np.insert`` without
+    the sort it does of the positions.
+
+    >>> merged(np.array([1, 3, 5]), np.array([1, 1, 3]), np.array([2, 2, 6])).tolist()
+    [1, 2, 2, 3, 5, 6]
+    """
+    out = np.empty(old.size + new.size, dtype=old.dtype)
+    places = at + np.arange(new.size)
+    kept = np.ones(out.size, dtype=bool)
+    kept[places] = False
+    out[places] = new
+    out[kept] = old
+    return out
+
+
 @functools.lru_cache(maxsize=16)
 def _decay(fading_factor: float, length: int) -> np.ndarray:
     """a^j for j = 0 .. length − 1, as sequential products (the same bits everywhere)."""
@@ -80,40 +97,36 @@ def _decay(fading_factor: float, length: int) -> np.ndarray:
 
 
 class Ordered:
-    """Held outcomes in order of one class's probability, then of their index (age), and
-    whether each is of that class."""
+    """Held outcomes in order of one class's probability, then of their age: ``values`` and
+    ``codes``, each outcome's index times two plus 1 if it is of that class (one array to
+    move instead of two)."""
 
     def __init__(self) -> None:
         self.values = np.empty(0)
-        self.index = np.empty(0, dtype=np.int64)
-        self.positive = np.empty(0, dtype=bool)
+        self.codes = np.empty(0, dtype=np.int64)
+
+    @property
+    def index(self) -> np.ndarray:
+        return self.codes >> 1
+
+    @property
+    def positive(self) -> np.ndarray:
+        return (self.codes & 1).astype(bool)
 
     def insert(self, values: np.ndarray, index: np.ndarray, positive: np.ndarray) -> None:
         """Add outcomes newer than every one held (``index`` ascending)."""
         order = np.argsort(values, kind="stable")
-        values, index, positive = values[order], index[order], positive[order]
+        values, codes = values[order], (index * 2 + positive)[order]
         at = np.searchsorted(self.values, values, side="right")
-        self.values = np.insert(self.values, at, values)
-        self.index = np.insert(self.index, at, index)
-        self.positive = np.insert(self.positive, at, positive)
+        self.values = merged(self.values, at, values)
+        self.codes = merged(self.codes, at, codes)
 
-    def remove(self, values: np.ndarray, index: np.ndarray) -> None:
-        """Drop outcomes older than every one that stays."""
-        if values.size == 0:
-            return
-        order = np.lexsort((index, values))
-        values, index = values[order], index[order]
-        first = np.searchsorted(self.values, values, side="left")
-        # of equal values the oldest come first, and those leaving are the oldest of all
-        run = np.concatenate(([True], values[1:] != values[:-1]))
-        starts = np.flatnonzero(run)
-        rank = np.arange(values.size) - np.repeat(starts, np.diff(np.append(starts, values.size)))
-        at = first + rank
-        if not np.array_equal(self.index[at], index):  # pragma: no cover - an invariant
-            raise RuntimeError("the AUC's ordered scores lost their order")
-        self.values = np.delete(self.values, at)
-        self.index = np.delete(self.index, at)
-        self.positive = np.delete(self.positive, at)
+    def keep_from(self, first: int) -> None:
+        """Drop the outcomes older than ``first`` (those a ring let go: the oldest)."""
+        if self.codes.size and self.codes.min() < 2 * first:
+            kept = self.codes >= 2 * first
+            self.values = self.values[kept]
+            self.codes = self.codes[kept]
 
 
 class HeldAUC:
@@ -149,13 +162,13 @@ class HeldAUC:
         if not self.tracked:
             self._ring.push(y=y_true, p=np.zeros((y_true.size, 0)))
             return
-        seen, held = self._ring.seen, self._ring.n
-        entered, left = self._ring.push(y=y_true, p=proba[:, self.tracked])
-        m, n_in, n_out = y_true.size, entered["y"].size, left["y"].size
+        seen = self._ring.seen
+        entered, _ = self._ring.push(y=y_true, p=proba[:, self.tracked])
+        m, n_in = y_true.size, entered["y"].size
         index_in = np.arange(seen + m - n_in, seen + m, dtype=np.int64)
-        index_out = np.arange(seen - held, seen - held + n_out, dtype=np.int64)  # the oldest
+        first = self._ring.seen - self._ring.n  # the oldest the ring holds now
         for j, ordered in enumerate(self._ordered):
-            ordered.remove(left["p"][:, j], index_out)
+            ordered.keep_from(first)
             ordered.insert(entered["p"][:, j], index_in, entered["y"] == self.tracked[j])
 
     def auc(self, positive: int | None) -> float:
@@ -169,12 +182,15 @@ class HeldAUC:
             if c not in self.tracked:
                 continue
             ordered = self._ordered[self.tracked.index(c)]
+            codes = ordered.codes
+            of_class = (codes & 1).astype(np.float64)
             if self.fading_factor is None:
-                weights = np.ones(ordered.index.size)
+                positives, negatives = of_class, 1.0 - of_class
             else:  # a^(t−i): i within the horizon, so t − 1 − i < size
-                weights = _decay(self.fading_factor, self.size)[seen - 1 - ordered.index]
-            positives = np.where(ordered.positive, weights, 0.0)
-            value = mann_whitney(ordered.values, positives, weights - positives)
+                weights = _decay(self.fading_factor, self.size)[seen - 1 - (codes >> 1)]
+                positives = weights * of_class
+                negatives = weights - positives
+            value = mann_whitney(ordered.values, positives, negatives)
             if not math.isnan(value):
                 results.append(value)
         if positive is not None:
@@ -248,21 +264,21 @@ class CountedAUC:
         self._n += y_true.size
 
     def _add(self, j: int, values: np.ndarray, positive: np.ndarray) -> None:
-        known, pos, neg = self._values[j], self._positive[j], self._negative[j]
-        at = np.searchsorted(known, values)
+        distinct, inverse = np.unique(values, return_inverse=True)
+        pos = np.bincount(inverse, weights=positive, minlength=distinct.size).astype(np.int64)
+        neg = np.bincount(inverse, minlength=distinct.size) - pos
+        known = self._values[j]
+        at = np.searchsorted(known, distinct)
         hit = at < known.size
-        hit[hit] = known[at[hit]] == values[hit]
-        np.add.at(pos, at[hit & positive], 1)
-        np.add.at(neg, at[hit & ~positive], 1)
-        new, inverse = np.unique(values[~hit], return_inverse=True)
-        if new.size:
-            ones = positive[~hit]
-            new_pos = np.bincount(inverse, weights=ones, minlength=new.size).astype(np.int64)
-            new_neg = np.bincount(inverse, weights=~ones, minlength=new.size).astype(np.int64)
-            where = np.searchsorted(known, new)
-            self._values[j] = np.insert(known, where, new)
-            self._positive[j] = np.insert(pos, where, new_pos)
-            self._negative[j] = np.insert(neg, where, new_neg)
+        hit[hit] = known[at[hit]] == distinct[hit]
+        self._positive[j][at[hit]] += pos[hit]
+        self._negative[j][at[hit]] += neg[hit]
+        new = ~hit
+        if new.any():
+            where = at[new]
+            self._values[j] = merged(known, where, distinct[new])
+            self._positive[j] = merged(self._positive[j], where, pos[new])
+            self._negative[j] = merged(self._negative[j], where, neg[new])
 
     def _coarsen(self, j: int) -> None:
         """The finest grid coarser than the current one that keeps at most max_values."""
