@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from itertools import chain
 from typing import Any, Union
 
 import msgspec
@@ -70,23 +71,33 @@ def canonical_scores(scores: dict[str, float], label: Label) -> tuple:
             "bad_scores",
         )
     if isinstance(label, int):
-        pairs = []
-        for key, p in scores.items():
-            try:
-                cls = int(key)
-            except ValueError:
-                cls = None
-            if cls is None or str(cls) != key or not -(2**63) <= cls < 2**63:
-                raise EventError(
-                    f"scores key {key!r} names no class: the label is an integer, so scores "
-                    'name classes by their digits ({"0": 0.2, "1": 0.8})',
-                    "bad_scores",
-                ) from None
-            pairs.append((cls, p))
+        try:
+            classes = list(map(int, scores))
+        except ValueError:
+            classes = None
+        if classes is None or list(map(str, classes)) != list(scores):
+            raise _not_a_class(next(key for key in scores if not _spells_int(key)))
+        if classes and not (-(2**63) <= min(classes) and max(classes) < 2**63):
+            raise _not_a_class(str(max(classes, key=abs)))
+        pairs = sorted(zip(classes, scores.values(), strict=True))
     else:
-        pairs = list(scores.items())
-    pairs.sort()
-    return tuple(x for pair in pairs for x in pair)
+        pairs = sorted(scores.items())
+    return tuple(chain.from_iterable(pairs))
+
+
+def _spells_int(key: str) -> bool:
+    try:
+        return str(int(key)) == key
+    except ValueError:
+        return False
+
+
+def _not_a_class(key: str) -> EventError:
+    return EventError(
+        f"scores key {key!r} names no class: the label is an integer, so scores name classes "
+        'by their digits ({"0": 0.2, "1": 0.8})',
+        "bad_scores",
+    )
 
 
 # replay files merge the three topics into one stream: each line says its type

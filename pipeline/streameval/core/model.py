@@ -32,7 +32,7 @@ from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
 from streameval.core.probabilistic import DEFAULT_ECE_BINS
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
-from streameval.core.scored import ScoredViews, score_classes
+from streameval.core.scored import ScoredViews, named_classes, score_classes, view_scores
 
 __all__ = ["NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator"]
 
@@ -157,11 +157,11 @@ class ModelEvaluator:
         )
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
         codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
-        scored = any(scores)
-        extra = score_classes(scores) if scored else None
-        if extra is not None and self._labels.lookup(list(chain.from_iterable(extra))) is None:
+        views = view_scores(scores) if any(scores) else None
+        if views is not None and self._labels.lookup(named_classes(views)) is None:
             codes = None
         if codes is None:  # a new class
+            extra = None if views is None else score_classes(views)
             codes = _discover(self._labels, y_trues, labels, lengths, extra)
         y_true, predicted = codes[:n], codes[n:]
         ends = np.cumsum(lengths)
@@ -190,8 +190,8 @@ class ModelEvaluator:
         self._latency[0] += n
         self._latency[1] += int(latency.sum())
         self._latency[2] = max(self._latency[2], int(latency.max()))
-        if scored:
-            self._scored.update(y_true, scores, self._labels, self._positive_code())
+        if views is not None:
+            self._scored.update(y_true, views, self._labels, self._positive_code())
         self._n += n
         errors = (final != y_true).astype(np.float64)
         places = _Places(ids, t_instances, t_labels)

@@ -20,19 +20,36 @@ from streameval.core.outcome import Scores
 from streameval.core.probabilistic import DEFAULT_ECE_BINS, ScoredBatch, ScoreEstimator
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 
-__all__ = ["ScoredViews", "score_classes"]
-
-#: which prediction of the timeline each view takes its scores from
-_AT = {"initial": 0, "final": -1}
+__all__ = ["ScoredViews", "named_classes", "score_classes", "view_scores"]
 
 
-def score_classes(scores: Sequence[tuple[Scores | None, ...]]) -> list[tuple]:
-    """The classes each outcome's scores name, its predictions in timeline order (a model
-    discovers them after the outcome's truth and predictions)."""
+def view_scores(scores: Sequence[tuple[Scores | None, ...]]) -> dict[str, list[Scores | None]]:
+    """Per view, the scores each outcome's view takes (None: none): the initial view its first
+    prediction's, the final view its last's; the same list when no outcome was re-predicted."""
+    first = [entries[0] if entries else None for entries in scores]
+    if max(map(len, scores)) <= 1:
+        return {"initial": first, "final": first}
+    return {"initial": first, "final": [entries[-1] if entries else None for entries in scores]}
+
+
+def score_classes(views: dict[str, list[Scores | None]]) -> list[tuple]:
+    """The classes each outcome's scores name, in the views' order (a model discovers them
+    after the outcome's truth and predictions)."""
+    first, final = views["initial"], views["final"]
+    pairs = zip(first) if final is first else zip(first, final, strict=True)
     return [
         tuple(chain.from_iterable(entry[0::2] for entry in entries if entry is not None))
-        for entries in scores
+        for entries in pairs
     ]
+
+
+def named_classes(views: dict[str, list[Scores | None]]) -> list:
+    """Every class the views' scores name (with repeats), at C speed."""
+    first, final = views["initial"], views["final"]
+    flat = list(chain.from_iterable(filter(None, first)))[0::2]
+    if final is not first:
+        flat += list(chain.from_iterable(filter(None, final)))[0::2]
+    return flat
 
 
 class ScoredViews:
@@ -65,31 +82,27 @@ class ScoredViews:
     def update(
         self,
         y_true: np.ndarray,
-        scores: Sequence[tuple[Scores | None, ...]],
+        views: dict[str, list[Scores | None]],
         labels: LabelEncoder,
         positive: int | None,
     ) -> None:
-        """Add a batch: ``y_true`` the class codes, ``scores`` each outcome's (``()``: none),
-        ``labels`` the model's classes (every class the scores name is known), ``positive``
-        the positive class's code (None: none, or not seen yet)."""
+        """Add a batch: ``y_true`` the class codes, ``views`` the scores each view takes of
+        each outcome (:func:`view_scores`), ``labels`` the model's classes (every class the
+        scores name is known), ``positive`` the positive class's code (None: none, or not seen
+        yet)."""
         k = len(labels)
         if self.positive:
             track = [] if positive is None else [positive]
         else:
             track = list(range(k))
-        for view, at in _AT.items():
-            rows = [i for i, entries in enumerate(scores) if entries and entries[at] is not None]
-            if not rows:
+        batches: dict[int, ScoredBatch | None] = {}
+        for view, entries in views.items():
+            key = id(entries)
+            if key not in batches:  # the views share one list when nothing was re-predicted
+                batches[key] = self._batch(y_true, entries, labels, k)
+            batch = batches[key]
+            if batch is None:
                 continue
-            entries = [scores[i][at] for i in rows]
-            classes = labels.lookup(list(chain.from_iterable(e[0::2] for e in entries)))
-            probabilities = np.fromiter(
-                chain.from_iterable(e[1::2] for e in entries), dtype=np.float64
-            )
-            sizes = np.fromiter((len(e) // 2 for e in entries), dtype=np.int64, count=len(rows))
-            proba = np.zeros((len(rows), k))
-            proba[np.repeat(np.arange(len(rows)), sizes), classes] = probabilities
-            batch = ScoredBatch.of(y_true[rows], proba, self.ece_bins)
             estimators = self._views.get(view)
             if estimators is None:
                 estimators = self._views[view] = {
@@ -98,6 +111,25 @@ class ScoredViews:
                 }
             for estimator in estimators.values():
                 estimator.update(batch, track)
+
+    def _batch(
+        self, y_true: np.ndarray, entries: list[Scores | None], labels: LabelEncoder, k: int
+    ) -> ScoredBatch | None:
+        """The outcomes with scores among ``entries`` as one batch (None: none has)."""
+        if None in entries:
+            rows = [i for i, entry in enumerate(entries) if entry is not None]
+            if not rows:
+                return None
+            y_true = y_true[rows]
+            entries = [entries[i] for i in rows]
+        m = len(entries)
+        flat = list(chain.from_iterable(entries))
+        classes = labels.lookup(flat[0::2])
+        probabilities = np.array(flat[1::2], dtype=np.float64)
+        sizes = np.fromiter(map(len, entries), dtype=np.int64, count=m) // 2
+        proba = np.zeros((m, k))
+        proba[np.repeat(np.arange(m), sizes), classes] = probabilities
+        return ScoredBatch.of(y_true, proba, self.ece_bins)
 
     def measures(self, view: str, positive: int | None) -> dict[str, dict[str, Any]]:
         """``{estimator: {measure: value}}`` of a view ({} before its first scored outcome)."""
