@@ -4,8 +4,10 @@ Three binary models (a champion, a challenger and a weak baseline) score instanc
 whose labels have temporal dependence; each model predicts when the instance arrives and
 re-predicts while the label is pending (its later predictions are a little better); labels
 arrive 0.5–20 s later (exponential), sometimes before a model's prediction has been delivered;
-at instance 1200 the champion's concept drifts and its error rate jumps. A few malformed lines
-show how replay reports them. Lines are in delivery order, as a consumer would see them.
+at instance 1200 the champion's concept drifts and its error rate jumps. The champion and the
+challenger send their probabilities (``scores``) with every prediction, the baseline does not.
+A few malformed lines show how replay reports them. Lines are in delivery order, as a consumer
+would see them.
 
 Run: python docs/examples/make_sample_events.py [OUT]
 """
@@ -21,6 +23,8 @@ import numpy as np
 N_INSTANCES = 2000
 DRIFT_AT = 1200
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+#: the models whose predictions carry scores
+SCORED = ("champion", "challenger")
 MODELS = {  # model: (accuracy before the drift, after it)
     "champion": (0.86, 0.55),
     "challenger": (0.82, 0.80),
@@ -30,6 +34,7 @@ MODELS = {  # model: (accuracy before the drift, after it)
 
 def generate(seed: int = 7) -> list[str]:
     rng = np.random.default_rng(seed)
+    confidences = np.random.default_rng(seed + 1)  # its own draws: the rest is as before
     arrivals: list[tuple[float, int, dict]] = []  # (delivery time, tie-break, event)
     label = "no"
     for i in range(N_INSTANCES):
@@ -57,6 +62,12 @@ def generate(seed: int = 7) -> list[str]:
                     "label": predicted,
                     "model_version": "1",
                 }
+                if model in SCORED:  # more confident when right, as a useful model is
+                    right = predicted == label
+                    c = round(float(confidences.beta(6, 2) if right else confidences.beta(3, 2)), 3)
+                    c = max(c, 0.5)
+                    other = "yes" if predicted == "no" else "no"
+                    event["scores"] = {predicted: c, other: round(1.0 - c, 3)}
                 arrivals.append((t + transport, len(arrivals), event))
         arrivals.append(
             (

@@ -332,7 +332,7 @@ class DriftAlarmRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ]
 
 
-class PairMeasures(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PairMeasures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """The comparison of two models under one estimator."""
 
     n: Annotated[int, msgspec.Meta(ge=0)]
@@ -361,6 +361,22 @@ class PairMeasures(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         float | None, msgspec.Meta(description="upper bound (Wald, paired proportions)")
     ]
     warming_up: Annotated[bool, msgspec.Meta(description="n_kish is below the configured min_n")]
+    # present once a pair had scores on both sides (docs/measures.md, "Comparisons")
+    n_scored: Annotated[
+        int, msgspec.Meta(ge=0, description="pairs both of whose final predictions had scores")
+    ] = 0
+    log_loss_difference: Annotated[
+        float | None,
+        msgspec.Meta(
+            description="log_loss(A) − log_loss(B) on the scored pairs: > 0 means B is better"
+        ),
+    ] = None
+    log_loss_difference_lo: Annotated[
+        float | None, msgspec.Meta(description="lower bound (normal, paired differences)")
+    ] = None
+    log_loss_difference_hi: Annotated[
+        float | None, msgspec.Meta(description="upper bound (normal, paired differences)")
+    ] = None
 
 
 class ComparisonRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

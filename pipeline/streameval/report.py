@@ -70,17 +70,23 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
         box=box.SIMPLE_HEAD,
     )
     table.add_column("model", no_wrap=True)
-    for column in ("n", "acc", "acc₀", "Ψ₂", "κ", "κ_per", "κ⁺", "p_per", "alarms"):
+    finals = [
+        (model_id, record)
+        for (model_id, view), record in sorted(result.final_metrics.items())
+        if view == "final"
+    ]
+    # the scores' columns when a model sent them (blank for a model that did not)
+    scored = any("log_loss" in r.estimators.get(estimator, {}) for _, r in finals)
+    columns = ["n", "acc", "acc₀", "Ψ₂", "κ", "κ_per", "κ⁺", "p_per"]
+    for column in [*columns, *(["AUC", "log-loss"] if scored else []), "alarms"]:
         table.add_column(column, justify="right", no_wrap=True)
     alarms = defaultdict(int)
     for alarm in result.alarms:
         alarms[alarm.model_id] += 1
-    for (model_id, view), record in sorted(result.final_metrics.items()):
-        if view != "final":
-            continue
+    for model_id, record in finals:
         m = record.estimators.get(estimator, {})
-        d = getattr(record, "delayed", {}).get(estimator, {})
-        table.add_row(
+        d = record.delayed.get(estimator, {})
+        cells = [
             model_id,
             str(record.n),
             _fmt(m.get("accuracy")),
@@ -90,8 +96,10 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             _fmt(m.get("kappa_temporal")),
             _fmt(m.get("kappa_plus")),
             _fmt(m.get("p_per")),
-            str(alarms[model_id]),
-        )
+        ]
+        if scored:
+            cells += [_fmt(m.get("roc_auc")), _fmt(m.get("log_loss"))]
+        table.add_row(*cells, str(alarms[model_id]))
     console.print(table)
     for alarm in result.alarms[:LISTED_ALARMS]:
         console.print(describe_alarm(alarm), highlight=False)
@@ -108,6 +116,13 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             f"[{_fmt(c.accuracy_difference_lo)}, {_fmt(c.accuracy_difference_hi)}] "
             f"({'significant' if c.significant else 'not significant'} at 99 %), "
             f"leader: {c.leader or 'none'}"
+            + (
+                f"; log-loss difference={_fmt(c.log_loss_difference)} "
+                f"[{_fmt(c.log_loss_difference_lo)}, {_fmt(c.log_loss_difference_hi)}] "
+                f"on {c.n_scored} scored pairs"
+                if c.n_scored
+                else ""
+            )
         )
     odd = {k: v for k, v in result.join_counters.items() if v}
     if odd:
