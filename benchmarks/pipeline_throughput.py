@@ -3,6 +3,7 @@ side with the raw consume ceiling and a naive per-event Faust + River pipeline.
 
     .venv/bin/python benchmarks/pipeline_throughput.py            # 1M events, every phase
     .venv/bin/python benchmarks/pipeline_throughput.py --events 200000 --skip latency
+    .venv/bin/python benchmarks/pipeline_throughput.py --compare-scores 3   # scores' cost
 
 Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`):
 
@@ -186,7 +187,13 @@ def first_input_timestamp(boot: str, topic: str) -> int:
 
 # -- phase 1 ----------------------------------------------------------------------------------
 def phase_worker(
-    boot: str, events: int, partitions: int, tmp: Path, workers: int = 1, processes: int = 1
+    boot: str,
+    events: int,
+    partitions: int,
+    tmp: Path,
+    workers: int = 1,
+    processes: int = 1,
+    scored: float = 0.0,
 ) -> dict:
     instances = events // 5
     stream = ScriptedStream(
@@ -196,6 +203,7 @@ def phase_worker(
         drift_at=instances // 2,
         interval_ms=2,
         mean_delay_ms=2000,
+        scored=scored,  # the share of predictions with scores
         seed=3,
     )
     prefix = make_topics(boot, partitions)
@@ -533,9 +541,17 @@ def main() -> None:
     parser.add_argument(
         "--skip", action="append", default=[], choices=["raw", "faust", "memory", "latency"]
     )
+    parser.add_argument(
+        "--compare-scores", type=int, default=0, metavar="ROUNDS",
+        help="only phase 1, alternating the stream without scores and with scores on every "
+        "prediction, ROUNDS times each",
+    )  # fmt: skip
     args = parser.parse_args()
     boot = bootstrap()
     tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
+    if args.compare_scores:
+        compare_scores(boot, args, tmp)
+        return
     print(f"broker {boot}; logs in {tmp}; {args.workers} worker(s) of {args.processes} "
           f"data-path process(es)", flush=True)  # fmt: skip
     worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers, args.processes)
@@ -577,6 +593,28 @@ def main() -> None:
             f"({latency['records']} records; target p99 <= publish_interval + 1 s = 2 s)",
             flush=True,
         )
+
+
+def compare_scores(boot: str, args: argparse.Namespace, tmp: Path) -> None:
+    """Phase 1 without scores and with scores on every prediction, alternated: the same
+    events and outcomes but for the probabilities."""
+    rates: dict[str, list[float]] = {"without scores": [], "with scores": []}
+    for _ in range(args.compare_scores):
+        for name, share in (("without scores", 0.0), ("with scores", 1.0)):
+            run = phase_worker(
+                boot, args.events, args.partitions, tmp, args.workers, args.processes, share
+            )
+            rates[name].append(run["rate"])
+            print(f"  {name}: {run['rate']:,.0f} events/s ({run['events']:,} events, "
+                  f"{run['events'] // 5:,} outcomes per model)", flush=True)  # fmt: skip
+    medians = {}
+    for name, values in rates.items():
+        values.sort()
+        medians[name] = values[len(values) // 2]
+        print(f"{name:<15} {values[0]:>9,.0f} / {medians[name]:>9,.0f} / {values[-1]:>9,.0f} "
+              f"events/s (min / median / max of {len(values)})")  # fmt: skip
+    ratio = medians["with scores"] / medians["without scores"]
+    print(f"with scores / without, medians: {ratio:.2f} (target >= 0.80)")
 
 
 if __name__ == "__main__":

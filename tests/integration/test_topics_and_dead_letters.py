@@ -47,6 +47,8 @@ MALFORMED = {
         (b'{"instance_id": "i9", "model_id": "m", "ts": 1e300, "label": "a"}', "wrong_type"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600000000, "label": "a"}',
          "wrong_ts_unit"),
+        (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600005, "label": "a", '
+         b'"scores": {"a": 0.9}}', "bad_scores"),
         (b'{"type": "label", "instance_id": "i9", "model_id": "m", "ts": 1767225600005, '
          b'"label": "a"}', "unknown_type"),
         (b'{"instance_id": "i9", "model_id": "m", "ts": 1767225600005, "label": "'
@@ -60,7 +62,7 @@ VALID = {
                   b'"features": {"x": 1.5}}'],
     "predictions": [
         b'{"instance_id": "i1", "model_id": "m", "ts": 1767225601001, "label": "spam", '
-        b'"scores": {"spam": 0.9}}',
+        b'"scores": {"spam": 0.9, "ham": 0.1}}',
         b'{"instance_id": "i1", "model_id": "m", "ts": 1767225601002, "label": 3, '
         b'"type": "prediction"}',
     ],
@@ -115,7 +117,7 @@ def test_valid_and_malformed_records_are_routed(kafka_bootstrap, prefix):
     assert producer.flush(30) == 0
     assert [r.instance_id for r in decoded["instance"]] == ["i1"]
     assert [r.label for r in decoded["prediction"]] == ["spam", 3]
-    assert decoded["prediction"][0].scores == {"spam": 0.9}
+    assert decoded["prediction"][0].scores == {"spam": 0.9, "ham": 0.1}
     assert [r.ts for r in decoded["label"]] == [1767225602000]
     assert [r.ts for r in decoded["prediction"]] == [1767225601001, 1767225601002]
     expected_codes = sorted(code for cases in MALFORMED.values() for _, code in cases)
