@@ -11,9 +11,12 @@ from streameval.app.evolve import (
     join_shape,
     judge,
     model_shape,
+    model_shape_of,
     pair_shape,
 )
 from streameval.config import EvaluationConfig, load_config
+from streameval.core.model import ModelEvaluator
+from streameval.core.outcome import Outcome
 
 BASE = {
     "estimators": ["cumulative", "window:1000", "fading:0.999"],
@@ -155,3 +158,20 @@ def test_a_reset_join_takes_the_configured_rules():
     verdict = judge(stored, _config(join={"label_grace_ms": 1}))
     assert verdict.refusals == [] and verdict.new == ["join partitions 0, 1, 2 (reset)"]
     assert not verdict.changes
+
+
+def test_the_scores_settings_shape_only_models_that_had_scores():
+    """A model none of whose predictions had scores takes a changed scores.ece_bins; one that
+    had scores is refused, with its own reset."""
+    unscored = model_shape_of(ModelEvaluator("baseline").settings())
+    assert unscored["ece_bins"] is None and unscored["auc_max_values"] is None
+    scored = ModelEvaluator("champion", positive_label="yes")
+    scored.update([Outcome("champion", "i1", "yes", (0,), ("yes",), 0, 5, 5,
+                           (("no", 0.3, "yes", 0.7),))])  # fmt: skip
+    stored = Stored(models={"baseline": unscored, "champion": model_shape_of(scored.settings())})
+    [refusal] = judge(stored, _config(scores={"ece_bins": 20})).refusals
+    assert (refusal.setting, refusal.old, refusal.new) == ("scores.ece_bins", 10, 20)
+    assert refusal.reset == ("--model", "champion")
+    assert not judge(
+        Stored(models={"baseline": unscored}), _config(scores={"ece_bins": 20})
+    ).changes

@@ -228,7 +228,8 @@ def test_the_default_selection_exports_what_the_dashboards_and_alerts_use():
     }
     # the sample's champion sends scores: its log_loss, brier, ece and roc_auc are exported
     scalars = set(DEFAULT_MEASURES) - {"n", "n_effective", "precision", "recall"}
-    assert set(PROBABILISTIC_MEASURES) & set(DEFAULT_MEASURES) <= scalars
+    scored = {m for (_, _, m) in measures} & set(PROBABILISTIC_MEASURES)
+    assert scored == {"log_loss", "brier", "ece", "roc_auc"}
     assert measures.keys() == {("final", e, m) for e in estimators for m in scalars} | {
         ("initial", e, "accuracy") for e in estimators
     }

@@ -82,6 +82,8 @@ def canonical_scores(scores: dict[str, float], label: Label) -> tuple:
         pairs = sorted(zip(classes, scores.values(), strict=True))
     else:
         pairs = sorted(scores.items())
+    if 0.0 in scores.values():  # -0.0 is 0.0: one representation, whatever the batches
+        pairs = [(c, p + 0.0) for c, p in pairs]
     return tuple(chain.from_iterable(pairs))
 
 

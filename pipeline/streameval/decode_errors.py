@@ -79,6 +79,12 @@ def explain(
             )
         allowed = f" (a {kind} has {_FIELDS[kind]})" if kind in _FIELDS else ""
         return EventError(message + allowed, "unknown_field")
+    if "$.scores" in message and ("<=" in message or ">=" in message):
+        return EventError(
+            message + " (scores are a probability from 0 to 1 per class, for 1 to 1000 "
+            "classes named by 1 to 512 characters)",
+            "bad_scores",
+        )
     if message.startswith("Object missing required field"):
         return EventError(message, "missing_field")
     if message.startswith("Expected `object`"):
@@ -91,11 +97,6 @@ def explain(
         except Exception:
             pass
         return EventError(message + f" (ts is epoch {TS_UNITS[unit][0]})", "bad_timestamp")
-    if "$.scores" in message and ("<=" in message or ">=" in message):
-        return EventError(
-            message + " (scores are a probability per class, from 0 to 1, for 1 to 1000 classes)",
-            "bad_scores",
-        )
     if "$.label" in message and ("<=" in message or ">=" in message) and "length" not in message:
         return EventError(message + " (integer labels are 64-bit)", "bad_label")
     if "length >=" in message:

@@ -287,6 +287,8 @@ class Engine:
             "estimators": cfg.estimator_specs,
             "detectors": cfg.detectors_of(model_id),
             "normalize_max_count": cfg.normalize_max_count,
+            "ece_bins": cfg.scores.ece_bins,
+            "auc_max_values": cfg.scores.auc_max_values,
         }
 
     def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:

@@ -78,7 +78,10 @@ class InstanceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 #: A prediction's probability per class (the decoder also checks what a schema cannot say:
 #: that they add up to 1, and that an integer label's classes are named by their digits).
 Scores = Annotated[
-    dict[str, Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]],
+    dict[
+        Annotated[str, msgspec.Meta(min_length=1, max_length=512)],
+        Annotated[float, msgspec.Meta(ge=0.0, le=1.0)],
+    ],
     msgspec.Meta(
         min_length=1,
         max_length=1000,

@@ -55,7 +55,7 @@ def _schema(name: str, kind: Any, title: str) -> dict[str, Any]:
             {
                 "if": {"properties": {"label": {"type": "integer"}}},
                 "then": {
-                    "properties": {"scores": {"propertyNames": {"pattern": "^-?(0|[1-9][0-9]*)$"}}}
+                    "properties": {"scores": {"propertyNames": {"pattern": "^(0|-?[1-9][0-9]*)$"}}}
                 },
             }
         ]

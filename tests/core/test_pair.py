@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streameval.core.forgetting import EstimatorSpec
 from streameval.core.outcome import Outcome
 from streameval.core.pair import PairEvaluator
+from streameval.core.paired_mean import PairedMean
 
 from tests.core.test_model import _drifting, _outcomes, _same
 
@@ -160,3 +162,19 @@ def _clipped_loss(p_a: float, truth: str) -> float:
     p = p_a if truth == "a" else 1.0 - p_a
     eps = np.finfo(np.float64).eps
     return -math.log(min(max(p, eps), 1.0 - eps))
+
+
+def test_the_interval_of_tiny_differences_keeps_its_width():
+    """Differences of 1e-7 give an interval of their own scale, not a point."""
+    rng = np.random.default_rng(1)
+    d = 1e-7 + 1e-7 * rng.standard_normal(1000)
+    mean = PairedMean(EstimatorSpec.parse("cumulative"))
+    mean.update(d)
+    z = NormalDist().inv_cdf(0.975)
+    _, low, high = mean.interval(z)
+    half = z * d.std(ddof=1) / math.sqrt(d.size)
+    assert low == pytest.approx(d.mean() - half, rel=1e-6)
+    assert high == pytest.approx(d.mean() + half, rel=1e-6)
+    same = PairedMean(EstimatorSpec.parse("cumulative"))
+    same.update(np.full(10, 0.3))
+    assert same.interval(z) == (pytest.approx(0.3), pytest.approx(0.3), pytest.approx(0.3))

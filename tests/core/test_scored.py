@@ -136,9 +136,14 @@ def test_a_state_from_before_scores_goes_on_with_them():
     model = ModelEvaluator("m", estimators=["cumulative"], detectors=[])
     model.update([Outcome("m", "i1", "a", (0,), ("a",), 0, 5)])
     old = model.state()
-    del old["config"]["ece_bins"], old["config"]["auc_max_values"]
-    restored = ModelEvaluator.from_state(json.loads(json.dumps(old)))
+    assert "ece_bins" not in old["config"]  # no scores yet: the settings shape nothing
+    restored = ModelEvaluator.from_state(json.loads(json.dumps(old)), ece_bins=4)
     restored.update([Outcome("m", "i2", "b", (6,), ("a",), 6, 9, 6, (("a", 0.4, "b", 0.6),))])
     final = restored.measures()["views"]["final"]["cumulative"]
     assert final["n"] == 2 and final["n_scored"] == 1
     assert math.isclose(final["log_loss"], -math.log(0.6))
+    # the configured value applied, and the state now records it
+    assert len(final["reliability"]["weight"]) == 4
+    assert restored.state()["config"]["ece_bins"] == 4
+    again = ModelEvaluator.from_state(restored.state(), ece_bins=10)  # the state's own wins
+    assert again.ece_bins == 4

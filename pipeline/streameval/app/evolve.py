@@ -40,8 +40,6 @@ import orjson
 
 from streameval.config import EvaluationConfig
 from streameval.core.drift import canonical_spec, saved_spec
-from streameval.core.probabilistic import DEFAULT_ECE_BINS
-from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 
 __all__ = [
     "JOIN_SETTINGS",
@@ -115,6 +113,10 @@ _MODEL_SETTINGS = {
 }
 
 
+#: model settings that shape a model's state only once one of its predictions had scores
+_SCORES_SETTINGS = ("ece_bins", "auc_max_values")
+
+
 def config_fingerprint(config: EvaluationConfig) -> str:
     """A short hash of the whole evaluation configuration: what the build-info series shows,
     and what checkpoints of version 1 and disk stores of that time recorded. Not ``[time]``:
@@ -164,9 +166,9 @@ def model_shape_of(settings: Mapping[str, Any]) -> dict[str, Any]:
         "bin_rule": settings["bin_rule"],
         # as the state ran them: a detector setting added since was off there
         "detectors": [canonical_spec(saved_spec(spec)) for spec in settings["detectors"]],
-        # a state from before scores were kept had none, as if under the defaults
-        "ece_bins": settings.get("ece_bins", DEFAULT_ECE_BINS),
-        "auc_max_values": settings.get("auc_max_values", DEFAULT_AUC_MAX_VALUES),
+        # None: the model has had no scores (or its state predates them), so they shape nothing
+        "ece_bins": settings.get("ece_bins"),
+        "auc_max_values": settings.get("auc_max_values"),
     }
 
 
@@ -279,6 +281,8 @@ def judge(stored: Stored, config: EvaluationConfig) -> Verdict:
         _estimators(part, shape["estimators"], estimators, gone, olds, verdict)
         now = model_shape(config, model_id)
         for key, (setting, _) in _MODEL_SETTINGS.items():
+            if key in _SCORES_SETTINGS and shape[key] is None:
+                continue  # no scores yet: the configured values will apply
             if shape[key] != now[key]:
                 group = (setting.format(model=model_id), repr(shape[key]), repr(now[key]))
                 changed.setdefault(group, []).append(model_id)

@@ -229,8 +229,9 @@ class ModelEvaluator:
         }
 
     def settings(self) -> dict[str, Any]:
-        """The constructor's settings (but ``model_id``), as :meth:`state` records them."""
-        return {
+        """The constructor's settings (but ``model_id``), as :meth:`state` records them; those
+        of the scores' measures once a prediction had scores (until then they shape nothing)."""
+        settings = {
             "estimators": list(self.estimators),
             "positive_label": self.positive_label,
             "max_classes": self.max_classes,
@@ -239,9 +240,11 @@ class ModelEvaluator:
             "bin_rule": self.bin_rule,
             "detectors": [dict(d) for d in self.detectors],
             "normalize_max_count": self.normalize_max_count,
-            "ece_bins": self.ece_bins,
-            "auc_max_values": self.auc_max_values,
         }
+        if self._scored.state():
+            settings["ece_bins"] = self.ece_bins
+            settings["auc_max_values"] = self.auc_max_values
+        return settings
 
     def _positive_code(self) -> int | None:
         """The positive class's index (None: no positive label, or not seen yet)."""
@@ -274,15 +277,19 @@ class ModelEvaluator:
         estimators: Sequence[str | EstimatorSpec] | None = None,
         detectors: Sequence[dict[str, Any]] | None = None,
         normalize_max_count: int | None = None,
+        ece_bins: int | None = None,
+        auc_max_values: int | None = None,
     ) -> ModelEvaluator:
         """Rebuild from :meth:`state`, or continue it under other settings (None: the
-        state's). ``estimators``: those of the state go on, the others start empty at the next
-        outcome, as if configured from there (every estimator of the state must be among
-        them: ValueError). ``detectors``: one with the settings of a detector of the state
-        goes on, another starts at the next outcome (its alarms' indices still count the
-        model's outcomes), and the state's others are dropped. ``normalize_max_count`` only
-        decides what :meth:`measures` reads. The other settings shape the state and stay its
-        own (streameval.app.evolve refuses a configuration that changes them).
+        state's). ``ece_bins`` and ``auc_max_values`` apply to a state that has had no scores
+        yet (one that has keeps its own). ``estimators``: those of the state go on, the others
+        start empty at the next outcome, as if configured from there (every estimator of the
+        state must be among them: ValueError). ``detectors``: one with the settings of a
+        detector of the state goes on, another starts at the next outcome (its alarms' indices
+        still count the model's outcomes), and the state's others are dropped.
+        ``normalize_max_count`` only decides what :meth:`measures` reads. The other settings
+        shape the state and stay its own (streameval.app.evolve refuses a configuration that
+        changes them).
 
         >>> from streameval.core.outcome import Outcome
         >>> ev = ModelEvaluator("m", estimators=["cumulative"], detectors=[])
@@ -302,6 +309,9 @@ class ModelEvaluator:
             config["detectors"] = [dict(d) for d in detectors]
         if normalize_max_count is not None:
             config["normalize_max_count"] = normalize_max_count
+        for name, value in (("ece_bins", ece_bins), ("auc_max_values", auc_max_values)):
+            if name not in config and value is not None:
+                config[name] = value
         ev = cls(state["model_id"], **config)
         ev._labels = LabelEncoder.from_state(state["labels"])
         for view, s in state["views"].items():

@@ -45,9 +45,10 @@ def paired_mean_interval(
     size = kish(weight, squares)
     if not size > 1:
         return mean, math.nan, math.nan
-    spread = max(0.0, total_sq / weight - mean * mean)
+    square = total_sq / weight
+    spread = max(0.0, square - mean * mean)
     # rounding leaves ~1e-16 of the squares' scale when every difference is the same
-    if spread <= 1e-12 * max(1.0, total_sq / weight):
+    if spread <= 1e-12 * square:
         spread = 0.0
     half = z * math.sqrt(spread / (size - 1.0))
     return mean, mean - half, mean + half

@@ -230,18 +230,9 @@ class ScoreEstimator:
             self._auc = CountedAUC(auc_max_values)
 
     @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
     def n(self) -> int:
         """Scored outcomes the estimate covers."""
         return self._ring.n if self._ring is not None else self._sums.n
-
-    @property
-    def tracked(self) -> list[int]:
-        """The classes whose AUC is kept."""
-        return list(self._auc.tracked)
 
     def update(self, batch: ScoredBatch, track: list[int]) -> None:
         """Add scored outcomes; ``track`` lists the classes whose AUC is needed (new ones are

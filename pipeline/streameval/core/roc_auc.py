@@ -35,26 +35,31 @@ from streameval.core.forgetting import Ring
 __all__ = [
     "AUC_HORIZON",
     "DEFAULT_AUC_MAX_VALUES",
+    "MAX_AUC_HORIZON",
     "CountedAUC",
     "HeldAUC",
     "auc_horizon",
     "mann_whitney",
 ]
 
-#: The fading AUC holds the outcomes whose weight is at least this share of the newest's.
+#: The fading AUC holds the outcomes whose weight is at least this share of the newest's...
 AUC_HORIZON = 1e-12
-DEFAULT_AUC_MAX_VALUES = 100_000
+#: ...but never more than this many (a factor above 0.99972 reaches the cap)
+MAX_AUC_HORIZON = 100_000
+DEFAULT_AUC_MAX_VALUES = 4096
 # the finest grid tried when a class's distinct values pass the cap: 2^-_FINEST
 _FINEST = 40
 
 
 def auc_horizon(fading_factor: float) -> int:
-    """Outcomes the fading AUC holds: the last ⌈ln h / ln a⌉, h = :data:`AUC_HORIZON`.
+    """Outcomes the fading AUC holds: the last ⌈ln h / ln a⌉, h = :data:`AUC_HORIZON`, at
+    most :data:`MAX_AUC_HORIZON`.
 
-    >>> auc_horizon(0.999), auc_horizon(0.5)
-    (27618, 40)
+    >>> auc_horizon(0.999), auc_horizon(0.5), auc_horizon(0.999999)
+    (27618, 40, 100000)
     """
-    return max(1, math.ceil(math.log(AUC_HORIZON) / math.log(fading_factor)))
+    horizon = math.ceil(math.log(AUC_HORIZON) / math.log(fading_factor))
+    return max(1, min(MAX_AUC_HORIZON, horizon))
 
 
 def mann_whitney(values: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> float:
@@ -104,14 +109,6 @@ class Ordered:
     def __init__(self) -> None:
         self.values = np.empty(0)
         self.codes = np.empty(0, dtype=np.int64)
-
-    @property
-    def index(self) -> np.ndarray:
-        return self.codes >> 1
-
-    @property
-    def positive(self) -> np.ndarray:
-        return (self.codes & 1).astype(bool)
 
     def insert(self, values: np.ndarray, index: np.ndarray, positive: np.ndarray) -> None:
         """Add outcomes newer than every one held (``index`` ascending)."""
