@@ -13,6 +13,8 @@ from streameval.config import load_config
 from streameval.replay import replay
 from streameval.simulate.system import SimulationConfig, simulate
 
+LEARNING = ("hoeffding_tree", "naive_bayes", "logistic_regression")
+
 
 def _events(**settings):
     return list(simulate(SimulationConfig(**settings)))
@@ -22,6 +24,22 @@ def test_the_same_seed_gives_the_same_events_and_another_seed_does_not():
     settings = dict(instances=400, drifts=[200], models=["hoeffding_tree", "no_change"])
     assert _events(**settings) == _events(**settings)
     assert _events(**settings) != _events(**settings, seed=7)
+
+
+def test_scores_change_no_predicted_class():
+    """With scores the class comes from the same probabilities (asked once); without, from
+    River's ``predict_one``: the same classes either way, for every learner and baseline."""
+    settings = dict(instances=600, drifts=[300], delay_value=500.0, repredict_every=20)
+    scored, plain = _events(**settings), _events(**settings, scores=False)
+    assert len(scored) == len(plain)
+    predictions = 0
+    for a, b in zip(scored, plain, strict=True):
+        assert {**a, "scores": None} == {**b, "scores": None}
+        predictions += a["type"] == "prediction"
+        if a["type"] == "prediction" and a.get("scores") and a["model_id"] in LEARNING:
+            best = max(a["scores"].values())
+            assert a["scores"][str(a["label"])] == best
+    assert predictions > 600 * len(SimulationConfig().models)
 
 
 def test_events_are_in_time_order_and_predictions_never_follow_their_label():
