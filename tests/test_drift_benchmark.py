@@ -110,3 +110,13 @@ def test_streams_are_cached_by_their_settings(tmp_path):
         assert a.change == b.change == bench.first_post_drift(a.instances, 100)
     other = bench.Scenario("tiny", "abrupt", "sea", 200, 100, delay_value=500.0)
     assert bench.stream_key(other, 7) != bench.stream_key(scenario, 7)
+
+
+def test_every_setting_of_the_grids_is_written_out():
+    """A setting left out would take the service's default (``make_detector``), so a grid row
+    would silently be another detector whenever the default changes."""
+    from streameval.core.drift import make_detector
+
+    for spec in (*bench.grid_specs(), *bench.fine_grid_specs(), *bench.PAPER_DETECTORS):
+        assert set(spec) == set(make_detector(spec).spec()), spec
+    assert len(bench.grid_specs()) == 1084 and len(bench.fine_grid_specs()) == 1122

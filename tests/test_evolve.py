@@ -84,10 +84,11 @@ def test_additions_start_fresh_and_keep_the_rest():
     assert verdict.new == ["pair baseline|champion", "model newcomer"]
     assert any(f.startswith("detector page_hinkley(") and "threshold=50" in f
                for f in verdict.added)  # fmt: skip
-    assert "detector ratio_page_hinkley(" in " ".join(verdict.dropped)
-    # the default detectors written out with their defaults are the same detectors
-    same = [{"type": "page_hinkley", "threshold": 100, "delta": 0.1},
-            {"type": "ratio_page_hinkley"}]  # fmt: skip
+    assert "detector page_hinkley(fading_factor=0.995, delta=0.05, threshold=60" in " ".join(
+        verdict.dropped
+    )  # the default, replaced by the configured one
+    # the default detector written out with its defaults is the same detector
+    same = [{"type": "page_hinkley", "threshold": 60, "delta": 0.05, "standardize": True}]
     assert not judge(_stored(old), _config(detectors=same)).changes
 
 

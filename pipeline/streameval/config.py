@@ -11,10 +11,9 @@ Example file (every key optional)::
     normalize_max_count = 50000   # largest estimate (outcomes) that gets normalized_* values
     confidence = 0.95             # of the interval bounds (<measure>_lo, <measure>_hi)
     min_n = 100                   # effective sample size below which an estimate is warming_up
-    detectors = [                 # default drift detectors of every model
-      { type = "page_hinkley", fading_factor = 0.999, delta = 0.1, threshold = 100 },
-      { type = "ratio_page_hinkley", long_factor = 0.9994, short_factor = 0.997 },
-    ]
+    detectors = [                 # drift detectors of every model (here: the default)
+      { type = "page_hinkley", fading_factor = 0.995, delta = 0.05, threshold = 60 },
+    ]                             # (and restart_threshold = 10, standardize = true)
 
     [join]
     label_grace_ms = 5000

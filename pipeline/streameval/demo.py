@@ -242,6 +242,28 @@ def _pending(port: int) -> str:
     return "–"
 
 
+def demo_stream(
+    duration: float | None, rate: float, seed: int, start_ms: int | None = None
+) -> SimulationConfig:
+    """The stream ``streameval demo`` simulates: an hour of traffic (or ``duration`` seconds)
+    at ``rate`` instances/s, the concept changing once, 45 % into the first two minutes
+    (instance 10 800 at the default 200/s). ``start_ms``: the simulator's default epoch when
+    None.
+
+    >>> demo_stream(None, 200.0, 42).drifts, demo_stream(None, 200.0, 42).instances
+    ([10800], 720000)
+    """
+    instances = int((duration or 3600) * rate)
+    drift_at = max(1, int(min(duration or 120, 120) * rate * 0.45))
+    return SimulationConfig(
+        instances=max(instances, drift_at + 1),
+        drifts=[drift_at],
+        rate=rate,
+        seed=seed,
+        **({} if start_ms is None else {"start_ms": start_ms}),
+    )
+
+
 def run_demo(
     duration: float | None,
     bootstrap: str | None,
@@ -300,15 +322,8 @@ def run_demo(
         f"worker pid {worker.pid}; /metrics on http://localhost:{metrics_port}/metrics;"
         f" worker log {log}"
     )
-    instances = int((duration or 3600) * rate)
-    drift_at = max(1, int(min(duration or 120, 120) * rate * 0.45))
-    sim = SimulationConfig(
-        instances=max(instances, drift_at + 1),
-        drifts=[drift_at],
-        rate=rate,
-        seed=seed,
-        start_ms=int(time.time() * 1000) + 3000,
-    )
+    sim = demo_stream(duration, rate, seed, start_ms=int(time.time() * 1000) + 3000)
+    drift_at = sim.drifts[0]
     stop = threading.Event()
     produced = [0]
     change = ChangeWatch(drift_at, sim.start_ms, rate)

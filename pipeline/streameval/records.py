@@ -330,7 +330,7 @@ class DriftAlarmRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         msgspec.Meta(description="mean of the monitored estimate after change_n through n"),
     ]
     settings: Annotated[
-        dict[str, str | int | float],
+        dict[str, str | bool | int | float],
         msgspec.Meta(description="the detector's settings, as [[detectors]] takes them"),
     ]
 

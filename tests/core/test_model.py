@@ -72,7 +72,8 @@ def test_alarms_place_the_change_however_the_batches_fall():
     instance time and label time — the same for any batches and across a checkpoint taken
     between the change point and the alarm."""
     outcomes = _drifting(6000, seed=8, drift_at=3000)
-    whole = ModelEvaluator("m", estimators=["cumulative"])
+    both = [{"type": "page_hinkley"}, {"type": "ratio_page_hinkley"}]
+    whole = ModelEvaluator("m", estimators=["cumulative"], detectors=both)
     alarms = whole.update(outcomes)
     assert {a.detector for a in alarms} == {"page_hinkley", "ratio_page_hinkley"}
     for alarm in alarms:
@@ -83,7 +84,7 @@ def test_alarms_place_the_change_however_the_batches_fall():
     first = alarms[0]
     cut = (first.change_index + first.index) // 2  # a checkpoint between the two
     for bounds in ([0, cut, 6000], [0, 7, cut, cut + 1, 4000, 6000]):
-        part, got = ModelEvaluator("m", estimators=["cumulative"]), []
+        part, got = ModelEvaluator("m", estimators=["cumulative"], detectors=both), []
         for lo, hi in pairwise(bounds):
             got += part.update(outcomes[lo:hi])
             part = ModelEvaluator.from_state(json.loads(json.dumps(part.state())))
@@ -194,8 +195,8 @@ def test_detectors_under_new_settings_go_on_start_or_go():
     from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 
     outcomes, n0 = _drifting(6000, seed=5, drift_at=3000), 1000
-    page_hinkley, ratio = (dict(d) for d in DEFAULT_DETECTORS)
-    same = {"type": "page_hinkley", "threshold": 100, "fading_factor": 0.999}  # defaults
+    page_hinkley, ratio = dict(DEFAULT_DETECTORS[0]), {"type": "ratio_page_hinkley"}
+    same = {"type": "page_hinkley", "threshold": 60, "fading_factor": 0.995}  # defaults
     sharper = {"type": "page_hinkley", "threshold": 20.0}
     whole = ModelEvaluator("m", estimators=["cumulative"], detectors=[page_hinkley])
     expected = [a for a in whole.update(outcomes) if a.index > n0]
@@ -230,16 +231,20 @@ def test_an_old_checkpoint_keeps_its_detectors_when_a_new_setting_is_on_by_defau
     outcomes, n0 = _drifting(4000, seed=8, drift_at=2000), 1500
     spec = {"type": "page_hinkley", "fading_factor": 0.99, "delta": 0.01, "threshold": 10.0,
             "min_instances": 30}  # fmt: skip
-    whole = ModelEvaluator("m", estimators=["cumulative"], detectors=[spec])
+    added = {"restart_threshold": 0.0, "warmup": 0, "standardize": False}  # off, as then
+    whole = ModelEvaluator("m", estimators=["cumulative"], detectors=[spec | added])
     expected = [a for a in whole.update(outcomes) if a.index > n0]
-    first = ModelEvaluator("m", estimators=["cumulative"], detectors=[spec])
+    first = ModelEvaluator("m", estimators=["cumulative"], detectors=[spec | added])
     first.update(outcomes[:n0])
     old = json.loads(json.dumps(first.state()))
     for detector in (*old["config"]["detectors"], *old["detectors"]):
-        detector.pop("restart_threshold", None), detector.pop("warmup", None)
+        for key in added:
+            detector.pop(key, None)
     assert old["config"]["detectors"] == [spec]
     defaults = FadingErrorPageHinkley.__init__.__defaults__
-    monkeypatch.setattr(FadingErrorPageHinkley.__init__, "__defaults__", (*defaults[:4], 5.0, 0))
+    monkeypatch.setattr(
+        FadingErrorPageHinkley.__init__, "__defaults__", (*defaults[:4], 5.0, 0, True)
+    )
     assert FadingErrorPageHinkley().restart_threshold == 5.0  # as if the default were on
     restored = ModelEvaluator.from_state(old)
     assert restored.update(outcomes[n0:]) == expected and expected

@@ -16,7 +16,7 @@ __all__ = ["OFF_IF_ABSENT", "ErrorDetector"]
 
 #: The value of each setting added after the first checkpoints that turns it off: a state
 #: written before the setting existed restores with it (and behaves as before).
-OFF_IF_ABSENT = {"restart_threshold": 0.0, "smoothing": 0.0, "warmup": 0}
+OFF_IF_ABSENT = {"restart_threshold": 0.0, "smoothing": 0.0, "warmup": 0, "standardize": False}
 
 
 def _check_warmup(value: Any) -> int:
@@ -47,9 +47,11 @@ class ErrorDetector:
         min_instances: int,
         restart_threshold: float,
         warmup: int,
+        standardize: bool = False,
     ) -> None:
         self.warmup = _check_warmup(warmup)
-        self._test = PageHinkley(delta, threshold, min_instances, restart_threshold)
+        self._test = PageHinkley(delta, threshold, min_instances, restart_threshold, standardize)
+        self.standardize = self._test.standardize
         self.delta = self._test.delta
         self.threshold = self._test.threshold
         self.min_instances = self._test.min_instances

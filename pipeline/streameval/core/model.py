@@ -238,7 +238,8 @@ class ModelEvaluator:
             "bins": self.bins,
             "alpha": self.alpha,
             "bin_rule": self.bin_rule,
-            "detectors": [dict(d) for d in self.detectors],
+            # every setting, so that a later change of the defaults cannot change what it says
+            "detectors": [make_detector(d).spec() for d in self.detectors],
             "normalize_max_count": self.normalize_max_count,
         }
         if self._scored.state():

@@ -48,6 +48,20 @@ def _check_restart_threshold(value: Any) -> float:
     )
 
 
+def _check_standardize(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(
+        f"standardize={value!r} is not allowed; use true (δ and λ in standard deviations of "
+        "one outcome's error, sqrt(p(1 − p)) at the running mean p) or false (in error units)"
+    )
+
+
+#: p(1 − p) at p = 0.01: the smallest variance by which ``standardize`` divides, so that one
+#: error of a nearly error-free model (running mean near 0) is not read as many deviations
+VARIANCE_FLOOR = 0.01 * (1 - 0.01)
+
+
 def _check_min_instances(value: Any) -> int:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
         return int(value)
@@ -136,6 +150,14 @@ class PageHinkley:
     restart_threshold
         λ_down of the mirrored test for a decrease that restarts the test; 0 (the default, and
         the test of Gama et al.): no restart.
+    standardize
+        For a signal that estimates an error rate (values in [0, 1]): measure each deviation
+        in standard deviations of one outcome's error at the running mean, m_t = Σ_{j≤t}
+        ((x_j − x̄_j)/s_j − δ) with s_j = sqrt(max(x̄_j(1 − x̄_j), ``VARIANCE_FLOOR``)), and
+        the mirrored test likewise; δ and λ are then in those units, so that one setting
+        means the same evidence for a model at 2 % error and one at 35 % (Page's CUSUM
+        scaled by the standard deviation). False (the default, and Gama et al.): δ and λ in
+        the signal's own units.
 
     Examples
     --------
@@ -168,11 +190,13 @@ class PageHinkley:
         threshold: float = 100.0,
         min_instances: int = 30,
         restart_threshold: float = 0.0,
+        standardize: bool = False,
     ) -> None:
         self.delta = _check_delta(delta)
         self.threshold = _check_threshold(threshold)
         self.min_instances = _check_min_instances(min_instances)
         self.restart_threshold = _check_restart_threshold(restart_threshold)
+        self.standardize = _check_standardize(standardize)
         self._reset()
 
     def _reset(self) -> None:
@@ -227,7 +251,11 @@ class PageHinkley:
             values = x[start : start + chunk]
             t = np.arange(self._observations + 1, self._observations + 1 + values.size)
             sums = np.cumsum(np.concatenate(([self._sum], values)))[1:]
-            steps = values - sums / t - self.delta
+            deviations = values - sums / t
+            if self.standardize:
+                mean = sums / t
+                deviations /= np.sqrt(np.maximum(mean * (1.0 - mean), VARIANCE_FLOOR))
+            steps = deviations - self.delta
             cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
             minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
             statistic = cumulative - minimum
@@ -235,7 +263,7 @@ class PageHinkley:
             hits = np.flatnonzero((statistic > self.threshold) & ready)
             end = int(hits[0]) if hits.size else values.size - 1
             if self.restart_threshold:
-                rise = np.cumsum(np.concatenate(([self._rise], values - sums / t + self.delta)))[1:]
+                rise = np.cumsum(np.concatenate(([self._rise], deviations + self.delta)))[1:]
                 maximum = np.maximum.accumulate(np.concatenate(([self._maximum], rise)))[1:]
                 falls = np.flatnonzero((maximum - rise > self.restart_threshold) & ready)
                 if falls.size and falls[0] < end + (not hits.size):
@@ -315,6 +343,7 @@ class PageHinkley:
             "threshold": self.threshold,
             "min_instances": self.min_instances,
             "restart_threshold": self.restart_threshold,
+            "standardize": self.standardize,
             **self._running_state(),
         }
 
@@ -326,6 +355,7 @@ class PageHinkley:
             state["threshold"],
             state["min_instances"],
             state.get("restart_threshold", 0.0),  # absent (written before it): no restart
+            state.get("standardize", False),  # likewise: error units
         )
         test._restore(state)
         return test
