@@ -488,7 +488,11 @@ def _label(spec: dict[str, Any]) -> str:
     if spec in [canonical_spec(d) for d in PAPER_DETECTORS]:
         return f"{spec['type']} (Gama et al.)"
     default = canonical_spec({"type": spec["type"]})
-    changed = [f"{k}={v:g}" for k, v in spec.items() if k != "type" and v != default[k]]
+    changed = [
+        f"{k}={str(v).lower() if isinstance(v, bool) else f'{v:g}'}"
+        for k, v in spec.items()
+        if k != "type" and v != default[k]
+    ]
     if changed:
         return f"{spec['type']}({', '.join(changed)})"
     in_service = default in [canonical_spec(d) for d in DEFAULT_DETECTORS]

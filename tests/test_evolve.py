@@ -75,7 +75,7 @@ def test_additions_start_fresh_and_keep_the_rest():
         estimators=["window:300", *BASE["estimators"]],
         comparisons=[*BASE["comparisons"], {"a": "baseline", "b": "champion"}],
         models={**BASE["models"], "newcomer": {"positive_label": 1}},
-        detectors=[{"type": "page_hinkley", "threshold": 50}],
+        detectors=[{"type": "page_hinkley", "threshold": 50, "standardize": True}],
     )
     verdict = judge(_stored(old), new)
     assert verdict.refusals == []
@@ -90,6 +90,22 @@ def test_additions_start_fresh_and_keep_the_rest():
     # the default detector written out with its defaults is the same detector
     same = [{"type": "page_hinkley", "threshold": 60, "delta": 0.05, "standardize": True}]
     assert not judge(_stored(old), _config(detectors=same)).changes
+
+
+def test_a_detector_sealed_before_a_setting_existed_is_the_same_detector():
+    """A seal written before ``standardize`` existed names its detectors without it (they ran
+    with it off); a configuration that writes the same detector out, with it off, changes
+    nothing, and a partial one is the configured default, whatever the seal's class defaults."""
+    paper = {"type": "page_hinkley", "fading_factor": 0.999, "delta": 0.1, "threshold": 100,
+             "min_instances": 30, "restart_threshold": 0, "warmup": 0}  # fmt: skip
+    config = _config(detectors=[{**paper, "standardize": False}])
+    sealed = _stored(config)
+    for shape in sealed.models.values():  # as the earlier release sealed it (canonical)
+        shape["detectors"] = [{k: float(v) if k != "type" else v for k, v in paper.items()}]
+    assert not judge(sealed, config).changes
+    partial = _config(detectors=[{"type": "page_hinkley", "threshold": 50, "standardize": True}])
+    assert not judge(_stored(partial), partial).changes
+    assert judge(sealed, _config()).dropped  # the default is another detector
 
 
 def test_a_window_size_is_refused_with_the_estimator_to_reset():

@@ -745,7 +745,10 @@ def test_a_configuration_that_adds_goes_on_and_moves_models_exactly(stream, seed
     new = make_config(
         publish_every=300,
         estimators=["window:100000", "cumulative", "window:1000", "fading:0.999"],
-        detectors=[*DEFAULT_DETECTORS, {"type": "page_hinkley", "threshold": 30}],
+        detectors=[
+            *DEFAULT_DETECTORS,
+            {"type": "page_hinkley", "threshold": 30, "standardize": True},
+        ],
         comparisons=[{"a": "champion", "b": "challenger"}, {"a": "baseline", "b": "champion"}],
     )
     harness = Harness(stream, old, seed=seed)

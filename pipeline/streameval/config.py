@@ -32,7 +32,7 @@ Example file (every key optional)::
 
     [models.fraud-v2]             # per model (optional)
     positive_label = "fraud"
-    detectors = [ { type = "page_hinkley", threshold = 50 } ]
+    detectors = [ { type = "page_hinkley", threshold = 80, standardize = true } ]
 
     [[comparisons]]
     a = "fraud-v1"

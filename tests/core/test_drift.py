@@ -678,6 +678,11 @@ def test_defaults_and_factory():
         ({"type": "page_hinkley", "lambda": 5}, "no setting 'lambda'; allowed: fading_factor"),
         ({"type": "ratio_page_hinkley", "fading_factor": 0.9}, "no setting 'fading_factor'"),
         ({"type": "page_hinkley", "threshold": "100"}, "threshold='100' is not allowed"),
+        ({"type": "page_hinkley", "threshold": 50}, "sets threshold but not standardize: say"),
+        (
+            {"type": "page_hinkley", "delta": 0.1, "restart_threshold": 5},
+            "sets delta, restart_threshold but not standardize",
+        ),
         ("page_hinkley", "is not a mapping"),
     ],
 )
@@ -759,7 +764,8 @@ BAD_ERRORS = [
 @pytest.mark.parametrize("kind", ["page_hinkley", "ratio_page_hinkley"])
 @pytest.mark.parametrize(("errors", "message"), BAD_ERRORS)
 def test_bad_batches_raise_and_change_nothing(kind, errors, message):
-    detector = make_detector({"type": kind, "threshold": 1.0, "min_instances": 1})
+    units = {"standardize": False} if kind == "page_hinkley" else {}
+    detector = make_detector({"type": kind, "threshold": 1.0, "min_instances": 1, **units})
     detector.update(np.array([0, 1, 1, 0, 1]))
     before = detector.state()
     with pytest.raises(ValueError, match=message):

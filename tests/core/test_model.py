@@ -196,8 +196,8 @@ def test_detectors_under_new_settings_go_on_start_or_go():
 
     outcomes, n0 = _drifting(6000, seed=5, drift_at=3000), 1000
     page_hinkley, ratio = dict(DEFAULT_DETECTORS[0]), {"type": "ratio_page_hinkley"}
-    same = {"type": "page_hinkley", "threshold": 60, "fading_factor": 0.995}  # defaults
-    sharper = {"type": "page_hinkley", "threshold": 20.0}
+    same = {"type": "page_hinkley", "threshold": 60, "standardize": True}  # the default
+    sharper = {"type": "page_hinkley", "threshold": 20.0, "standardize": True}
     whole = ModelEvaluator("m", estimators=["cumulative"], detectors=[page_hinkley])
     expected = [a for a in whole.update(outcomes) if a.index > n0]
     first = ModelEvaluator("m", estimators=["cumulative"], detectors=[page_hinkley, ratio])

@@ -39,7 +39,8 @@ from typing import Any
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.drift import canonical_spec, saved_spec
+from streameval.core.drift import canonical_spec, make_detector, saved_spec
+from streameval.core.error_detector import OFF_IF_ABSENT
 
 __all__ = [
     "JOIN_SETTINGS",
@@ -148,7 +149,8 @@ def model_shape(config: EvaluationConfig, model_id: str) -> dict[str, Any]:
             "bins": delayed.bins,
             "alpha": delayed.alpha,
             "bin_rule": delayed.bin_rule,
-            "detectors": config.detectors_of(model_id),
+            # as configured: what a detector leaves out is the service's default, not a seal's
+            "detectors": [make_detector(spec).spec() for spec in config.detectors_of(model_id)],
             "ece_bins": config.scores.ece_bins,
             "auc_max_values": config.scores.auc_max_values,
         }
@@ -383,13 +385,21 @@ def _estimators(
 def _detectors(
     part: str, saved: list[dict[str, Any]], configured: Iterable[dict[str, Any]], verdict: Verdict
 ) -> None:
-    left = list(saved)
+    # a shape sealed before a setting existed lacks it: it ran with that setting off
+    left = [{**_off_since(spec), **spec} for spec in saved]
     for spec in map(canonical_spec, configured):
         if spec in left:
             left.remove(spec)
         else:
             verdict.added.append(f"detector {_detector(spec)} of {part}")
     verdict.dropped += [f"detector {_detector(spec)} of {part}" for spec in left]
+
+
+def _off_since(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a sealed detector's type added since its seal, off, as
+    :func:`~streameval.core.drift.canonical_spec` writes them (numbers as floats)."""
+    present = canonical_spec(saved_spec({"type": spec["type"]}))
+    return {key: present[key] for key in OFF_IF_ABSENT if key in present and key not in spec}
 
 
 def _detector(spec: Mapping[str, Any]) -> str:

@@ -38,7 +38,7 @@ that type leaves out, :func:`make_detector`) is one ``page_hinkley``, chosen on 
 benchmark (docs/measures.md, "How good the detectors are"): a = 0.995, δ = 0.05 and λ = 60
 standardized, restarting after a fall of 10. It is as good as River's best detector there
 (DDM) on missed changes and false alarms, and within 20 % of it on delay; the ratio detector,
-whose settings that miss about as few changes fire at least 3.9 times as often without one,
+whose settings that miss about as few changes fire at least 3.8 times as often without one,
 is not on by default.
 
 References
@@ -87,6 +87,8 @@ DEFAULT_DETECTORS = (
     },
 )
 _DEFAULTS_BY_TYPE = {spec["type"]: spec for spec in DEFAULT_DETECTORS}
+#: settings whose unit ``standardize`` decides: a configuration that sets one must say which
+_IN_UNITS = ("delta", "threshold", "restart_threshold")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,9 +368,17 @@ def make_detector(spec: Mapping[str, Any]) -> Detector:
 
     Examples
     --------
-    >>> detector = make_detector({"type": "page_hinkley", "threshold": 50})
-    >>> detector.fading_factor, detector.delta, detector.threshold, detector.standardize
-    (0.995, 0.05, 50.0, True)
+    >>> detector = make_detector({"type": "page_hinkley", "threshold": 50, "standardize": True})
+    >>> detector.fading_factor, detector.delta, detector.threshold, detector.restart_threshold
+    (0.995, 0.05, 50.0, 10.0)
+
+    δ, λ and λ_down of ``page_hinkley`` are in standard deviations with ``standardize``, in
+    error units without: a configuration that sets one says which.
+
+    >>> make_detector({"type": "page_hinkley", "threshold": 100})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: detector 'page_hinkley' sets threshold but not standardize: say which unit ...
     >>> ratio = make_detector({"type": "ratio_page_hinkley"})
     >>> ratio.long_factor, ratio.short_factor, ratio.delta, ratio.threshold
     (0.9994, 0.997, 0.1, 100.0)
@@ -393,14 +403,23 @@ def make_detector(spec: Mapping[str, Any]) -> Detector:
             f"{', '.join(cls.settings)}"
         )
     defaults = {k: v for k, v in _DEFAULTS_BY_TYPE.get(cls.name, {}).items() if k != "type"}
-    return cls(**{**defaults, **settings})
+    detector = cls(**{**defaults, **settings})
+    in_units = [key for key in _IN_UNITS if key in settings]
+    if "standardize" in defaults and in_units and "standardize" not in settings:
+        raise ValueError(
+            f"detector {cls.name!r} sets {', '.join(in_units)} but not standardize: say which "
+            "unit they are in — standardize = true (standard deviations of one outcome's error, "
+            "as the default detector) or standardize = false (error units, as Gama et al. and "
+            "the defaults before 2026-11-24)"
+        )
+    return detector
 
 
 def canonical_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A detector's settings with every default filled in and numbers as floats: two
     configurations describe the same detector exactly when these are equal.
 
-    >>> canonical_spec({"type": "page_hinkley", "threshold": 60}) == canonical_spec(
+    >>> canonical_spec({"type": "page_hinkley", "fading_factor": 0.995}) == canonical_spec(
     ...     DEFAULT_DETECTORS[0])
     True
     """
