@@ -2,7 +2,7 @@
 
 import pytest
 from streameval.app.settings import SettingsError, load_settings
-from streameval.series import DEFAULT_MEASURES, EXPORTABLE_MEASURES, Selection
+from streameval.series import DEFAULT_MEASURES, EXPORTABLE_MEASURES, Selection, bin_label
 
 BROKER = {"bootstrap": "127.0.0.1:1", "metrics_port": 0}
 
@@ -78,3 +78,12 @@ def test_every_measure_a_record_carries_can_be_chosen():
         names |= {m for m in EXPORTABLE_MEASURES if re.fullmatch(pattern, m)}
         names |= {m for m in EXPORTABLE_MEASURES if re.fullmatch(pattern, f"{m}[c]")}
     assert names == set(EXPORTABLE_MEASURES)
+
+
+@pytest.mark.parametrize("bins", [1, 10, 100, 999, 1000, 12345])
+def test_bin_labels_sort_in_the_order_of_the_bins(bins):
+    """Dashboards sort the ``bin`` label as text: 1000 bins (the most ECE bins, and delayed
+    bins may be more) must not put 1000 between 100 and 101; up to 999 they stay 001 …"""
+    labels = [bin_label(i, bins) for i in range(bins)]
+    assert labels == sorted(labels) and len(set(labels)) == bins
+    assert labels[0] == "0" * (max(3, len(str(bins))) - 1) + "1"

@@ -42,6 +42,7 @@ __all__ = [
     "LATENCY_BUCKETS",
     "Selection",
     "SnapshotCollector",
+    "bin_label",
     "estimator_label",
     "spread",
 ]
@@ -133,6 +134,16 @@ DEFAULT_BINS = 10
 def estimator_label(name: str) -> str:
     """``window:1000`` → ``window_1000`` (a colon is awkward in PromQL label matchers)."""
     return name.replace(":", "_")
+
+
+def bin_label(index: int, bins: int) -> str:
+    """The ``bin`` label of bin ``index`` (0-based) of ``bins``: 1-based, zero-padded to three
+    digits or as many as ``bins`` has, so that the labels sort in the bins' order.
+
+    >>> bin_label(0, 100), bin_label(99, 100), bin_label(0, 1000), bin_label(999, 1000)
+    ('001', '100', '0001', '1000')
+    """
+    return f"{index + 1:0{max(3, len(str(bins)))}d}"
 
 
 def spread(bins: int, count: int) -> list[int]:
@@ -282,7 +293,7 @@ class SnapshotCollector(Collector):
         labels = self._spread.get(bins)
         if labels is None:
             count = bins if self.selection.bins is None else self.selection.bins
-            labels = [(i, f"{i + 1:03d}") for i in spread(bins, count)]
+            labels = [(i, bin_label(i, bins)) for i in spread(bins, count)]
             self._spread[bins] = labels
         return labels
 
@@ -370,8 +381,9 @@ class SnapshotCollector(Collector):
                 bins = get("reliability") if chosen.reliability else None
                 if bins is not None:
                     for quantity, values_of_bins in bins.items():
+                        size = len(values_of_bins)
                         for i, value in enumerate(values_of_bins):
-                            labels = [model, view, est, f"{i + 1:03d}", quantity]
+                            labels = [model, view, est, bin_label(i, size), quantity]
                             reliability.add_metric(labels, _value(value))
                 for cls in classes:
                     for name in chosen.per_class:
