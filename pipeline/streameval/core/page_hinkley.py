@@ -251,9 +251,9 @@ class PageHinkley:
             values = x[start : start + chunk]
             t = np.arange(self._observations + 1, self._observations + 1 + values.size)
             sums = np.cumsum(np.concatenate(([self._sum], values)))[1:]
-            deviations = values - sums / t
+            mean = sums / t
+            deviations = values - mean
             if self.standardize:
-                mean = sums / t
                 deviations /= np.sqrt(np.maximum(mean * (1.0 - mean), VARIANCE_FLOOR))
             steps = deviations - self.delta
             cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
