@@ -35,9 +35,10 @@ bench: $(STAMP)  ## every benchmark, each side by side with its peer
 	$(BIN)/python benchmarks/store_choice.py
 	$(BIN)/python benchmarks/pending_scale.py
 
-soak: $(STAMP)  ## the long runs: 10^6 pending instances moving between workers; 30 min of traffic
+soak: $(STAMP)  ## the long runs: 10^6 pending instances moving between workers; 30 min of traffic; the full fault campaign
 	STREAMEVAL_MOVE_PENDING=1000000 $(BIN)/pytest tests/integration/test_state.py -k moves
 	$(BIN)/python benchmarks/soak.py --minutes 30
+	$(BIN)/python -m tests.reliability.campaign
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

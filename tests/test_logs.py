@@ -129,3 +129,19 @@ def test_errors_other_than_all_brokers_down_leave_it_reachable():
     assert errors.reachable
     errors.brokers({})  # statistics without brokers say nothing
     assert errors.reachable
+
+
+def test_a_refusal_no_retry_cures_is_kept_with_what_to_change():
+    from confluent_kafka import KafkaError
+
+    errors = KafkaErrors()
+    errors(_Error(KafkaError._TRANSPORT))
+    assert errors.refused is None  # a broker down: waiting helps
+    errors(_Error(KafkaError._AUTHENTICATION))
+    assert "refused the worker's credentials" in errors.refused
+    assert "sasl.username, sasl.password" in errors.refused
+    errors(_Error(KafkaError._SSL))  # the first one is kept
+    assert "credentials" in errors.refused
+    other = KafkaErrors()
+    other(_Error(KafkaError._SSL))
+    assert "TLS handshake with Kafka failed" in other.refused and "ssl.ca.location" in other.refused

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,32 @@ def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):
     assert code == 0  # the numbers of champion are right; the comparison is what is missing
     assert "comparison champion vs challanger: no outcome of 'challanger'" in output
     assert "models seen: champion" in output
+
+
+def test_sigterm_while_the_worker_waits_for_an_unreachable_kafka_stops_it_cleanly(tmp_path):
+    """An orchestrator stopping a worker that never reached Kafka (a wrong address, the
+    cluster down): exit status 0 within a second or two, a line saying so, no traceback."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMEVAL_")}
+    (tmp_path / "worker.toml").write_text("[models.a]\n")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [STREAMEVAL, "worker", "--config", str(tmp_path / "worker.toml"), "--bootstrap",
+             "127.0.0.1:1", "--metrics-port", "0"],
+            env={**environ, "STREAMEVAL_STATE_DIR": str(tmp_path / "state")}, cwd=tmp_path,
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:  # (a wait ends early only if something else broke: the log says what)
+            deadline = time.monotonic() + 60
+            while "is not reachable" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "is not reachable" in log.read_text(), log.read_text()
+            stopped = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == 0, log.read_text()
+        finally:
+            process.kill()
+    assert time.monotonic() - stopped < 12  # at most one metadata request of 10 s
+    output = log.read_text()
+    assert "SIGTERM before start-up was complete: stopping" in output
+    assert "Traceback" not in output, output

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -305,6 +308,7 @@ def worker(
 
     # the worker's log format from here on (the check below waits for Kafka, and says so)
     logging.config.dictConfig(logging_config(worker_settings.log_level, worker_settings.log_format))
+    signal.signal(signal.SIGTERM, _stopped_before_start)  # until Faust handles it
     check_before_start(worker_settings, config, config_path)  # what its checkpoints hold
     from streameval.app.faust_app import create_app, run_worker
 
@@ -313,6 +317,16 @@ def worker(
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
     sys.exit(run_worker(app, worker_settings.log_level, worker_settings.log_format))
+
+
+def _stopped_before_start(signum: int, _frame: Any) -> None:
+    """SIGTERM while the worker waits for Kafka or checks its checkpoints, before it owns a
+    partition: nothing to save, so it ends at once, and cleanly (status 0)."""
+    logging.getLogger("streameval.worker").info(
+        "%s before start-up was complete: stopping (nothing was changed)",
+        signal.Signals(signum).name,
+    )
+    raise SystemExit(0)
 
 
 def _port_free(host: str, port: int) -> None:

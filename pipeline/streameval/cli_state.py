@@ -300,7 +300,7 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
     its message and a non-zero status, before anything is changed."""
     import threading
 
-    from streameval.app.output import KafkaErrors, connect
+    from streameval.app.output import KafkaErrors, KafkaRefused, connect
     from streameval.app.stateops import preflight
     from streameval.clients import ClientConfigError, client_config
     from streameval.logs import KAFKA_LOG
@@ -319,6 +319,8 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
         commands = (f"streameval state reset {naming}", f"streameval state show {naming}")
         with _kafka_answers(client):
             preflight(client, topics, worker.app_id, config, commands, say=_said)
+    except KafkaRefused as err:
+        raise click.ClickException(str(err)) from None
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -31,6 +31,8 @@ from streameval.resources import resource
 __all__ = ["KAFKA_VERSION", "KafkaInstance", "LauncherError", "cache_dir", "ensure_artifacts"]
 
 KAFKA_VERSION = "4.4.0"  # the version in resources/kafka/pom.xml
+#: The super user of a secured instance
+ADMIN = "admin"
 #: JVM options: a small heap and quick start-up for a 2-core machine shared with the tests.
 JVM_OPTIONS = (
     "-Xms128m",
@@ -132,6 +134,26 @@ def _port_free(port: int) -> bool:
         return True
 
 
+#: how long a restart waits for its ports (see :func:`_port_freed`)
+PORT_WAIT_S = 5.0
+
+
+def _port_freed(port: int, wait: float) -> bool:
+    """Whether ``port`` is free, or becomes free within ``wait`` seconds.
+
+    Right after a broker dies its port can be held for a moment by one of its own clients:
+    the ports the launcher picks lie in the kernel's ephemeral range, and a client that keeps
+    reconnecting to a port nobody listens on is sometimes given that very port as its own
+    (a TCP self-connect), which it drops as soon as the connection does not answer as a
+    broker would. A restart in place waits for that rather than fail."""
+    deadline = time.monotonic() + wait
+    while not _port_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -159,6 +181,8 @@ class KafkaInstance:
     port: int
     controller_port: int
     pid: int | None = None
+    #: clients must use SASL/SCRAM-SHA-512 over TLS, and ACLs apply (:meth:`client`)
+    secured: bool = False
 
     @property
     def bootstrap(self) -> str:
@@ -168,6 +192,40 @@ class KafkaInstance:
     def log_file(self) -> Path:
         return Path(self.directory) / "logs" / "server.log"
 
+    def client(self, user: str = ADMIN, password: str | None = None) -> dict[str, str]:
+        """librdkafka settings to reach this broker: its address, and for a secured one
+        SASL/SCRAM-SHA-512 over TLS as ``user`` (the super user by default) with the test CA."""
+        config = {"bootstrap.servers": self.bootstrap}
+        if self.secured:
+            tls = Path(self.directory) / "tls"
+            if password is None:
+                password = _secrets(Path(self.directory))["admin"]
+            config.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanisms": "SCRAM-SHA-512",
+                    "sasl.username": user,
+                    "sasl.password": password,
+                    "ssl.ca.location": str(tls / "ca.pem"),
+                }
+            )
+        return config
+
+    def add_user(self, user: str, password: str) -> None:
+        """A SCRAM-SHA-512 user of a secured broker (no rights until ACLs give some)."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        admin = AdminClient({**self.client(), "logger": _quiet()})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+        upsert = UserScramCredentialUpsertion(user, info, password.encode())
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(30)
+
     # -- lifecycle --------------------------------------------------------------------------
     @classmethod
     def start(
@@ -176,19 +234,24 @@ class KafkaInstance:
         tie_to_parent: bool = True,
         timeout: float = 90.0,
         log=print,
+        secured: bool = False,
     ) -> KafkaInstance:
         """Format a fresh KRaft log directory under ``directory`` and start the broker on new
         ports (whatever ``directory`` held is deleted; :meth:`restart` keeps it).
 
         With ``tie_to_parent`` the JVM dies with the calling process (for tests); without,
-        it keeps running until :meth:`stop` (for ``streameval kafka start``).
+        it keeps running until :meth:`stop` (for ``streameval kafka start``). A ``secured``
+        broker takes only SASL/SCRAM-SHA-512 over TLS, with a certificate of a CA made for it
+        (``tls/ca.pem`` in its directory) and ACLs; :meth:`client` gives the settings.
         """
         libs = ensure_artifacts(log)
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(directory / "data", ignore_errors=True)
+        if secured:
+            _make_secrets(directory)
         for attempt in range(5):  # a free port can be taken between choosing and binding
-            instance = cls(str(directory), free_port(), free_port())
+            instance = cls(str(directory), free_port(), free_port(), secured=secured)
             try:
                 instance._launch(libs, tie_to_parent, timeout)
                 return instance
@@ -208,7 +271,7 @@ class KafkaInstance:
         if self.running():
             raise LauncherError(f"the broker in {self.directory} is running (pid {self.pid})")
         for name, port in (("port", self.port), ("controller port", self.controller_port)):
-            if not _port_free(port):
+            if not _port_freed(port, PORT_WAIT_S):
                 raise LauncherError(
                     f"the {name} {port} of the broker in {self.directory} is taken by another "
                     "process: free it and start again, or start a fresh broker on new ports "
@@ -275,6 +338,7 @@ class KafkaInstance:
                 "-c",
                 str(root / "server.properties"),
                 "--ignore-formatted",
+                *self._scram_arguments(),
             ],
             capture_output=True,
             text=True,
@@ -282,18 +346,56 @@ class KafkaInstance:
         if formatted.returncode != 0:
             raise LauncherError(f"formatting KRaft storage failed:\n{formatted.stderr[-2000:]}")
 
+    def _scram_arguments(self) -> list[str]:
+        """The formatter's arguments that create the super user of a secured broker."""
+        if not self.secured:
+            return []
+        password = _secrets(Path(self.directory))["admin"]
+        return ["--add-scram", f"SCRAM-SHA-512=[name={ADMIN},password={password}]"]
+
+    def _listeners(self) -> list[str]:
+        if not self.secured:
+            return [
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+            ]
+        secrets = _secrets(Path(self.directory))
+        tls = Path(self.directory) / "tls"
+        login = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+        return [
+            f"listeners=SASL_SSL://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=SASL_SSL://127.0.0.1:{self.port}",
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=SASL_SSL",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={login} "
+            f'username="{ADMIN}" password="{secrets["admin"]}";',
+            f"ssl.keystore.location={tls / 'broker.p12'}",
+            "ssl.keystore.type=PKCS12",
+            f"ssl.truststore.location={tls / 'truststore.p12'}",
+            "ssl.truststore.type=PKCS12",
+            f"ssl.truststore.password={secrets['store']}",
+            f"ssl.keystore.password={secrets['store']}",
+            f"ssl.key.password={secrets['store']}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            # the controller listener (loopback, plaintext) is the broker talking to itself
+            f"super.users=User:{ADMIN};User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found=false",
+        ]
+
     def _properties(self, data: Path) -> str:
         return "\n".join(
             [
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                *self._listeners(),
                 "controller.listener.names=CONTROLLER",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                "inter.broker.listener.name=PLAINTEXT",
                 f"log.dirs={data}",
                 "num.partitions=1",
                 "offsets.topic.replication.factor=1",
@@ -329,7 +431,7 @@ class KafkaInstance:
         raise LauncherError(f"Kafka did not serve metadata within {timeout:.0f} s:\n{tail}")
 
     def _serves_metadata(self) -> bool:
-        admin = _probe(self.bootstrap)
+        admin = _probe(self.client())
         try:
             metadata = admin.list_topics(timeout=2)
         except Exception:  # not ready yet, whatever the client says
@@ -341,7 +443,7 @@ class KafkaInstance:
         topic on the first such request and answers "coordinator not available" until it is
         loaded; librdkafka then asks again only once a second, so each client that came too
         early joins its group a second or more late (and a worker's processes one by one)."""
-        admin = _probe(self.bootstrap)
+        admin = _probe(self.client())
         try:
             futures = admin.describe_consumer_groups(
                 ["streameval-launcher-probe"], request_timeout=2
@@ -376,6 +478,13 @@ class KafkaInstance:
         # after a reboot the pid may belong to another process: only our broker counts
         ours = str(Path(self.directory) / "server.properties").encode()
         return b"kafka.Kafka" in command and ours in command
+
+    def kill(self) -> None:
+        """SIGKILL the JVM, as a crash would; its data stays for :meth:`restart`."""
+        if self.pid is not None and self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self.stop(timeout=0)  # reaps it
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM the JVM (a clean shutdown), SIGKILL after ``timeout``; idempotent."""
@@ -428,11 +537,66 @@ class _PortTaken(Exception):
     pass
 
 
-def _probe(bootstrap: str):
+def _quiet():
+    from streameval.clients import QUIET
+
+    return QUIET
+
+
+def _probe(client: dict[str, str]):
     """A short-lived admin client asking whether the broker is up, its own log lines (refused
     connections while the broker starts, a purge when it is dropped) kept off the terminal."""
     from confluent_kafka.admin import AdminClient
 
-    from streameval.clients import QUIET
+    return AdminClient({**client, "socket.timeout.ms": 2000, "logger": _quiet()})
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "logger": QUIET})
+
+def _secrets(root: Path) -> dict[str, str]:
+    return json.loads((root / "tls" / "secrets.json").read_text())
+
+
+def _make_secrets(root: Path) -> None:
+    """A test CA, the broker's certificate for 127.0.0.1 signed by it (PKCS#12, for the
+    broker), the CA's certificate (PEM, for clients), and the passwords: made with the JDK's
+    keytool, which every machine that runs Kafka has. Kept readable by this user only."""
+    import secrets as random_secrets
+
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        raise LauncherError("a secured broker needs the JDK's keytool on the PATH")
+    tls = root / "tls"
+    shutil.rmtree(tls, ignore_errors=True)
+    tls.mkdir(mode=0o700, parents=True)
+    store = random_secrets.token_urlsafe(18)
+    passwords = {"admin": random_secrets.token_urlsafe(18), "store": store}
+    secret_file = tls / "secrets.json"
+    secret_file.touch(mode=0o600)
+    secret_file.write_text(json.dumps(passwords))
+
+    def run(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            [keytool, *args, "-storepass", store, "-storetype", "PKCS12"],
+            input=stdin,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise LauncherError(f"keytool {args[0]} failed: {(done.stdout + done.stderr)[-800:]}")
+        return done.stdout
+
+    ca, broker = str(tls / "ca.p12"), str(tls / "broker.p12")
+    key = ("-keyalg", "RSA", "-keysize", "2048", "-validity", "30", "-keypass", store)
+    run("-genkeypair", "-alias", "ca", "-dname", "CN=streameval test CA", "-ext", "bc:c",
+        "-keystore", ca, *key)  # fmt: skip
+    run("-exportcert", "-alias", "ca", "-rfc", "-keystore", ca, "-file", str(tls / "ca.pem"))
+    run("-genkeypair", "-alias", "broker", "-dname", "CN=localhost", "-keystore", broker, *key)
+    request = run("-certreq", "-alias", "broker", "-keystore", broker)
+    signed = run("-gencert", "-alias", "ca", "-keystore", ca, "-rfc", "-validity", "30",
+                 "-ext", "SAN=ip:127.0.0.1,dns:localhost", stdin=request)  # fmt: skip
+    (tls / "broker.pem").write_text(signed)
+    run("-importcert", "-alias", "ca", "-file", str(tls / "ca.pem"), "-keystore", broker,
+        "-noprompt")  # fmt: skip
+    run("-importcert", "-alias", "broker", "-file", str(tls / "broker.pem"), "-keystore", broker)
+    # the broker's own client side (it talks to itself over SASL_SSL) trusts the CA
+    run("-importcert", "-alias", "ca", "-file", str(tls / "ca.pem"), "-keystore",
+        str(tls / "truststore.p12"), "-noprompt")  # fmt: skip

@@ -66,18 +66,28 @@ SCHEMAS = {
 class Deployment:
     """Topics with a fresh prefix, the stream produced to them, and workers to start."""
 
-    def __init__(self, bootstrap: str, tmp_path: Path, stream, config: str = CONFIG) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        tmp_path: Path,
+        stream,
+        config: str = CONFIG,
+        client: dict[str, str] | None = None,
+    ) -> None:
+        """``client``: the test's own librdkafka settings (a secured broker's), else the
+        bootstrap alone."""
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
+        self.client = client or {"bootstrap.servers": bootstrap}
         self.prefix = f"w{uuid.uuid4().hex[:8]}-"
         self.tmp = tmp_path
         self.config = tmp_path / "worker.toml"
         self.config.write_text(config)
         self.workers: list[tuple[subprocess.Popen, int, Path]] = []
         self.started = 0
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(self.client)
         specs = load_topics(self.prefix, partitions=3)
         for spec in specs:
             if spec.role == "input":
@@ -86,9 +96,7 @@ class Deployment:
                 # time would delete them before the worker reads them
                 spec.configs.update({"max.message.bytes": "4194304", "retention.ms": "-1"})
         create_topics(admin, specs)
-        self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 4_000_000}
-        )
+        self.producer = Producer({**self.client, "linger.ms": 20, "message.max.bytes": 4_000_000})
         self.pending = list(stream.records())
         self.env: dict[str, str] = {}
         self.inputs = [(spec.name, spec.partitions) for spec in specs if spec.role == "input"]
@@ -107,7 +115,7 @@ class Deployment:
         """
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+        producer = Producer({**self.client, "linger.ms": 0})
         stop = threading.Event()
 
         def keep_alive() -> None:
@@ -172,7 +180,7 @@ class Deployment:
 
         consumer = Consumer(
             {
-                "bootstrap.servers": self.bootstrap,
+                **self.client,
                 "group.id": uuid.uuid4().hex,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
@@ -229,9 +237,7 @@ class Deployment:
         """Everything published so far on the output topics, validated against topics/."""
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": "reader", "enable.auto.commit": False}
-        )
+        consumer = Consumer({**self.client, "group.id": "reader", "enable.auto.commit": False})
         records = []
         try:
             for base, schema_file in SCHEMAS.items():
@@ -256,6 +262,37 @@ class Deployment:
         finally:
             consumer.close()
         return records
+
+    def raw_records(self) -> list[tuple[str, bytes]]:
+        """Every message on the output topics as a ``read_committed`` reader sees it: (topic,
+        value), copies included."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {
+                **self.client,
+                "group.id": "reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        out = []
+        try:
+            for base in SCHEMAS:
+                topic = self.prefix + base
+                metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+                for p in metadata.partitions:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+                    consumer.assign([TopicPartition(topic, p, low)])
+                    while low < high:
+                        message = consumer.poll(5)
+                        assert message is not None, f"{topic}[{p}]: fewer messages than expected"
+                        if message.error() is None:
+                            out.append((topic, message.value()))
+                            low = message.offset() + 1
+        finally:
+            consumer.close()
+        return out
 
     def wait_for(self, expected: dict, timeout: float = 180) -> dict:
         """Wait until the published finals have replay's counts; return them."""
@@ -284,6 +321,22 @@ class Deployment:
                 process.kill()
                 raise AssertionError("a worker ignored SIGTERM:\n" + log.read_text()) from None
             assert code == 0, log.read_text()[-3000:]
+
+
+def reasons(letters) -> dict[tuple[str, int, int], str]:
+    """Each dead letter's reason code, by where its record was (topic, partition, offset); every
+    one has a reason said in words too."""
+    got = {}
+    for letter in letters:
+        headers = {k: v.decode() for k, v in letter.headers()}
+        where = (
+            headers["streameval.source.topic"],
+            int(headers["streameval.source.partition"]),
+            int(headers["streameval.source.offset"]),
+        )
+        assert headers["streameval.reason"], headers
+        got[where] = headers["streameval.reason.code"]
+    return got
 
 
 def _scrape(port: int) -> str:
@@ -484,16 +537,9 @@ def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(
     process, port = deployment.start_worker()
     assert deployment.wait_for(expected) == expected
     letters = deployment.dead_letters(len(bad))
-    got = {}
+    got = reasons(letters)
     for letter in letters:
         headers = {k: v.decode() for k, v in letter.headers()}
-        where = (
-            headers["streameval.source.topic"],
-            int(headers["streameval.source.partition"]),
-            int(headers["streameval.source.offset"]),
-        )
-        assert headers["streameval.reason"], headers
-        got[where] = headers["streameval.reason.code"]
         if headers["streameval.reason.code"] == "oversized":
             assert int(headers["streameval.value.bytes"]) > len(letter.value()) == 1_048_576
     assert len(letters) == len(bad)  # each once

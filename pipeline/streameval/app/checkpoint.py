@@ -232,6 +232,12 @@ class Checkpoints:
             if (len(self.rounds), sum(r.sent for r in self.rounds)) == before:
                 raise RuntimeError("a checkpoint makes no progress with everything acknowledged")
 
+    def abandon(self) -> None:
+        """Forget every checkpoint on its way, its offsets too (the worker lost all its
+        partitions and purged what it had not sent: none of them may complete or commit)."""
+        self.rounds.clear()
+        self.busy.clear()
+
     def lost(self, partitions: set[tuple[str, int]]) -> None:
         """Stage partitions taken away without a revocation: their checkpoints are someone
         else's now."""

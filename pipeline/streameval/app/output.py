@@ -13,23 +13,41 @@ from streameval.topics import Topics, create_topics, load_topics
 
 from .settings import WorkerSettings
 
-__all__ = ["KafkaErrors", "NoAnswer", "Output", "connect", "consumer_config"]
+__all__ = [
+    "KafkaErrors",
+    "KafkaRefused",
+    "NoAnswer",
+    "Output",
+    "OutputError",
+    "connect",
+    "consumer_config",
+]
 
 log = logging.getLogger("streameval.worker")
+
+
+class OutputError(RuntimeError):
+    """A record the worker must publish cannot be produced (its topic is gone)."""
 
 
 class NoAnswer(RuntimeError):
     """Kafka did not answer before the worker had to stop (``shutdown_timeout_s``)."""
 
 
+class KafkaRefused(RuntimeError):
+    """The cluster answers but will not let the worker in: its settings must change."""
+
+
 class KafkaErrors:
     """librdkafka's error callback: it retries by itself, so each kind is said once a minute.
     It also keeps whether the cluster answers (:attr:`reachable`): not once every broker
-    connection is down, again once librdkafka's statistics show a broker up."""
+    connection is down, again once librdkafka's statistics show a broker up; and the first
+    refusal no retry can cure (:attr:`refused`: credentials or the broker's certificate)."""
 
     def __init__(self) -> None:
         self._said: dict[str, float] = {}
         self.reachable = True
+        self.refused: str | None = None
 
     def __call__(self, err: Any) -> None:
         from confluent_kafka import KafkaError
@@ -37,6 +55,8 @@ class KafkaErrors:
         code = err.code() if hasattr(err, "code") else None
         if code == KafkaError._ALL_BROKERS_DOWN:
             self.reachable = False
+        if self.refused is None and code in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            self.refused = _refusal(code, err.str() if hasattr(err, "str") else str(err))
         key = str(code) if code is not None else str(err)
         now = time.monotonic()
         if now - self._said.get(key, -1e9) >= 60:
@@ -50,6 +70,43 @@ class KafkaErrors:
             self.reachable = any(b.get("state") == "UP" for b in brokers.values())
 
 
+def _refusal(code: int, said: str) -> str:
+    """What to do about a refusal (the broker's own words kept: they hold no secret)."""
+    from confluent_kafka import KafkaError
+
+    if code == KafkaError._AUTHENTICATION:
+        return (
+            f"Kafka refused the worker's credentials ({said}). Check sasl.username, "
+            "sasl.password and sasl.mechanism under [worker.kafka] (or -X key=value / "
+            "STREAMEVAL_KAFKA) against the user the cluster knows"
+        )
+    return (
+        f"the TLS handshake with Kafka failed ({said}). Point ssl.ca.location under "
+        "[worker.kafka] at the certificate of the CA that signed the brokers' certificates"
+    )
+
+
+class _Closing(logging.Handler):
+    """Counts connections the broker closes before answering the first request (ApiVersion):
+    the sign of a client speaking plaintext to a TLS or SASL listener. Passes every line on."""
+
+    def __init__(self, forward: logging.Logger | None) -> None:
+        super().__init__()
+        self.forward = forward
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Disconnected" in text and "APIVERSION_QUERY" in text:
+            self.count += 1
+        if self.forward is not None:
+            self.forward.handle(record)
+
+
+#: that many connections closed before the first answer, and no answer at all: stop
+CLOSED_BEFORE_ANSWER = 3
+
+
 def connect(
     client: dict[str, str],
     settings: WorkerSettings,
@@ -58,16 +115,32 @@ def connect(
     stopping: threading.Event,
 ) -> dict[str, int]:
     """Wait for the cluster, create the topics it lacks, return every topic's partition count
-    ({} when stopped while waiting)."""
+    ({} when stopped while waiting). Raises :class:`KafkaRefused` when the cluster answers
+    but will not let the worker in (credentials, TLS, or a plaintext client at a TLS or SASL
+    listener): waiting would not change that."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({**client, "error_cb": on_error})
+    closing = _Closing(client.get("logger"))  # type: ignore[arg-type]
+    watcher = logging.Logger("streameval.kafka.connect")
+    watcher.addHandler(closing)
+    admin = AdminClient({**client, "error_cb": on_error, "logger": watcher})
     delay = 1.0
     while not stopping.is_set():
         try:
             metadata = admin.list_topics(timeout=10)
             break
         except Exception as err:  # KafkaException: the broker is down or unreachable
+            admin.poll(0)  # (error callbacks)
+            if on_error.refused is not None:
+                raise KafkaRefused(on_error.refused) from None
+            if closing.count >= CLOSED_BEFORE_ANSWER:
+                raise KafkaRefused(
+                    f"Kafka at {client.get('bootstrap.servers')} closes every connection "
+                    "before answering: the cluster most likely requires TLS and/or SASL. Set "
+                    "security.protocol (SSL, SASL_SSL or SASL_PLAINTEXT) and the sasl.* and "
+                    "ssl.* settings it needs under [worker.kafka] (or -X key=value / "
+                    "STREAMEVAL_KAFKA); docs/operations.md, Security"
+                ) from None
             log.warning(
                 "Kafka at %s is not reachable (%s); retrying in %.0f s",
                 client.get("bootstrap.servers"),
@@ -122,6 +195,24 @@ def consumer_config(
     }
 
 
+def _delivery_error(err: Any, topic: str) -> str:
+    from confluent_kafka import KafkaError
+
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return (
+            f"{err.str()}: the worker's principal may not write to {topic}. Grant it WRITE "
+            "(and DESCRIBE) on that topic; docs/operations.md, Security, lists every right "
+            "the worker needs"
+        )
+    return str(err)
+
+
+def _purged_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    return frozenset((KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT))
+
+
 class Output:
     """The one idempotent producer of a worker, for every topic it writes.
 
@@ -155,12 +246,22 @@ class Output:
     def _answer(self, epoch: int) -> Any:
         unanswered = self._unanswered
 
-        def delivered(err: Any, _message: Any) -> None:
+        def delivered(err: Any, message: Any) -> None:
             unanswered[epoch] -= 1
-            if err is not None and self.error is None:
-                self.error = str(err)
+            if err is not None and self.error is None and err.code() not in _purged_codes():
+                self.error = _delivery_error(err, message.topic())
 
         return delivered
+
+    def purge(self) -> int:
+        """Throw away every message not yet sent to Kafka (the worker lost its partitions:
+        what their stages produced since their last checkpoint belongs to whoever restores
+        them from it); return how many. Their delivery reports say "purged", which is no
+        refusal."""
+        queued = len(self.producer)
+        self.producer.purge(in_queue=True, in_flight=False, blocking=True)
+        self.producer.poll(0)
+        return queued - len(self.producer)
 
     def produce(
         self,
@@ -179,6 +280,13 @@ class Output:
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.make_room()
+            except Exception as err:  # KafkaException: the topic is gone (deleted)
+                raise OutputError(
+                    f"Kafka refused a record for {topic} ({err}): was the topic deleted? The "
+                    "worker stops without writing another checkpoint: its last one stands. "
+                    "Start it again: it creates the topics it lacks and sends again what it "
+                    "sent since that checkpoint"
+                ) from None
 
     def make_room(self) -> None:
         """Wait a moment for deliveries to drain the producer's full queue."""

@@ -145,13 +145,32 @@ class Rebalancing:
         )
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        log.warning("partitions lost (this worker was too slow or cut off); dropping them")
+        """The group went on without this worker (a session timeout: the worker was cut off
+        from Kafka or too slow). Whoever owns its partitions now restores them from their last
+        checkpoints, so nothing this worker produced after those may reach Kafka late — least
+        of all the records of a checkpoint still on its way, which would land in a changelog
+        after the new owner read it. Every message not yet sent is purged, every checkpoint on
+        its way forgotten with its offsets, and every stage dropped (its inputs re-read from
+        the committed offsets when assigned again)."""
+        purged = self.output.purge()
+        self.checkpoints.abandon()
         joins, evals, inputs = self._split(partitions)
+        joins = sorted(set(joins) | set(self.joins))
+        evals = sorted(set(evals) | set(self.evals))
+        inputs = sorted(set(inputs) | set(self._input_next) | set(self.router.owned))
         self.checkpoints.lost(
             {(self.join_changelog.topic, q) for q in joins}
             | {(self.eval_changelog.topic, r) for r in evals}
         )
         self._drop(joins, evals, inputs)
+        log.warning(
+            "partitions lost (this worker was cut off from Kafka or too slow): dropped "
+            "%d join and %d evaluation partitions and %d unsent messages; whoever owns "
+            "them next restores them from their last checkpoints",
+            len(joins),
+            len(evals),
+            purged,
+        )
 
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
         models: set[str] = set()

@@ -1,0 +1,154 @@
+"""The worker against a broker that requires SASL/SCRAM-SHA-512 over TLS and enforces ACLs
+(the launcher's ``secured`` instance, with a CA and certificate made for the test): with the
+right credentials it gives replay's numbers as on a plain broker; without them, with a wrong
+password, or as a principal that may not write its outputs it stops with a message that says
+what to change; and no password appears in a log line, an error message, ``/metrics`` or a
+dead-letter header."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+
+import pytest
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+from streameval.devkafka import KafkaInstance, LauncherError
+
+from tests.integration.test_worker import CONFIG, Deployment, _scrape
+
+pytestmark = pytest.mark.launcher
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """The broker, and two users that may do anything to the topics (all named w…-…) and
+    groups of the tests (the test of ``no-output`` then takes one right away)."""
+    try:
+        broker = KafkaInstance.start(tmp_path_factory.mktemp("secured"), secured=True)
+    except LauncherError as err:
+        pytest.fail(f"no secured broker: {err}", pytrace=False)
+    users = {name: secrets.token_urlsafe(16) for name in ("evaluator", "no-output")}
+    for name, password in users.items():
+        broker.add_user(name, password)
+    allow = AclPermissionType.ALLOW
+    bindings = []
+    for name in users:
+        bindings += [
+            AclBinding(ResourceType.TOPIC, "w", ResourcePatternType.PREFIXED, f"User:{name}",
+                       "*", AclOperation.ALL, allow),
+            AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, f"User:{name}",
+                       "*", AclOperation.ALL, allow),
+        ]  # fmt: skip
+    admin = AdminClient(broker.client())  # (kept: its futures need it alive)
+    for future in admin.create_acls(bindings).values():
+        future.result(30)
+    broker.users = users
+    yield broker
+    broker.stop()
+
+
+def _deployment(broker, tmp_path, stream, user: str | None, password: str | None = None):
+    """Topics made as the super user; the worker's settings with ``user``'s credentials (none:
+    no security settings at all)."""
+    config = CONFIG
+    if user is not None:
+        password = broker.users[user] if password is None else password
+        client = broker.client(user, password)
+        config += "\n[worker.kafka]\n" + "".join(
+            f'"{key}" = "{value}"\n' for key, value in client.items() if key != "bootstrap.servers"
+        )
+    return Deployment(broker.bootstrap, tmp_path, stream, config, client=broker.client())
+
+
+@pytest.fixture
+def deployments():
+    made = []
+    yield made
+    for deployment in made:
+        for process, _, _ in deployment.workers:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def _never_shows(texts: list[str], users: dict[str, str]) -> None:
+    for text in texts:
+        for password in users.values():
+            assert password not in text
+
+
+def test_with_its_credentials_a_worker_gives_replays_numbers(
+    secured, tmp_path, stream, expected, deployments
+):
+    deployment = _deployment(secured, tmp_path, stream, "evaluator")
+    deployments.append(deployment)
+    deployment.produce()
+    _, port = deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    letters = deployment.dead_letters(7)
+    assert len(letters) == 7
+    headers = [f"{k}={v!r}" for letter in letters for k, v in letter.headers()]
+    metrics = _scrape(port)
+    deployment.stop_all()
+    log = deployment.workers[0][2].read_text()
+    _never_shows([log, metrics, "\n".join(headers)], secured.users)
+
+
+def _fails(deployment, within: float = 90) -> str:
+    process, _ = deployment.start_worker()
+    try:
+        process.wait(within)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(deployment.workers[-1][2].read_text()[-3000:]) from None
+    output = deployment.workers[-1][2].read_text()
+    assert process.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    return output
+
+
+def test_without_security_settings_the_worker_says_what_to_set(
+    secured, tmp_path, stream, deployments
+):
+    deployment = _deployment(secured, tmp_path, stream, None)
+    deployments.append(deployment)
+    started = time.monotonic()
+    output = _fails(deployment)
+    assert time.monotonic() - started < 60
+    assert "closes every connection before answering" in output, output[-2000:]
+    assert "security.protocol" in output
+
+
+def test_a_wrong_password_is_refused_without_being_shown(secured, tmp_path, stream, deployments):
+    wrong = secrets.token_urlsafe(16)
+    deployment = _deployment(secured, tmp_path, stream, "evaluator", password=wrong)
+    deployments.append(deployment)
+    output = _fails(deployment)
+    assert "Kafka refused the worker's credentials" in output, output[-2000:]
+    assert "sasl.username, sasl.password" in output
+    _never_shows([output], {**secured.users, "wrong": wrong})
+
+
+def test_a_principal_that_may_not_write_the_outputs_is_told_which(
+    secured, tmp_path, stream, deployments
+):
+    deployment = _deployment(secured, tmp_path, stream, "no-output")
+    deployments.append(deployment)
+    metrics = deployment.prefix + "metrics"
+    deny = AclBinding(ResourceType.TOPIC, metrics, ResourcePatternType.LITERAL, "User:no-output",
+                      "*", AclOperation.WRITE, AclPermissionType.DENY)  # fmt: skip
+    admin = AdminClient(secured.client())
+    for future in admin.create_acls([deny]).values():
+        future.result(30)
+    deployment.produce()
+    output = _fails(deployment)
+    assert f"may not write to {metrics}" in output and "Grant it WRITE" in output, output[-2000:]
+    _never_shows([output], secured.users)

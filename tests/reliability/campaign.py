@@ -1,0 +1,458 @@
+"""A fault campaign against real workers and a broker of its own, compared with replay.
+
+Traffic (tests/reliability/traffic.py) is produced at a steady rate while a plan of faults
+runs: worker SIGKILLs at random moments, graceful and ungraceful rebalances (2 → 1 → 2 → 3
+workers), SIGKILL of the broker and its restart in place, the broker unreachable when a
+worker starts and for a stretch mid-run, an output topic deleted under running workers, and
+SIGTERM in each of those states. Each worker slot keeps its own state directory (a restart
+finds its disk, as on a machine of its own). At the end the campaign checks what the project
+promises (:meth:`Campaign.verdict`):
+
+* the final metrics, comparisons and alarms equal ``streameval replay``'s of the same lines,
+  so ``n`` per model too: nothing lost, nothing counted twice;
+* no worker stopped on its own except where a fault says it must (a deleted output topic),
+  and none that was restarted stopped again: no crash loop;
+* every SIGTERM ended its worker within ``shutdown_timeout_s`` (and a margin for Python's
+  start and exit), with status 0;
+* how many published records a ``read_committed`` reader sees twice (outputs are
+  at-least-once today: re-sent records are identical copies, docs/architecture.md).
+
+``python -m tests.reliability.campaign`` runs it at full size and prints the table of faults
+and numbers compared (``make soak``); tests/reliability/test_campaign.py runs a reduced plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from tests.integration.test_worker import Deployment
+from tests.reliability.traffic import MAX_LAG_MS, Traffic
+from tests.streaming import finals, replay_finals
+
+CONFIG = """
+publish_every = 2000
+[join]
+label_grace_ms = 1000
+[models.scorer-a]
+[models.scorer-b]
+[models.triage]
+[[comparisons]]
+a = "scorer-a"
+b = "scorer-b"
+[worker]
+idle_ms = 8000
+snapshot_interval_s = 0.3
+checkpoint_max_changes = 5000
+publish_interval_s = 0.5
+session_timeout_ms = 6000
+shutdown_timeout_s = 15
+"""
+SHUTDOWN_TIMEOUT_S = 15.0
+EXIT_MARGIN_S = 10.0  # Python's start-up and exit, Faust's service teardown
+assert MAX_LAG_MS < 1000  # the grace above: an overtaken prediction still joins
+
+
+@dataclass
+class Fault:
+    """One fault injected: what, when (seconds into the campaign), and what came of it."""
+
+    kind: str
+    at: float
+    detail: str = ""
+
+
+@dataclass
+class Plan:
+    """How big a campaign is; the order of its faults is fixed (:meth:`Campaign.run`)."""
+
+    instances: int = 20_000
+    seconds: float = 150.0  # over which the traffic is produced
+    kills: int = 20  # worker SIGKILLs at random moments (at least)
+    outage_s: float = 30.0  # the broker unreachable mid-run
+    seed: int = 3
+    broker_faults: bool = True  # the broker killed, restarted, unreachable
+    topic_faults: bool = True  # an output topic deleted
+
+
+@dataclass
+class Slot:
+    """A worker's place: its state directory and the process running there now."""
+
+    name: str
+    state: Path
+    process: subprocess.Popen | None = None
+    log: Path | None = None
+    #: set when a fault is expected to stop it on its own (a deleted output topic)
+    may_stop: bool = False
+    restarts_after_own_stop: int = 0
+
+
+@dataclass
+class Campaign:
+    root: Path
+    plan: Plan
+    log: object = print
+    faults: list[Fault] = field(default_factory=list)
+    terms: list[tuple[str, float, int | None]] = field(default_factory=list)
+    unexpected_exits: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from streameval.config import load_config
+        from streameval.devkafka import KafkaInstance
+
+        self.traffic = Traffic(instances=self.plan.instances, seed=self.plan.seed)
+        self.rng = random.Random(self.plan.seed)
+        self.broker = KafkaInstance.start(self.root / "kafka", tie_to_parent=True)
+        (self.root / "campaign.toml").write_text(CONFIG)
+        self.config = load_config(self.root / "campaign.toml")
+        self.deployment = Deployment(self.broker.bootstrap, self.root, self.traffic, CONFIG)
+        self.deployment.producer = None  # (its librdkafka would complain of every outage)
+        self.slots = [Slot(f"w{k}", self.root / f"state-{k}") for k in range(4)]
+        self.t0 = time.monotonic()
+        self._produced = 0
+        self._traffic_done = threading.Event()
+        self._traffic_error: BaseException | None = None
+
+    # -- the parts ---------------------------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def note(self, kind: str, detail: str = "") -> None:
+        self.faults.append(Fault(kind, round(self.now(), 1), detail))
+        self.log(f"[{self.now():7.1f} s] {kind} {detail}")
+
+    def start(self, slot: Slot) -> None:
+        self.deployment.env["STREAMEVAL_STATE_DIR"] = str(slot.state)
+        process, _ = self.deployment.start_worker()
+        slot.process, _, slot.log = self.deployment.workers[-1]
+        slot.process = process
+
+    def alive(self) -> list[Slot]:
+        return [s for s in self.slots if s.process is not None and s.process.poll() is None]
+
+    def kill(self, slot: Slot) -> None:
+        assert slot.process is not None
+        slot.process.send_signal(signal.SIGKILL)
+        slot.process.wait()
+        slot.process = None
+
+    def wait_line(self, slot: Slot, text: str, timeout: float = 60) -> None:
+        """Until the worker's log has ``text`` (it got that far)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if slot.log is not None and text in slot.log.read_text(errors="replace"):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{slot.name} never logged {text!r}")
+
+    def term(self, slot: Slot, state: str, after: str = "assigned:") -> None:
+        """SIGTERM once the worker's log has ``after``; how long it took to exit, and with
+        what status."""
+        assert slot.process is not None
+        self.wait_line(slot, after)
+        began = time.monotonic()
+        slot.process.send_signal(signal.SIGTERM)
+        try:
+            code = slot.process.wait(SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S)
+        except subprocess.TimeoutExpired:
+            slot.process.kill()
+            slot.process.wait()
+            code = None
+        took = time.monotonic() - began
+        self.terms.append((state, took, code))
+        self.note("SIGTERM", f"{slot.name} ({state}): exit {code} after {took:.1f} s")
+        slot.process = None
+
+    def watch(self) -> None:
+        """Workers that stopped on their own: expected after some faults (started again
+        once), a defect otherwise."""
+        for slot in self.slots:
+            if slot.process is None or slot.process.poll() is None:
+                continue
+            code = slot.process.returncode
+            tail = slot.log.read_text()[-1500:] if slot.log else ""
+            if not slot.may_stop or slot.restarts_after_own_stop:
+                self.unexpected_exits.append(f"{slot.name} exit {code}:\n{tail}")
+                slot.process = None
+                continue
+            self.note("stopped on its own", f"{slot.name} exit {code} (expected: {slot.may_stop})")
+            slot.restarts_after_own_stop += 1
+            self.start(slot)
+
+    def pause(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.watch()
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def produce(self) -> None:
+        """The traffic, at a steady rate over ``plan.seconds`` (a thread); records the broker
+        cannot take yet wait in the producer (it is idempotent: order kept through retries)."""
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.broker.bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "log_level": 0,  # the outages are on purpose
+                "message.timeout.ms": 600_000,
+                "queue.buffering.max.messages": 2_000_000,
+            }
+        )
+        records = list(self.traffic.records())
+        rate = len(records) / self.plan.seconds
+        prefix = self.deployment.prefix
+        began = time.monotonic()
+        failed: list[str] = []
+
+        def delivered(err, _message) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        try:
+            for n, (topic, key, value) in enumerate(records):
+                ahead = n / rate - (time.monotonic() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
+                while True:
+                    try:
+                        producer.produce(prefix + topic, value, key, on_delivery=delivered)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                producer.poll(0)
+                self._produced = n + 1
+            while producer.flush(10):
+                pass
+            assert not failed, failed[:3]
+        except BaseException as err:
+            self._traffic_error = err
+        finally:
+            self._traffic_done.set()
+
+    # -- the faults --------------------------------------------------------------------
+    def broker_down(self) -> None:
+        self.broker.kill()
+
+    def broker_up(self) -> None:
+        self.broker.restart(tie_to_parent=True)
+
+    def random_kills(self, count: int, spread: float) -> None:
+        """``count`` SIGKILLs of random running workers, each followed by a restart in the
+        same slot (its own disk), at random moments over about ``spread`` seconds."""
+        for _ in range(count):
+            self.pause(self.rng.uniform(0.2, 2 * spread / max(count, 1)))
+            alive = self.alive()
+            if not alive:
+                continue
+            victim = self.rng.choice(alive)
+            self.kill(victim)
+            self.note("SIGKILL worker", victim.name)
+            if self.rng.random() < 0.3:
+                self.pause(self.rng.uniform(0.0, 3.0))  # sometimes the group notices first
+            self.start(victim)
+
+    def run(self) -> None:
+        p = self.plan
+        w = self.slots
+        if p.broker_faults:  # a worker that starts while the broker is unreachable, and one
+            self.broker_down()  # stopped then
+            self.note("broker SIGKILL", "before any worker starts")
+            self.start(w[0])
+            self.start(w[3])
+            self.pause(4)
+            self.term(w[3], "broker unreachable at start", after="is not reachable")
+            self.pause(4)
+            self.broker_up()
+            self.note("broker restarted", "in place")
+        else:
+            self.start(w[0])
+        traffic = threading.Thread(target=self.produce, daemon=True)
+        traffic.start()
+        self.start(w[1])
+        self.note("rebalance", "1 -> 2 workers")
+        third = max(p.kills // 3, 1)
+        self.random_kills(third, p.seconds * 0.15)
+        # graceful and ungraceful rebalances: 2 -> 1 -> 2 -> 3
+        self.term(w[1], "running, 2 workers")
+        self.note("rebalance", "2 -> 1 (SIGTERM)")
+        self.pause(3)
+        self.start(w[1])
+        self.note("rebalance", "1 -> 2")
+        self.pause(3)
+        self.start(w[2])
+        self.note("rebalance", "2 -> 3")
+        self.pause(3)
+        self.kill(w[2])
+        self.note("rebalance", "3 -> 2 (SIGKILL)")
+        self.start(w[2])
+        if p.broker_faults:  # the broker killed and restarted at once
+            self.pause(2)
+            self.broker_down()
+            self.note("broker SIGKILL", "restarted at once")
+            self.broker_up()
+            self.note("broker restarted", "in place")
+        self.random_kills(third, p.seconds * 0.15)
+        if p.broker_faults:  # the broker unreachable for a while; a worker stopped meanwhile
+            for slot in self.alive():
+                self.wait_line(slot, "assigned:")
+            self.broker_down()
+            self.note("broker SIGKILL", f"unreachable for {p.outage_s:.0f} s")
+            self.pause(p.outage_s / 2)
+            victim = self.alive()[0]
+            self.term(victim, "broker unreachable mid-run", after="")
+            self.pause(p.outage_s / 2)
+            self.broker_up()
+            self.note("broker restarted", "in place")
+            self.start(victim)
+        if p.topic_faults:  # an output topic deleted under the running workers
+            self.pause(3)
+            self.delete_output_topic("metrics")
+            self.pause(8)
+            alive = self.alive()
+            if alive:
+                self.term(alive[0], "output topic deleted")
+                self.start(alive[0])
+        self.random_kills(max(p.kills - 2 * third, 1), p.seconds * 0.15)
+        for slot in w[:3]:
+            if slot.process is None or slot.process.poll() is not None:
+                self.start(slot)
+        # the traffic ends; the last workers finish it
+        while not self._traffic_done.wait(0.5):
+            self.watch()
+        if self._traffic_error is not None:
+            raise self._traffic_error
+        self.note("traffic done", f"{self._produced} records")
+
+    def delete_output_topic(self, base: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        topic = self.deployment.prefix + base
+        admin.delete_topics([topic])[topic].result(30)
+        for slot in self.slots:
+            slot.may_stop = True
+        self.note("output topic deleted", topic)
+
+    # -- the verdict -------------------------------------------------------------------
+    def finish(self, timeout: float = 300) -> dict:
+        """Wait for the finals to reach replay's counts; return what the campaign found."""
+        expected = replay_finals(self.traffic, self.config)
+        want = {k: orjson.loads(v)["n"] for k, v in expected["metrics"].items()}
+        deadline = time.monotonic() + timeout
+        have: dict = {}
+        got: dict = {}
+        while time.monotonic() < deadline:
+            self.watch()
+            got = finals(self.deployment.records())
+            have = {k: orjson.loads(v)["n"] for k, v in got["metrics"].items()}
+            if have == want or any(have.get(k, 0) > n for k, n in want.items()):
+                break
+            time.sleep(1)
+        records = self.deployment.raw_records()
+        copies = sum(n - 1 for n in Counter(records).values() if n > 1)
+        for slot in self.alive():
+            self.term(slot, "at the end")
+        kills = sum(f.kind == "SIGKILL worker" for f in self.faults)
+        kills += sum(f.kind == "rebalance" and "SIGKILL" in f.detail for f in self.faults)
+        return {
+            "equal": got == expected,
+            "counts": (have, want),
+            "mismatch": _mismatch(got, expected),
+            "kills": kills,
+            "faults": Counter(f.kind for f in self.faults),
+            "terms": list(self.terms),
+            "unexpected_exits": list(self.unexpected_exits),
+            "records": len(records),
+            "copies": copies,
+            "compared": sum(len(v) for v in expected.values()),
+            "outcomes": sum(want.values()),
+        }
+
+    def close(self) -> None:
+        for slot in self.slots:
+            if slot.process is not None and slot.process.poll() is None:
+                slot.process.kill()
+                slot.process.wait()
+        self.broker.stop()
+
+
+def conduct(root: Path, plan: Plan, log=print) -> tuple[Campaign, dict]:
+    """Run a campaign to its verdict, and stop everything it started whatever happens."""
+    campaign = Campaign(root, plan, log)
+    try:
+        campaign.run()
+        return campaign, campaign.finish()
+    finally:
+        campaign.close()
+
+
+def _mismatch(got: dict, expected: dict) -> list[str]:
+    out = []
+    for part in ("metrics", "comparisons"):
+        for key in sorted(set(got[part]) | set(expected[part]), key=str):
+            if got[part].get(key) != expected[part].get(key):
+                out.append(f"{part} {key}")
+    if got["alarms"] != expected["alarms"]:
+        out.append(f"alarms: {len(got['alarms'])} published, {len(expected['alarms'])} replayed")
+    return out
+
+
+def table(report: dict, faults: list[Fault]) -> str:
+    """The soak's summary: faults injected and numbers compared."""
+    lines = ["fault                          count", "-" * 36]
+    for kind, n in sorted(report["faults"].items()):
+        lines.append(f"{kind:<30} {n:>5}")
+    lines += [
+        "",
+        f"worker SIGKILLs                {report['kills']:>5}",
+        "SIGTERMs (state: seconds to exit, status)",
+        *(f"  {s}: {t:.1f} s, {c}" for s, t, c in report["terms"]),
+        "",
+        f"outcomes evaluated (replay)    {report['outcomes']:>8}",
+        f"final records compared         {report['compared']:>8}",
+        f"equal to replay                {report['equal']!s:>8}",
+        f"records published              {report['records']:>8}",
+        f"copies seen by read_committed  {report['copies']:>8}",
+        f"unexpected worker exits        {len(report['unexpected_exits']):>8}",
+    ]
+    if report["mismatch"]:
+        lines += ["differences:", *report["mismatch"][:20]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instances", type=int, default=60_000)
+    parser.add_argument("--seconds", type=float, default=420.0)
+    parser.add_argument("--kills", type=int, default=40)
+    parser.add_argument("--outage", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=3)
+    args = parser.parse_args(argv)
+    plan = Plan(args.instances, args.seconds, args.kills, args.outage, args.seed)
+    with tempfile.TemporaryDirectory(prefix="campaign-") as root:
+        campaign, report = conduct(Path(root), plan)
+    print(table(report, campaign.faults))
+    for exit_ in report["unexpected_exits"]:
+        print(exit_, file=sys.stderr)
+    ok = report["equal"] and not report["unexpected_exits"]
+    limit = SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S
+    ok = ok and all(c == 0 and t <= limit for _, t, c in report["terms"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

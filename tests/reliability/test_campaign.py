@@ -1,0 +1,26 @@
+"""The reduced fault campaign of tests/reliability/campaign.py, in every `make test`: 20 000
+instances (about 158 000 records), 20 worker SIGKILLs at random moments among graceful and
+ungraceful rebalances, the broker SIGKILLed and restarted in place three times (once before
+any worker starts, once for 30 s mid-run), an output topic deleted under running workers, and
+SIGTERM in each of those states — then every final number compared with replay. ``make soak``
+runs the same plan three times as large."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.reliability.campaign import EXIT_MARGIN_S, SHUTDOWN_TIMEOUT_S, Plan, conduct, table
+
+pytestmark = [pytest.mark.launcher, pytest.mark.reliability]
+
+
+def test_a_campaign_of_faults_ends_with_replays_numbers(tmp_path):
+    plan = Plan(instances=20_000, seconds=100, kills=20, outage_s=30)
+    campaign, report = conduct(tmp_path, plan)
+    print(table(report, campaign.faults))
+    assert report["kills"] >= 20
+    assert report["faults"]["broker SIGKILL"] == 3 and report["faults"]["output topic deleted"]
+    assert report["equal"], (report["counts"], report["mismatch"])  # n per model too
+    assert not report["unexpected_exits"], report["unexpected_exits"]  # no crash loop
+    for state, took, code in report["terms"]:
+        assert took <= SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S and code == 0, (state, took, code)
