@@ -17,8 +17,10 @@ promises (:meth:`Campaign.verdict`):
 * how many published records a ``read_committed`` reader sees twice (outputs are
   at-least-once today: re-sent records are identical copies, docs/architecture.md).
 
-``python -m tests.reliability.campaign`` runs it at full size and prints the table of faults
-and numbers compared (``make soak``); tests/reliability/test_campaign.py runs a reduced plan.
+``python -m tests.reliability.campaign`` runs it at full size, then a plan of broker restarts
+short enough for the workers to stay in their group (their inputs look quiet meanwhile and
+must not be taken for idle), and prints the table of faults and numbers compared of each
+(``make soak``); tests/reliability/test_campaign.py runs a reduced plan of the first.
 """
 
 from __future__ import annotations
@@ -52,11 +54,11 @@ label_grace_ms = 1000
 a = "scorer-a"
 b = "scorer-b"
 [worker]
-idle_ms = 8000
+idle_ms = {idle_ms}
 snapshot_interval_s = 0.3
 checkpoint_max_changes = 5000
 publish_interval_s = 0.5
-session_timeout_ms = 6000
+session_timeout_ms = {session_timeout_ms}
 shutdown_timeout_s = 15
 """
 SHUTDOWN_TIMEOUT_S = 15.0
@@ -84,6 +86,15 @@ class Plan:
     seed: int = 3
     broker_faults: bool = True  # the broker killed, restarted, unreachable
     topic_faults: bool = True  # an output topic deleted
+    #: > 0: instead of the faults above, that many broker restarts short enough for the
+    #: workers to stay in their group (``session_timeout_ms`` of a minute) while their inputs
+    #: turn idle after a second, as they would in production
+    blips: int = 0
+
+    def config(self) -> str:
+        if self.blips:
+            return CONFIG.format(idle_ms=1000, session_timeout_ms=60_000)
+        return CONFIG.format(idle_ms=8000, session_timeout_ms=6000)
 
 
 @dataclass
@@ -115,9 +126,11 @@ class Campaign:
         self.traffic = Traffic(instances=self.plan.instances, seed=self.plan.seed)
         self.rng = random.Random(self.plan.seed)
         self.broker = KafkaInstance.start(self.root / "kafka", tie_to_parent=True)
-        (self.root / "campaign.toml").write_text(CONFIG)
+        (self.root / "campaign.toml").write_text(self.plan.config())
         self.config = load_config(self.root / "campaign.toml")
-        self.deployment = Deployment(self.broker.bootstrap, self.root, self.traffic, CONFIG)
+        self.deployment = Deployment(
+            self.broker.bootstrap, self.root, self.traffic, self.plan.config()
+        )
         self.deployment.producer = None  # (its librdkafka would complain of every outage)
         self.slots = [Slot(f"w{k}", self.root / f"state-{k}") for k in range(4)]
         self.t0 = time.monotonic()
@@ -266,6 +279,9 @@ class Campaign:
             self.start(victim)
 
     def run(self) -> None:
+        if self.plan.blips:
+            self.run_blips()
+            return
         p = self.plan
         w = self.slots
         if p.broker_faults:  # a worker that starts while the broker is unreachable, and one
@@ -331,6 +347,29 @@ class Campaign:
             if slot.process is None or slot.process.poll() is not None:
                 self.start(slot)
         # the traffic ends; the last workers finish it
+        while not self._traffic_done.wait(0.5):
+            self.watch()
+        if self._traffic_error is not None:
+            raise self._traffic_error
+        self.note("traffic done", f"{self._produced} records")
+
+    def run_blips(self) -> None:
+        """Two workers; the broker SIGKILLed and restarted in place every few seconds, each
+        time back before the group gives up on the workers (no partition moves, no restore):
+        while Kafka is gone the inputs look quiet, and must not be taken for idle."""
+        w = self.slots
+        self.start(w[0])
+        self.start(w[1])
+        traffic = threading.Thread(target=self.produce, daemon=True)
+        traffic.start()
+        for slot in w[:2]:
+            self.wait_line(slot, "assigned:")
+        for _ in range(self.plan.blips):
+            self.pause(self.plan.seconds / (self.plan.blips + 1) / 2)
+            self.broker_down()
+            self.note("broker SIGKILL", "restarted at once, within the session timeout")
+            self.broker_up()
+            self.note("broker restarted", "in place")
         while not self._traffic_done.wait(0.5):
             self.watch()
         if self._traffic_error is not None:
@@ -441,16 +480,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=40)
     parser.add_argument("--outage", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--blips", type=int, default=6, help="then a run of that many "
+                        "broker restarts within the session timeout (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
-    plan = Plan(args.instances, args.seconds, args.kills, args.outage, args.seed)
-    with tempfile.TemporaryDirectory(prefix="campaign-") as root:
-        campaign, report = conduct(Path(root), plan)
-    print(table(report, campaign.faults))
-    for exit_ in report["unexpected_exits"]:
-        print(exit_, file=sys.stderr)
-    ok = report["equal"] and not report["unexpected_exits"]
-    limit = SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S
-    ok = ok and all(c == 0 and t <= limit for _, t, c in report["terms"])
+    plans = [Plan(args.instances, args.seconds, args.kills, args.outage, args.seed)]
+    if args.blips:
+        plans.append(Plan(args.instances // 2, args.seconds / 2, seed=args.seed, blips=args.blips))
+    ok = True
+    for plan in plans:
+        with tempfile.TemporaryDirectory(prefix="campaign-") as root:
+            campaign, report = conduct(Path(root), plan)
+        print(table(report, campaign.faults), flush=True)
+        for exit_ in report["unexpected_exits"]:
+            print(exit_, file=sys.stderr)
+        limit = SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S
+        ok = ok and report["equal"] and not report["unexpected_exits"]
+        ok = ok and all(c == 0 and t <= limit for _, t, c in report["terms"])
     return 0 if ok else 1
 
 

@@ -207,6 +207,21 @@ def _delivery_error(err: Any, topic: str) -> str:
     return str(err)
 
 
+def _refused_record(err: Exception, topic: str) -> str:
+    """What to say when producing to ``topic`` raises at once (librdkafka already knows the
+    topic is gone or forbidden)."""
+    error = err.args[0] if err.args else None
+    if hasattr(error, "code"):
+        said = _delivery_error(error, topic)
+        if said != str(error):  # a refusal with its own advice
+            return f"{said}. The worker stops without writing another checkpoint"
+    return (
+        f"Kafka refused a record for {topic} ({err}): was the topic deleted? The worker "
+        "stops without writing another checkpoint: its last one stands. Start it again: it "
+        "creates the topics it lacks and sends again what it sent since that checkpoint"
+    )
+
+
 def _purged_codes() -> frozenset[int]:
     from confluent_kafka import KafkaError
 
@@ -280,13 +295,8 @@ class Output:
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.make_room()
-            except Exception as err:  # KafkaException: the topic is gone (deleted)
-                raise OutputError(
-                    f"Kafka refused a record for {topic} ({err}): was the topic deleted? The "
-                    "worker stops without writing another checkpoint: its last one stands. "
-                    "Start it again: it creates the topics it lacks and sends again what it "
-                    "sent since that checkpoint"
-                ) from None
+            except Exception as err:  # KafkaException: the topic is gone, or forbidden
+                raise OutputError(_refused_record(err, topic)) from None
 
     def make_room(self) -> None:
         """Wait a moment for deliveries to drain the producer's full queue."""

@@ -43,7 +43,7 @@ from .evolve import config_fingerprint
 from .join_pacing import JoinPacing
 from .join_stage import JoinStage
 from .lifecycle import Lifecycle
-from .output import KafkaErrors, NoAnswer, Output, connect, consumer_config
+from .output import KafkaErrors, NoAnswer, Output, OutputError, connect, consumer_config
 from .rebalance import Rebalancing
 from .router import Router
 from .settings import WorkerSettings
@@ -152,7 +152,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         )
         try:
             self._loop()
-        except (StoreError, ChangelogError) as err:  # no checkpoint can be written: stop
+        except (StoreError, ChangelogError, OutputError) as err:  # no checkpoint may be written:
+            # stop (a checkpoint after a record Kafka refused would skip that record for good)
             log.critical("%s", err)
             self._shutdown(checkpoint=False)
             raise
