@@ -145,3 +145,28 @@ def test_a_refusal_no_retry_cures_is_kept_with_what_to_change():
     other = KafkaErrors()
     other(_Error(KafkaError._SSL))
     assert "TLS handshake with Kafka failed" in other.refused and "ssl.ca.location" in other.refused
+
+
+def test_a_record_refused_at_produce_bars_every_later_checkpoint():
+    """Once librdkafka knows a topic is gone or forbidden, produce() raises at once and the
+    record is never queued: the refusal must stick, so that no checkpoint (which would cover
+    that record) is written after it, whoever tries — the shutdown or a revocation."""
+    import pytest
+    from confluent_kafka import KafkaError, KafkaException
+    from streameval.app.changelog import ChangelogError
+    from streameval.app.checkpoint import Checkpoints
+    from streameval.app.output import Output, OutputError
+
+    class Refusing:
+        def produce(self, *args, **kwargs):
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    output = Output({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors())
+    output.producer = Refusing()
+    with pytest.raises(OutputError, match="may not write to w-metrics"):
+        output.produce("w-metrics", b"{}")
+    assert "may not write to w-metrics" in output.error
+    checkpoints = Checkpoints(output, consumer=None, telemetry=None, durable=lambda *_: None)
+    checkpoints.begin([], offsets=[object()])
+    with pytest.raises(ChangelogError, match="without writing another checkpoint"):
+        checkpoints.advance(wait=True)

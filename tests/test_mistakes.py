@@ -116,7 +116,8 @@ def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):
 
 def test_sigterm_while_the_worker_waits_for_an_unreachable_kafka_stops_it_cleanly(tmp_path):
     """An orchestrator stopping a worker that never reached Kafka (a wrong address, the
-    cluster down): exit status 0 within a second or two, a line saying so, no traceback."""
+    cluster down): exit status 0 once the metadata request in progress gives up (at most
+    10 s), a line saying so, no traceback."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMEVAL_")}
     (tmp_path / "worker.toml").write_text("[models.a]\n")
     log = tmp_path / "worker.log"
@@ -141,3 +142,14 @@ def test_sigterm_while_the_worker_waits_for_an_unreachable_kafka_stops_it_cleanl
     output = log.read_text()
     assert "SIGTERM before start-up was complete: stopping" in output
     assert "Traceback" not in output, output
+
+
+def test_a_refused_kafka_setting_never_shows_a_password(tmp_path):
+    code, output = _worker(
+        tmp_path,
+        '[models.a]\n[worker.kafka]\n"sasl.password" = "hunter2-secret"\n'
+        '"isolation.level" = "read_uncommitted"\n',
+    )
+    assert code == 2
+    assert "isolation.level" in output and "<hidden>" in output
+    assert "hunter2-secret" not in output

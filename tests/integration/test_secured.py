@@ -121,9 +121,9 @@ def test_without_security_settings_the_worker_says_what_to_set(
     deployment = _deployment(secured, tmp_path, stream, None)
     deployments.append(deployment)
     started = time.monotonic()
-    output = _fails(deployment)
-    assert time.monotonic() - started < 60
-    assert "closes every connection before answering" in output, output[-2000:]
+    output = _fails(deployment, within=150)
+    assert time.monotonic() - started < 120  # 30 s of closed connections, then the message
+    assert "has closed every connection before answering for 30 s" in output, output[-2000:]
     assert "security.protocol" in output
 
 

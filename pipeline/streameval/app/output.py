@@ -82,7 +82,9 @@ def _refusal(code: int, said: str) -> str:
         )
     return (
         f"the TLS handshake with Kafka failed ({said}). Point ssl.ca.location under "
-        "[worker.kafka] at the certificate of the CA that signed the brokers' certificates"
+        "[worker.kafka] at the certificate of the CA that signed the brokers' certificates; "
+        "if the brokers require client certificates, set ssl.certificate.location and "
+        "ssl.key.location too"
     )
 
 
@@ -103,8 +105,10 @@ class _Closing(logging.Handler):
             self.forward.handle(record)
 
 
-#: that many connections closed before the first answer, and no answer at all: stop
+#: that many connections closed before the first answer, for that long, and no answer at all:
+#: stop (a broker that is starting, or a proxy with no broker behind it, gets that long)
 CLOSED_BEFORE_ANSWER = 3
+CLOSED_FOR_S = 30.0
 
 
 def connect(
@@ -125,6 +129,7 @@ def connect(
     watcher.addHandler(closing)
     admin = AdminClient({**client, "error_cb": on_error, "logger": watcher})
     delay = 1.0
+    began = time.monotonic()
     while not stopping.is_set():
         try:
             metadata = admin.list_topics(timeout=10)
@@ -133,13 +138,15 @@ def connect(
             admin.poll(0)  # (error callbacks)
             if on_error.refused is not None:
                 raise KafkaRefused(on_error.refused) from None
-            if closing.count >= CLOSED_BEFORE_ANSWER:
+            closed = closing.count >= CLOSED_BEFORE_ANSWER
+            if closed and time.monotonic() - began >= CLOSED_FOR_S:
                 raise KafkaRefused(
-                    f"Kafka at {client.get('bootstrap.servers')} closes every connection "
-                    "before answering: the cluster most likely requires TLS and/or SASL. Set "
-                    "security.protocol (SSL, SASL_SSL or SASL_PLAINTEXT) and the sasl.* and "
-                    "ssl.* settings it needs under [worker.kafka] (or -X key=value / "
-                    "STREAMEVAL_KAFKA); docs/operations.md, Security"
+                    f"Kafka at {client.get('bootstrap.servers')} has closed every connection "
+                    f"before answering for {CLOSED_FOR_S:.0f} s: the cluster most likely "
+                    "requires TLS. Set security.protocol (SSL or SASL_SSL) and the ssl.* and "
+                    "sasl.* settings it needs under [worker.kafka] (or -X key=value / "
+                    "STREAMEVAL_KAFKA); docs/operations.md, Security. (A proxy or load "
+                    "balancer with no broker behind it does the same)"
                 ) from None
             log.warning(
                 "Kafka at %s is not reachable (%s); retrying in %.0f s",
@@ -296,7 +303,10 @@ class Output:
             except BufferError:  # the local queue is full: let deliveries drain
                 self.make_room()
             except Exception as err:  # KafkaException: the topic is gone, or forbidden
-                raise OutputError(_refused_record(err, topic)) from None
+                said = _refused_record(err, topic)
+                if self.error is None:  # sticky: no checkpoint may be written past it
+                    self.error = said
+                raise OutputError(said) from None
 
     def make_room(self) -> None:
         """Wait a moment for deliveries to drain the producer's full queue."""

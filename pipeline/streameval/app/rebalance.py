@@ -163,6 +163,10 @@ class Rebalancing:
             | {(self.eval_changelog.topic, r) for r in evals}
         )
         self._drop(joins, evals, inputs)
+        try:  # every partition, not only those reported lost: none has a stage any more
+            consumer.unassign()
+        except Exception as err:  # already unassigned, or the consumer is closing
+            log.debug("unassign after partitions lost: %s", err)
         log.warning(
             "partitions lost (this worker was cut off from Kafka or too slow): dropped "
             "%d join and %d evaluation partitions and %d unsent messages; whoever owns "

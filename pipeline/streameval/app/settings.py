@@ -23,6 +23,7 @@ join, delayed labels, detectors, models, comparisons — see ``docs/replay.md``)
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -250,8 +251,25 @@ def _format(err: ValidationError) -> str:
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown setting; the settings are listed in docs/worker.md, 'Settings'"
-        lines.append(f"  {key} (or ${env}) = {problem.get('input')!r}: {message}")
+        shown = "<hidden>" if _SECRET.search(key) else _redacted(problem.get("input"))
+        lines.append(f"  {key} (or ${env}) = {shown!r}: {message}")
     return "invalid worker settings:\n" + "\n".join(lines)
+
+
+#: client settings whose values are secrets: never shown in a message
+_SECRET = re.compile(r"password|secret|jaas|token|credential|private|key\.pem", re.IGNORECASE)
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with the values of secret-looking keys hidden, however deep."""
+    if isinstance(value, dict):
+        return {
+            k: "<hidden>" if isinstance(k, str) and _SECRET.search(k) else _redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def _mistyped(table: dict[str, Any]) -> list[str]:
