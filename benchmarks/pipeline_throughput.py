@@ -4,6 +4,7 @@ side with the raw consume ceiling and a naive per-event Faust + River pipeline.
     .venv/bin/python benchmarks/pipeline_throughput.py            # 1M events, every phase
     .venv/bin/python benchmarks/pipeline_throughput.py --events 200000 --skip latency
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-scores 3   # scores' cost
+    .venv/bin/python benchmarks/pipeline_throughput.py --compare-guarantees 3  # exactly-once's
 
 Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`):
 
@@ -152,11 +153,17 @@ def series(text: str, name: str) -> float | None:
 
 
 def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
-    """Every message of a topic now: (broker timestamp ms, value)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Every committed message of a topic now: (broker timestamp ms, value). Read to each
+    partition's end as a read_committed reader sees it (transaction markers take offsets)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": boot, "group.id": "bench-reader", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": boot,
+            "group.id": "bench-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
     )
     out = []
     try:
@@ -166,13 +173,14 @@ def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
             if high <= low:
                 continue
             consumer.assign([TopicPartition(topic, p, low)])
-            got = 0
-            while got < high - low:
-                batch = consumer.consume(10_000, 2.0)
-                for m in batch:
-                    if not m.error():
+            end = False
+            while not end:
+                for m in consumer.consume(10_000, 2.0):
+                    error = m.error()
+                    if error is None:
                         out.append((m.timestamp()[1], m.value()))
-                        got += 1
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        end = True
     finally:
         consumer.close()
     return out
@@ -194,6 +202,7 @@ def phase_worker(
     workers: int = 1,
     processes: int = 1,
     scored: float = 0.0,
+    env: dict[str, str] | None = None,
 ) -> dict:
     instances = events // 5
     stream = ScriptedStream(
@@ -215,7 +224,7 @@ def phase_worker(
     ports = [free_port() for _ in range(workers)]
     log = tmp / "worker-throughput.log"
     processes = [
-        start_worker(boot, prefix, config, port, tmp / f"worker-throughput-{i}.log")
+        start_worker(boot, prefix, config, port, tmp / f"worker-throughput-{i}.log", env)
         for i, port in enumerate(ports)
     ]
     want = instances  # every instance is labelled: each model ends with n == instances
@@ -247,7 +256,10 @@ def phase_worker(
     records = read_topic(boot, prefix + "metrics")
     last = max(ts for ts, value in records if orjson.loads(value)["n"] >= want)
     seconds = (last - first) / 1000.0
+    finals = [orjson.loads(value) for _, value in records]
     return {
+        "outcomes": sum(max(r["n"] for r in finals if r["model_id"] == m) for m in MODELS),
+        "copies": len(records) - len(set(value for _, value in records)),
         "events": n,
         "seconds": seconds,
         "rate": n / seconds,
@@ -479,14 +491,21 @@ class LiveTraffic:
 
 
 # -- phase 5 ----------------------------------------------------------------------------------
-def phase_latency(boot: str, rate: float, seconds: float, tmp: Path, processes: int = 1) -> dict:
+def phase_latency(
+    boot: str,
+    rate: float,
+    seconds: float,
+    tmp: Path,
+    processes: int = 1,
+    env: dict[str, str] | None = None,
+) -> dict:
     from confluent_kafka import Producer
 
     prefix = make_topics(boot, 6)
     config = tmp / "worker-latency.toml"
     config.write_text(CONFIG.format(grace=0, snapshot=5.0, processes=processes))
     port = free_port()
-    process = start_worker(boot, prefix, config, port, tmp / "worker-latency.log")
+    process = start_worker(boot, prefix, config, port, tmp / "worker-latency.log", env)
     producer = Producer({"bootstrap.servers": boot, "linger.ms": 50})
     traffic = LiveTraffic(producer, prefix, rate, 5, lambda i, _: b"L%09d" % i,
                           lambda _, n: np.full(n, 0.5))  # labels come 0.5 s later  # fmt: skip
@@ -542,6 +561,12 @@ def main() -> None:
         "--skip", action="append", default=[], choices=["raw", "faust", "memory", "latency"]
     )
     parser.add_argument(
+        "--compare-guarantees", type=int, default=0, metavar="ROUNDS",
+        help="only phases 1 and 5, alternating processing_guarantee exactly_once and "
+        "at_least_once, ROUNDS times each (latency: --latency-seconds, at --latency-rate or "
+        "half the at-least-once median; --skip latency: phase 1 only)",
+    )  # fmt: skip
+    parser.add_argument(
         "--compare-scores", type=int, default=0, metavar="ROUNDS",
         help="only phase 1, alternating the stream without scores and with scores on every "
         "prediction, ROUNDS times each",
@@ -551,6 +576,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
     if args.compare_scores:
         compare_scores(boot, args, tmp)
+        return
+    if args.compare_guarantees:
+        compare_guarantees(boot, args, tmp)
         return
     print(f"broker {boot}; logs in {tmp}; {args.workers} worker(s) of {args.processes} "
           f"data-path process(es)", flush=True)  # fmt: skip
@@ -615,6 +643,48 @@ def compare_scores(boot: str, args: argparse.Namespace, tmp: Path) -> None:
               f"events/s (min / median / max of {len(values)})")  # fmt: skip
     ratio = medians["with scores"] / medians["without scores"]
     print(f"with scores / without, medians: {ratio:.2f} (target >= 0.80)")
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    values = sorted(values)
+    return values[0], values[len(values) // 2], values[-1]
+
+
+def compare_guarantees(boot: str, args: argparse.Namespace, tmp: Path) -> None:
+    """Phase 1 under exactly-once and at-least-once, alternated on the same events; then
+    phase 5 under each, ROUNDS times: label-to-metric p99 (each run's p99 over its records)."""
+    guarantees = ("exactly_once", "at_least_once")
+    env = {g: {"STREAMEVAL_PROCESSING_GUARANTEE": g} for g in guarantees}
+    rates: dict[str, list[float]] = {g: [] for g in guarantees}
+    for _ in range(args.compare_guarantees):
+        for g in guarantees:
+            run = phase_worker(boot, args.events, args.partitions, tmp, args.workers,
+                               args.processes, env=env[g])  # fmt: skip
+            rates[g].append(run["rate"])
+            print(f"  {g}: {run['rate']:,.0f} events/s ({run['events']:,} events, "
+                  f"{run['outcomes']:,} outcomes evaluated over 3 models, "
+                  f"{run['copies']} metrics records seen twice)", flush=True)  # fmt: skip
+    for g, values in rates.items():
+        low, median, high = _spread(values)
+        print(f"{g:<14} {low:>9,.0f} / {median:>9,.0f} / {high:>9,.0f} events/s "
+              f"(min / median / max of {len(values)})", flush=True)  # fmt: skip
+    ratio = _spread(rates["exactly_once"])[1] / _spread(rates["at_least_once"])[1]
+    print(f"exactly_once / at_least_once, medians: {ratio:.2f} (target >= 0.85)", flush=True)
+    if "latency" in args.skip:
+        return
+    rate = args.latency_rate or _spread(rates["at_least_once"])[1] / 2
+    p99s: dict[str, list[float]] = {g: [] for g in guarantees}
+    for _ in range(args.compare_guarantees):
+        for g in guarantees:
+            run = phase_latency(boot, rate, args.latency_seconds, tmp, args.processes, env[g])
+            p99s[g].append(run["p99"])
+            print(f"  {g}: p50 {run['p50']:.2f} s, p99 {run['p99']:.2f} s, max "
+                  f"{run['max']:.2f} s over {run['records']} records at {run['rate']:,.0f} "
+                  "events/s", flush=True)  # fmt: skip
+    for g, values in p99s.items():
+        low, median, high = _spread(values)
+        print(f"{g:<14} label-to-metric p99 {low:.2f} / {median:.2f} / {high:.2f} s (min / "
+              "median / max; target <= publish_interval + 1 s = 2 s)", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

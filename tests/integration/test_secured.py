@@ -30,22 +30,33 @@ pytestmark = pytest.mark.launcher
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     """The broker, and two users that may do anything to the topics (all named w…-…) and
-    groups of the tests (the test of ``no-output`` then takes one right away)."""
+    groups of the tests and write under their transactional ids (w… too) — the test of
+    ``no-output`` then takes one right away — and a third, ``no-txn``, without the
+    transactional ids."""
     try:
         broker = KafkaInstance.start(tmp_path_factory.mktemp("secured"), secured=True)
     except LauncherError as err:
         pytest.fail(f"no secured broker: {err}", pytrace=False)
-    users = {name: secrets.token_urlsafe(16) for name in ("evaluator", "no-output")}
+    users = {name: secrets.token_urlsafe(16) for name in ("evaluator", "no-output", "no-txn")}
     for name, password in users.items():
         broker.add_user(name, password)
     allow = AclPermissionType.ALLOW
-    bindings = []
-    for name in users:
+    bindings = [
+        AclBinding(ResourceType.TOPIC, "w", ResourcePatternType.PREFIXED, "User:no-txn", "*",
+                   AclOperation.ALL, allow),
+        AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, "User:no-txn", "*",
+                   AclOperation.ALL, allow),
+    ]  # fmt: skip
+    for name in ("evaluator", "no-output"):
         bindings += [
             AclBinding(ResourceType.TOPIC, "w", ResourcePatternType.PREFIXED, f"User:{name}",
                        "*", AclOperation.ALL, allow),
             AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, f"User:{name}",
                        "*", AclOperation.ALL, allow),
+            AclBinding(ResourceType.TRANSACTIONAL_ID, "w", ResourcePatternType.PREFIXED,
+                       f"User:{name}", "*", AclOperation.WRITE, allow),
+            AclBinding(ResourceType.TRANSACTIONAL_ID, "w", ResourcePatternType.PREFIXED,
+                       f"User:{name}", "*", AclOperation.DESCRIBE, allow),
         ]  # fmt: skip
     admin = AdminClient(broker.client())  # (kept: its futures need it alive)
     for future in admin.create_acls(bindings).values():
@@ -137,10 +148,12 @@ def test_a_wrong_password_is_refused_without_being_shown(secured, tmp_path, stre
     _never_shows([output], {**secured.users, "wrong": wrong})
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_a_principal_that_may_not_write_the_outputs_is_told_which(
-    secured, tmp_path, stream, deployments
+    secured, tmp_path, stream, deployments, guarantee
 ):
     deployment = _deployment(secured, tmp_path, stream, "no-output")
+    deployment.env["STREAMEVAL_PROCESSING_GUARANTEE"] = guarantee
     deployments.append(deployment)
     metrics = deployment.prefix + "metrics"
     deny = AclBinding(ResourceType.TOPIC, metrics, ResourcePatternType.LITERAL, "User:no-output",
@@ -151,4 +164,17 @@ def test_a_principal_that_may_not_write_the_outputs_is_told_which(
     deployment.produce()
     output = _fails(deployment)
     assert f"may not write to {metrics}" in output and "Grant it WRITE" in output, output[-2000:]
+    _never_shows([output], secured.users)
+
+
+def test_a_principal_without_its_transactional_ids_is_told_which_right_to_grant(
+    secured, tmp_path, stream, deployments
+):
+    deployment = _deployment(secured, tmp_path, stream, "no-txn")
+    deployment.env["STREAMEVAL_PROCESSING_GUARANTEE"] = "exactly_once"
+    deployments.append(deployment)
+    output = _fails(deployment)
+    assert "Kafka refused the worker's transactions" in output, output[-2000:]
+    assert "WRITE and DESCRIBE on the TransactionalId" in output
+    assert 'processing_guarantee = "at_least_once"' in output
     _never_shows([output], secured.users)

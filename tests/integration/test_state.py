@@ -146,14 +146,19 @@ def test_a_changelog_deleted_under_a_running_worker(deploy, stream, expected, ka
     assert "writing the whole store into it" in deployment.workers[0][2].read_text()
 
 
-def test_a_full_disk_stops_the_worker_and_it_continues_once_freed(deploy, stream, expected):
+@pytest.mark.parametrize("cap", [30_000, 100_000])
+def test_a_full_disk_stops_the_worker_and_it_continues_once_freed(deploy, stream, expected, cap):
     """The store cannot write (every file the worker writes is capped, as on a full disk):
-    the worker stops with a message saying what to do, without a traceback; started again
-    with room, it catches up from the changelog and ends with replay's numbers."""
+    the worker stops with a message saying what to do, without a traceback, and writes no
+    checkpoint after it — not even when it leaves the group; started again with room, it
+    catches up from the changelog and ends with replay's numbers. (30 kB: the store fails at
+    its first checkpoint of substance, the one whose changelog records are already in Kafka.
+    Before the fix, the revocation while leaving wrote that checkpoint again without the
+    events it held, and the restarted worker evaluated 519 outcomes of 3 000.)"""
     deployment = deploy(stream)
     deployment.env["STREAMEVAL_IDLE_MS"] = "15000"  # the restart is not the end of the stream
     deployment.produce()
-    process, _ = deployment.start_worker(max_file_bytes=100_000)
+    process, _ = deployment.start_worker(max_file_bytes=cap)
     _stops_cleanly(deployment, process, r"CRITICAL.*cannot write the store.*is the disk full")
     deployment.start_worker()
     assert deployment.wait_for(expected) == expected

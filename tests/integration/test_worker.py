@@ -235,44 +235,28 @@ class Deployment:
 
     def records(self) -> list[dict]:
         """Everything published so far on the output topics, validated against topics/."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer({**self.client, "group.id": "reader", "enable.auto.commit": False})
         records = []
-        try:
-            for base, schema_file in SCHEMAS.items():
-                topic = self.prefix + base
-                schema = orjson.loads((topics_dir() / "schemas" / schema_file).read_bytes())
-                metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-                for p in metadata.partitions:
-                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
-                    if high <= low:
-                        continue
-                    consumer.assign([TopicPartition(topic, p, low)])
-                    got = 0
-                    while got < high - low:
-                        message = consumer.poll(5)
-                        assert message is not None, f"{topic}[{p}]: fewer messages than expected"
-                        if message.error():
-                            continue
-                        record = orjson.loads(message.value())
-                        jsonschema.validate(record, schema)
-                        records.append(record)
-                        got += 1
-        finally:
-            consumer.close()
+        for topic, value in self.raw_records():
+            base = topic[len(self.prefix) :]
+            schema = orjson.loads((topics_dir() / "schemas" / SCHEMAS[base]).read_bytes())
+            record = orjson.loads(value)
+            jsonschema.validate(record, schema)
+            records.append(record)
         return records
 
     def raw_records(self) -> list[tuple[str, bytes]]:
         """Every message on the output topics as a ``read_committed`` reader sees it: (topic,
-        value), copies included."""
-        from confluent_kafka import Consumer, TopicPartition
+        value), copies included. Read to each partition's end as the reader sees it (under
+        exactly-once, transaction markers take offsets too, and an open transaction ends
+        what may be read)."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         consumer = Consumer(
             {
                 **self.client,
                 "group.id": "reader",
                 "enable.auto.commit": False,
+                "enable.partition.eof": True,
                 "isolation.level": "read_committed",
             }
         )
@@ -283,13 +267,17 @@ class Deployment:
                 metadata = consumer.list_topics(topic, timeout=10).topics[topic]
                 for p in metadata.partitions:
                     low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+                    if high <= low:
+                        continue
                     consumer.assign([TopicPartition(topic, p, low)])
-                    while low < high:
-                        message = consumer.poll(5)
-                        assert message is not None, f"{topic}[{p}]: fewer messages than expected"
-                        if message.error() is None:
+                    while True:
+                        message = consumer.poll(10)
+                        assert message is not None, f"{topic}[{p}]: no end in sight"
+                        error = message.error()
+                        if error is None:
                             out.append((topic, message.value()))
-                            low = message.offset() + 1
+                        elif error.code() == KafkaError._PARTITION_EOF:
+                            break
         finally:
             consumer.close()
         return out

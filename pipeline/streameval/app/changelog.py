@@ -27,8 +27,15 @@ from .changelog_format import (
     decode_record,
     intent_number,
 )
+from .output import failed_transaction
+from .transactions import TransactionAborted
 
 __all__ = ["Changelog", "ChangelogError", "watermarks"]
+
+
+#: How long a restore waits for a transaction left open in a changelog partition past the
+#: offset a disk store is at (the broker aborts it after the writer's transaction_timeout_ms)
+OPEN_WAIT_S = 60.0
 
 
 class ChangelogError(RuntimeError):
@@ -126,11 +133,14 @@ class Changelog:
                 except BufferError:  # the local queue is full: let deliveries drain
                     make_room()
                 except Exception as err:  # KafkaException: the topic is gone
-                    raise self._gone(partition, err) from None
+                    if failed_transaction(err):  # exactly-once: the transaction failed
+                        raise TransactionAborted(f"{self.topic}: {err}") from None
+                    raise self.gone(partition, err) from None
             if i % piece == 0 and i < len(records):
                 yield piece
 
-    def _gone(self, partition: int, err: Any) -> ChangelogError:
+    def gone(self, partition: int, err: Any) -> ChangelogError:
+        """What to say when the changelog topic (or partition) is gone."""
         return ChangelogError(
             f"the changelog {self.topic} (partition {partition}) is gone from Kafka ({err}): "
             "was it deleted? No checkpoint can be written, so the worker stops without "
@@ -173,7 +183,7 @@ class Changelog:
         if part.failed is not None:
             part.writing = None
             if part.gone:
-                raise self._gone(partition, part.failed)
+                raise self.gone(partition, part.failed)
             return part.failed
         part.sealed, part.chunks = part.writing
         part.writing = None
@@ -227,6 +237,8 @@ class Changelog:
         restorer = Restorer(sink=sink, lookup=lookup)
         try:
             low, high = watermarks(reader, self.topic, partition)
+            if start is not None and start > high:  # deleted and created again, or a
+                high = self._settled(reader, partition, start, high)  # transaction is open
             position = max(low, start if start is not None else low)
             if start is not None and start > high:  # not the topic ``start`` was read from
                 position = high  # (it was deleted and created again): the caller sees it
@@ -274,6 +286,29 @@ class Changelog:
             part.sealed, part.chunks = seal["n"], seal["chunks"]
             part.carry = dict(restorer.carry)
         return changes, seal is not None, position
+
+    def _settled(self, reader: Any, partition: int, start: int, high: int) -> int:
+        """The partition's committed end, once it is past ``start`` — when it is only behind
+        because a transaction of another worker process is still open (it ends by its
+        commit, abort, or ``transaction_timeout_ms``; at most ``OPEN_WAIT_S`` is waited) —
+        or ``high`` if the partition really ends before ``start`` (the topic was deleted and
+        created again)."""
+        import time
+
+        from confluent_kafka import Consumer
+
+        uncommitted = {"isolation.level": "read_uncommitted"}
+        probe = Consumer({**self.client, "group.id": f"{self.topic}-probe", **uncommitted})
+        try:
+            if watermarks(probe, self.topic, partition)[1] < start:
+                return high
+        finally:
+            probe.close()
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while high < start and time.monotonic() < deadline:
+            time.sleep(0.2)
+            high = watermarks(reader, self.topic, partition)[1]
+        return high
 
     def check(self, partition: int, seal: dict[str, Any]) -> None:
         """Refuse a seal of a version this release cannot continue (ChangelogError)."""

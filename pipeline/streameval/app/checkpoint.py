@@ -18,9 +18,12 @@ shutdown, in these steps:
 5. **commit** — the input offsets are committed, each with its partition's progress.
 
 The data path goes on between the steps (one step per turn of the loop, so it stops for one
-at a time); revocation and shutdown wait for all of them. A stage has at most one checkpoint
-on its way. If Kafka refuses an output or a changelog record, the worker stops without
-writing another checkpoint: the last one stands, and a restart continues exactly from it.
+at a time); revocation and shutdown wait for all of them. Under exactly-once
+(:meth:`Checkpoints.transact`) the steps run at once inside the worker's Kafka transaction:
+cut, write, commit with the input offsets, then a disk store's batch. A stage has at most
+one checkpoint on its way. If Kafka refuses an output or a changelog record, the worker
+stops without writing another checkpoint: the last one stands, and a restart continues
+exactly from it.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ from .changelog_format import live
 from .eval_stage import EvalStage
 from .evolve import Refused, join_shape
 from .join_stage import SLICE_EVENTS, JoinStage
-from .output import Output
+from .output import NoAnswer, Output
 from .settings import WorkerSettings
 from .telemetry import Telemetry
+from .transactions import MissingTopic, TransactionAborted
 
 __all__ = [
     "Checkpoints",
@@ -159,13 +163,7 @@ class Checkpoints:
         (``wait``: every step the answers allow — the caller waits for all of them anyway)."""
         if self.stepped and not wait:
             return
-        if self.output.error is not None:
-            raise ChangelogError(
-                f"Kafka did not acknowledge a message the worker produced ({self.output.error})"
-                ". The worker stops without writing another checkpoint: its last one stands, "
-                "and when it is started again it re-reads from there and sends what was lost "
-                "again"
-            )
+        self._refused()
         oldest = self.output.oldest_unanswered()
         for round_ in self.rounds:
             if not round_.sent:
@@ -178,6 +176,16 @@ class Checkpoints:
                 self.rounds.remove(round_)
                 self.stepped = True
                 return
+
+    def _refused(self) -> None:
+        """Stop (ChangelogError) once Kafka has refused an output: no checkpoint may pass it."""
+        if self.output.error is not None:
+            raise ChangelogError(
+                f"Kafka did not acknowledge a message the worker produced ({self.output.error})"
+                ". The worker stops without writing another checkpoint: its last one stands, "
+                "and when it is started again it re-reads from there and sends what was lost "
+                "again"
+            )
 
     def _write(self, round_: Round, wait: bool) -> None:
         """Step 3: its records, piece by piece, until done or this turn's time is up."""
@@ -196,7 +204,45 @@ class Checkpoints:
         round_.steps["changelog"] = max(round_.steps.get("changelog", 0.0), took)
         self.stepped = True
 
-    def _complete(self, round_: Round) -> None:
+    def transact(
+        self, stages: list[tuple[Changelog, int, Any]], offsets: list[Any], group: Any
+    ) -> None:
+        """Exactly-once: cut these stages, write their changes into the open transaction,
+        commit it with the input ``offsets`` (``group``: the consumer's group metadata) and
+        begin the next one; then the stages are told (a disk store writes its batch). The
+        data path waits for all of it. Everything the transaction holds — outputs, internal
+        batches, changelog records, offsets — becomes visible at once or never: raises
+        :class:`~streameval.app.output.TransactionAborted` when Kafka aborted it (the caller
+        restores its stages from their last checkpoints), ``OutputError`` when a record was
+        refused, ``NoAnswer`` at the output's deadline."""
+        self._refused()
+        if self.output.stuck:  # stopping: the last commit never finished
+            raise NoAnswer("a transaction was left unfinished")
+        started = time.monotonic()
+        cuts = []
+        for changelog, q, stage in stages:
+            cuts.append((changelog, q, stage, stage.cut()))
+            changelog.describe(q, stage.summary())
+        round_ = Round(0, cuts, [], started, {"cut": time.monotonic() - started}, wait=True)
+        self.output.topics.update(changelog.topic for changelog, _, _ in stages)
+        try:
+            self._write(round_, wait=True)
+        except TransactionAborted as err:  # it failed meanwhile: the commit says why
+            self.output.failed = self.output.failed or str(err)
+        began = time.monotonic()
+        self.output.flush()
+        self._refused()
+        try:
+            self.output.commit(offsets, group)
+        except MissingTopic as err:  # a changelog deleted under the worker says so
+            for changelog, q, _ in stages:
+                if changelog.topic == err.topic:
+                    raise changelog.gone(q, str(err)) from None
+            raise
+        round_.steps["commit"] = time.monotonic() - began
+        self._complete(round_, pause=time.monotonic() - started)
+
+    def _complete(self, round_: Round, pause: float | None = None) -> None:
         """Steps 4 and 5."""
         started = time.monotonic()
         for changelog, q, stage, cut in round_.cuts:
@@ -219,9 +265,10 @@ class Checkpoints:
             except Exception as err:  # the group is rebalancing: the next round commits
                 log.warning("offset commit failed (%s); input may be re-read, never lost", err)
         round_.steps["store"] = time.monotonic() - started
-        if round_.pause > 0.1:
+        pause = round_.pause if pause is None else pause + round_.steps["store"]
+        if pause > 0.1:
             log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
-        self.telemetry.checkpointed(time.monotonic() - round_.started, round_.pause)
+        self.telemetry.checkpointed(time.monotonic() - round_.started, pause)
 
     def drain(self) -> None:
         """Wait until every checkpoint on its way is durable."""

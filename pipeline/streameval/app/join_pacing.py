@@ -82,7 +82,9 @@ class JoinPacing:
                         self.telemetry.skipped("join")
                         break  # the next step in the next turn
                     self._emit(q, stage, self.topology.after_step(stage, clock, outcomes))
-                    if self.checkpoints.stepped:  # a checkpoint was cut: the rest later
+                    if self.checkpoints.stepped or self._commit_soon:  # a checkpoint was
+                        break  # cut (or is due, exactly-once): the rest later
+                    if self.eo and time.monotonic() >= self._next_commit:
                         break
                     continue
                 if not queued:
@@ -100,6 +102,8 @@ class JoinPacing:
         it has changed enough."""
         for r, batch in batches:
             self.output.produce(self.topics.outcomes, encode(batch), partition=r)
+        if batches:
+            self._wrote.add(("join", q))
         self.stats.outcome_batches += len(batches)
         self.telemetry.joined(q, stage.join)
         if stage.join.changed >= self.settings.checkpoint_max_changes:

@@ -64,12 +64,16 @@ class Lifecycle:
             try:
                 if checkpoint:
                     log.info("shutting down: final records and a checkpoint")
-                    for stage in list(self.evals.values()):
-                        self._evaluated(*stage.tick())
+                    for r, stage in list(self.evals.items()):
+                        self._evaluated(*stage.tick(), r)
                     self._checkpoint(list(self.joins), list(self.evals), list(self._input_next))
                 else:  # nothing more is written: the last checkpoint stands, and is resumed from
                     log.info("shutting down without a checkpoint")
-                    self.output.flush()
+                    self.no_checkpoints = True  # not even by the revocation when leaving
+                    if self.eo:  # (a restart's first transaction would abort it anyway)
+                        self.output.abort()
+                    else:
+                        self.output.flush()
             except NoAnswer as err:
                 self.checkpoints.rounds.clear()  # never to be completed: the last one stands
                 self.checkpoints.busy.clear()

@@ -3,6 +3,7 @@ every message is counted until Kafka acknowledges it."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ __all__ = [
     "OutputError",
     "connect",
     "consumer_config",
+    "failed_transaction",
 ]
 
 log = logging.getLogger("streameval.worker")
@@ -202,7 +204,7 @@ def consumer_config(
     }
 
 
-def _delivery_error(err: Any, topic: str) -> str:
+def delivery_error(err: Any, topic: str) -> str:
     from confluent_kafka import KafkaError
 
     if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
@@ -214,12 +216,12 @@ def _delivery_error(err: Any, topic: str) -> str:
     return str(err)
 
 
-def _refused_record(err: Exception, topic: str) -> str:
+def refused_record(err: Exception, topic: str) -> str:
     """What to say when producing to ``topic`` raises at once (librdkafka already knows the
     topic is gone or forbidden)."""
     error = err.args[0] if err.args else None
     if hasattr(error, "code"):
-        said = _delivery_error(error, topic)
+        said = delivery_error(error, topic)
         if said != str(error):  # a refusal with its own advice
             return f"{said}. The worker stops without writing another checkpoint"
     return (
@@ -227,6 +229,58 @@ def _refused_record(err: Exception, topic: str) -> str:
         "stops without writing another checkpoint: its last one stands. Start it again: it "
         "creates the topics it lacks and sends again what it sent since that checkpoint"
     )
+
+
+def _passing(err: Any) -> bool:
+    """Whether a delivery error may not happen again: a timeout or a broker away, not a
+    refusal (a topic gone, a right missing, a record too large)."""
+    from confluent_kafka import KafkaError
+
+    if err.code() in refusal_codes():
+        return False
+    return err.retriable() or err.code() in (
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError._FATAL,  # the producer was fenced: a new one is made at the commit
+        KafkaError._INCONSISTENT,
+    )
+
+
+@functools.cache
+def refusal_codes() -> frozenset[int]:
+    """Errors a retry would meet again: a topic gone, a right missing, a record too large."""
+    from confluent_kafka import KafkaError
+
+    return frozenset(
+        (
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC,
+            KafkaError._UNKNOWN_PARTITION,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            KafkaError.MSG_SIZE_TOO_LARGE,
+            KafkaError.RECORD_LIST_TOO_LARGE,
+        )
+    )
+
+
+def failed_transaction(err: Exception) -> bool:
+    """Whether produce() refused a record because the open transaction has failed (it must
+    be aborted; the reason comes with the records' reports or the commit) or the producer
+    was fenced (it is replaced at the commit)."""
+    from confluent_kafka import KafkaError
+
+    error = err.args[0] if err.args else None
+    return hasattr(error, "code") and error.code() in (KafkaError._STATE, KafkaError._FATAL)
+
+
+def stops(said: str) -> str:
+    return f"{said}. The worker stops without writing another checkpoint"
 
 
 def _purged_codes() -> frozenset[int]:
@@ -244,20 +298,33 @@ class Output:
     kept in :attr:`error`: the worker then stops without another checkpoint.
     """
 
-    def __init__(self, client: dict[str, str], on_error: KafkaErrors) -> None:
+    #: exactly-once (:class:`~streameval.app.transactions.Transactions`): every message
+    #: belongs to the open transaction
+    transactional = False
+
+    def __init__(
+        self, client: dict[str, str], on_error: KafkaErrors, extra: dict[str, Any] | None = None
+    ) -> None:
         from confluent_kafka import Producer
 
-        self.producer = Producer(
-            {
-                **client,
-                "enable.idempotence": True,
-                "linger.ms": 20,
-                "compression.type": "lz4",
-                "message.max.bytes": 67_108_864,
-                "queue.buffering.max.kbytes": 1_048_576,
-                "error_cb": on_error,
-            }
-        )
+        config: dict[str, Any] = {
+            **client,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "message.max.bytes": 67_108_864,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "error_cb": on_error,
+            **(extra or {}),
+        }
+        self.producer = Producer(config)
+        self._config = config
+        self.client = client
+        #: the topics written since the last commit (to name one Kafka refuses)
+        self.topics: set[str] = set()
+        #: exactly-once: a record of the open transaction failed for a reason a retry may
+        #: cure (a timeout while Kafka was away): the transaction must be aborted
+        self.failed: str | None = None
         self.epoch = 0
         self.error: str | None = None
         #: past it (the worker must have stopped by then), waiting for Kafka raises NoAnswer
@@ -270,8 +337,13 @@ class Output:
 
         def delivered(err: Any, message: Any) -> None:
             unanswered[epoch] -= 1
-            if err is not None and self.error is None and err.code() not in _purged_codes():
-                self.error = _delivery_error(err, message.topic())
+            if err is None or err.code() in _purged_codes():
+                return
+            if self.transactional and _passing(err):  # abort, go back, try again
+                if self.failed is None:
+                    self.failed = f"{message.topic()}: {err.str()}"
+            elif self.error is None:
+                self.error = delivery_error(err, message.topic())
 
         return delivered
 
@@ -299,11 +371,19 @@ class Output:
                     topic, value, key, partition, headers=headers, on_delivery=self._on_delivery
                 )
                 self._unanswered[self.epoch] += 1
+                self.topics.add(topic)
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.make_room()
             except Exception as err:  # KafkaException: the topic is gone, or forbidden
-                said = _refused_record(err, topic)
+                if self.transactional and failed_transaction(err):
+                    self.producer.poll(0)  # the reports of its records may say why
+                    if self.error is not None:
+                        raise OutputError(stops(self.error)) from None
+                    if self.failed is None:
+                        self.failed = f"{topic}: {err}"
+                    return  # dropped with the transaction, aborted at the next commit
+                said = refused_record(err, topic)
                 if self.error is None:  # sticky: no checkpoint may be written past it
                     self.error = said
                 raise OutputError(said) from None

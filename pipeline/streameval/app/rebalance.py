@@ -12,6 +12,7 @@ from collections import deque
 from typing import Any
 
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
+from .output import NoAnswer
 
 __all__ = ["Rebalancing"]
 
@@ -134,7 +135,7 @@ class Rebalancing:
         for r in evals:
             stage = self.evals.get(r)
             if stage is not None:
-                self._evaluated(*stage.tick())
+                self._evaluated(*stage.tick(), r)
         self._checkpoint(joins, evals, inputs)
         self._drop(joins, evals, inputs)
         consumer.unassign()
@@ -152,7 +153,15 @@ class Rebalancing:
         after the new owner read it. Every message not yet sent is purged, every checkpoint on
         its way forgotten with its offsets, and every stage dropped (its inputs re-read from
         the committed offsets when assigned again)."""
-        purged = self.output.purge()
+        if self.eo:  # nothing of the open transaction may ever be visible
+            purged = len(self.output.producer)
+            try:
+                self.output.abort()
+            except NoAnswer:  # stopping, Kafka away: the next start's first transaction
+                self.output.purge()  # aborts it (the same transactional id)
+            self._wrote.clear()
+        else:
+            purged = self.output.purge()
         self.checkpoints.abandon()
         joins, evals, inputs = self._split(partitions)
         joins = sorted(set(joins) | set(self.joins))
@@ -184,14 +193,20 @@ class Rebalancing:
             self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
             stage = self.joins.pop(q, None)
             if stage is not None:
-                stage.join.state.close()  # a disk store: free it for whoever takes it next
+                try:
+                    stage.join.state.close()  # a disk store: free it for whoever takes it next
+                except Exception as err:  # one that failed to write fails to close: say so,
+                    log.warning("join %d: closing its store failed: %s", q, err)  # go on
             self.join_changelog.forget(q)
         for r in evals:
             stage = self.evals.pop(r, None)
             self.eval_changelog.forget(r)
             if stage is not None:
                 models |= set(stage.engine.models)
+        committed = self.telemetry.committed
         for tp in inputs:
             self._input_next.pop(tp, None)
+            if committed is not None:
+                committed.pop(tp, None)
         self.router.revoke(inputs)
         self.telemetry.dropped(joins, models)

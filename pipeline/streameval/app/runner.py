@@ -49,6 +49,7 @@ from .router import Router
 from .settings import WorkerSettings
 from .telemetry import Telemetry
 from .topology import Topology
+from .transactions import TransactionAborted, Transactions, claim_transactional_id
 from .wire import (
     WIRE_VERSION,
     EventBatch,
@@ -106,6 +107,18 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self._queued: dict[int, deque[Any]] = {}
         self._held_said = -1e9
         self._said_unmatched: set[str] = set()  # comparisons with a model never seen, told
+        #: a store or Kafka refused a write: no checkpoint may follow (the revocation when
+        #: the consumer leaves the group takes none either)
+        self.no_checkpoints = False
+        #: exactly-once (docs/architecture.md): each commit of the transaction checkpoints the
+        #: stages that wrote into it (("join" | "eval", partition)), every stage when the
+        #: snapshot timer says so, and at once when a join partition has changed enough
+        self.eo = settings.processing_guarantee == "exactly_once"
+        self._wrote: set[tuple[str, int]] = set()
+        self._snapshot_due = False
+        self._commit_soon = False
+        self._next_commit = 0.0
+        self._id_lock: Any = None  # the lock of the transactional id, held for life
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -124,7 +137,16 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.router = Router(
             t.inputs, self.join_partitions, idle_ms=s.idle_ms, rules=self.config.time_rules()
         )
-        self.output = Output(self.client, self._kafka_errors)
+        if self.eo:
+            transactional_id, self._id_lock = claim_transactional_id(s)
+            self.output: Output = Transactions(
+                self.client, self._kafka_errors, transactional_id, s.transaction_timeout_ms
+            )
+            if not self.output.open_transactions(self.stopping):
+                return
+            self.telemetry.committed = {}
+        else:
+            self.output = Output(self.client, self._kafka_errors)
         producer = self.output.producer
         make_room = self.output.make_room
         self.join_changelog = Changelog(
@@ -133,6 +155,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.eval_changelog = Changelog(
             t.eval_changelog, producer, self.client, self.fingerprint, make_room
         )
+        if self.eo:
+            self.output.renewed.append(self._new_producer)
         self.consumer = Consumer(
             consumer_config(self.client, s, self._kafka_errors, self._on_stats)
         )
@@ -181,6 +205,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         consume, timeout = self.consumer.consume, 0.05
         next_publish = time.monotonic() + s.publish_interval_s
         next_checkpoint = time.monotonic() + s.snapshot_interval_s
+        commit_interval = s.commit_interval_ms / 1000.0
+        self._next_commit = time.monotonic() + commit_interval
         next_heartbeat = 0.0
         eof = KafkaError._PARTITION_EOF
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
@@ -219,18 +245,27 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             self.output.poll()
             if wall >= next_publish:
                 next_publish = wall + s.publish_interval_s
-                for stage in list(self.evals.values()):
-                    self._evaluated(*stage.tick())
+                for r, stage in list(self.evals.items()):
+                    self._evaluated(*stage.tick(), r)
                     self._unmatched(stage)
                 self.telemetry.gauges(stage.join for stage in self.joins.values())
+                if self.eo and self._wrote:  # the records go out now
+                    self._commit_soon = True
             if wall >= next_checkpoint:
                 next_checkpoint = wall + s.snapshot_interval_s
-                # one stage per turn of the loop: the pause of a cut is one stage's
-                self._due.extend(
-                    [("join", q) for q in self.joins] + [("eval", r) for r in self.evals]
-                )
+                if self.eo:  # every stage in the next transaction
+                    self._snapshot_due = True
+                else:  # one stage per turn of the loop: the pause of a cut is one stage's
+                    self._due.extend(
+                        [("join", q) for q in self.joins] + [("eval", r) for r in self.evals]
+                    )
             if self._queued:
                 self._catch_up()
+            if self.eo:
+                if self._commit_soon or time.monotonic() >= self._next_commit:
+                    self._next_commit = time.monotonic() + commit_interval
+                    self._commit()
+                continue
             if self._due:
                 kind, p = self._due.popleft()
                 last = not self._due
@@ -291,14 +326,15 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             self._skip("evaluate", message, err)
             stage.offset = max(stage.offset, message.offset())
             return
-        self._evaluated(records, released)
+        self._evaluated(records, released, r)
 
-    def _evaluated(self, records: list[Record], released: list[Any]) -> None:
-        """Count what an evaluation stage released and publish its records."""
+    def _evaluated(self, records: list[Record], released: list[Any], r: int) -> None:
+        """Count what evaluation partition ``r`` released and publish its records."""
         if released:
             self.telemetry.released(released)
         if not records:
             return
+        self._wrote.add(("eval", r))
         t = self.topics
         for record in records:
             if isinstance(record, ComparisonRecord):
@@ -342,8 +378,13 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         wait: bool = False,
     ) -> None:
         """Cut the changes of these stages and start a checkpoint that writes them, then
-        commits the offsets ``tps`` (:class:`~streameval.app.checkpoint.Checkpoints`)."""
+        commits the offsets ``tps`` (:class:`~streameval.app.checkpoint.Checkpoints`).
+        Exactly-once: they go into the next commit, in this turn of the loop."""
         from confluent_kafka import TopicPartition
+
+        if self.eo:
+            self._commit_soon = True
+            return
 
         stages = [(self.join_changelog, q, self.joins[q]) for q in joins if q in self.joins]
         stages += [(self.eval_changelog, r, self.evals[r]) for r in evals if r in self.evals]
@@ -361,8 +402,115 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self, joins: list[int], evals: list[int], commit: list[tuple[str, int]]
     ) -> None:
         """A checkpoint of these stages and input offsets, waited for (revocation, shutdown):
-        the checkpoints on their way first, then this one."""
+        the checkpoints on their way first, then this one. Exactly-once: a commit of the
+        transaction with these stages in it (and the others that wrote into it)."""
+        if self.no_checkpoints:
+            return
+        if self.eo:
+            try:
+                self._commit(joins, evals, rewind=False)
+            except TransactionAborted as err:  # the partitions go: their last checkpoints stand
+                log.warning(
+                    "Kafka aborted the worker's last transaction (%s): the partitions' last "
+                    "checkpoints stand, and whoever takes them next computes the rest again",
+                    err,
+                )
+            return
         self.checkpoints.drain()
         self._due.clear()
         self._begin(joins, evals, commit, wait=True)
         self.checkpoints.drain()
+
+    # -- exactly-once --------------------------------------------------------------------------
+    def _commit(self, joins: list[int] = (), evals: list[int] = (), rewind: bool = True) -> None:
+        """Commit the open transaction: a checkpoint of every stage that wrote into it (its
+        outputs must not become visible without the state that made them), of ``joins`` and
+        ``evals``, of every stage if the snapshot timer said so and of a join partition
+        with ``checkpoint_max_changes`` changes, with the offsets of all input partitions
+        and of those stages (so that Kafka fences the commit of a worker no longer in the
+        group, KIP-447). If Kafka aborts it, the stages start again from their last
+        checkpoints (:meth:`_rewind`; ``rewind=False``: raises
+        :class:`~streameval.app.output.TransactionAborted` instead)."""
+        from confluent_kafka import TopicPartition
+
+        wrote, snapshot = self._wrote, self._snapshot_due
+        most = self.settings.checkpoint_max_changes
+        self._wrote, self._snapshot_due, self._commit_soon = set(), False, False
+        joins = sorted(
+            q
+            for q, stage in self.joins.items()
+            if snapshot or q in joins or ("join", q) in wrote or stage.join.changed >= most
+        )
+        evals = sorted(r for r in self.evals if snapshot or r in evals or ("eval", r) in wrote)
+        progress = self.router.progress
+        offsets = [
+            TopicPartition(t, p, offset, metadata=progress_metadata(progress((t, p))))
+            for (t, p), offset in self._input_next.items()
+        ]
+        offsets += [
+            TopicPartition(self.topics.events, q, self.joins[q].offset + 1)
+            for q in joins
+            if self.joins[q].offset >= 0
+        ]
+        offsets += [
+            TopicPartition(self.topics.outcomes, r, self.evals[r].offset + 1)
+            for r in evals
+            if self.evals[r].offset >= 0
+        ]
+        if not (joins or evals or offsets or len(self.output.producer)):
+            return
+        stages = [(self.join_changelog, q, self.joins[q]) for q in joins]
+        stages += [(self.eval_changelog, r, self.evals[r]) for r in evals]
+        try:
+            self.checkpoints.transact(stages, offsets, self.consumer.consumer_group_metadata())
+            committed = self.telemetry.committed
+            if committed is not None:  # the consumer lag is measured from them
+                committed.update(
+                    ((tp.topic, tp.partition), tp.offset)
+                    for tp in offsets
+                    if tp.topic in self.topics.inputs
+                )
+        except TransactionAborted as err:
+            if not rewind:
+                raise
+            log.warning(
+                "Kafka aborted the worker's transaction (%s): nothing of it is visible. "
+                "Every stage starts again from its last checkpoint",
+                err,
+            )
+            self._rewind()
+
+    def _new_producer(self, producer: Any) -> None:
+        """The output replaced a fenced producer: the changelogs write with the new one."""
+        self.join_changelog.producer = producer
+        self.eval_changelog.producer = producer
+
+    def _rewind(self) -> None:
+        """After an aborted transaction: drop every stage and restore the partitions still
+        assigned from their last checkpoints and committed offsets, as a new owner would."""
+        from confluent_kafka import TopicPartition
+
+        try:
+            assignment = self.consumer.assignment()
+        except Exception as err:  # the consumer is closing
+            log.debug("no assignment to rewind: %s", err)
+            assignment = []
+        joins, evals, inputs = self._split(assignment)
+        try:
+            known = self.consumer.list_topics(timeout=10).topics
+        except Exception as err:  # Kafka away: the restore waits for it
+            log.debug("no metadata before rewinding: %s", err)
+            known = None
+        for changelog in (self.join_changelog, self.eval_changelog):
+            if known is not None and changelog.topic not in known:  # records timed out on
+                raise changelog.gone(0, "the topic does not exist")  # a deleted changelog
+        self._drop(
+            sorted(set(joins) | set(self.joins)),
+            sorted(set(evals) | set(self.evals)),
+            sorted(set(inputs) | set(self._input_next) | set(self.router.owned)),
+        )
+        self._wrote.clear()
+        if assignment:
+            self._on_assign(
+                self.consumer, [TopicPartition(tp.topic, tp.partition) for tp in assignment]
+            )

@@ -114,6 +114,29 @@ class WorkerSettings(BaseSettings):
     session_timeout_ms: int = Field(
         10_000, ge=1_000, description="how soon the group notices a dead worker"
     )
+    processing_guarantee: Literal["exactly_once", "at_least_once"] = Field(
+        "at_least_once",
+        description="at_least_once: records re-sent after a crash are identical copies; "
+        "exactly_once (experimental): every output and checkpoint commits in one Kafka "
+        "transaction with the input offsets, for read_committed consumers",
+    )
+    commit_interval_ms: int = Field(
+        250,
+        ge=10,
+        le=60_000,
+        description="exactly_once: how often the worker commits its transaction; what it "
+        "wrote becomes visible to read_committed consumers then (each stage adds up to this "
+        "to the label-to-metric latency)",
+    )
+    transaction_timeout_ms: int = Field(
+        60_000,
+        ge=1_000,
+        le=900_000,
+        description="exactly_once: the broker aborts a transaction left open this long (a "
+        "worker killed and not restarted on its state_dir): until then read_committed "
+        "consumers of the partitions it wrote wait. Keep it above the broker outages the "
+        "worker should ride through: a commit waiting longer is fenced",
+    )
     log_level: str = Field("info", pattern=r"^(?i:debug|info|warning|error)$")
     log_format: Literal["text", "json"] = Field(
         "text", description="log lines as plain text, or one JSON object each (log pipelines)"
@@ -211,7 +234,13 @@ class WorkerSettings(BaseSettings):
     @field_validator("kafka")
     @classmethod
     def _no_owned_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        owned = {"group.id", "enable.auto.commit", "enable.partition.eof", "isolation.level"}
+        owned = {
+            "group.id",
+            "enable.auto.commit",
+            "enable.partition.eof",
+            "isolation.level",
+            "transactional.id",
+        }
         clash = sorted(owned & set(value))
         if clash:
             raise ValueError(f"{clash[0]!r} is set by the worker itself; remove it")

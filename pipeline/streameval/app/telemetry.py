@@ -66,6 +66,9 @@ class Telemetry:
         self.stats = Stats()
         self._inputs = set(inputs)
         self._lag_shown: set[tuple[str, str]] = set()  # consumer-lag series exported
+        #: exactly-once: the input offsets the last transaction committed (the consumer
+        #: never learns them: they are committed by the producer)
+        self.committed: dict[tuple[str, int], int] | None = None
         self._join_seen: dict[int, Counter[tuple[str, str]]] = {}
 
     def input(self, messages: int, dead_letter_codes: list[str]) -> None:
@@ -154,7 +157,8 @@ class Telemetry:
         return lambda records: self.exporter.set_changelog_lag(stage, records)
 
     def on_stats(self, raw: str) -> None:
-        """librdkafka's statistics: the consumer lag of every input partition fetched."""
+        """librdkafka's statistics: the consumer lag of every input partition fetched (from
+        the offsets the worker's last transaction committed, under exactly-once)."""
         if self.exporter is None:
             return
         try:
@@ -170,6 +174,11 @@ class Telemetry:
                 continue
             for partition, p in info.get("partitions", {}).items():
                 lag = p.get("consumer_lag", -1)
+                if self.committed is not None and partition != "-1":
+                    at = self.committed.get((topic, int(partition)))
+                    end = p.get("ls_offset", -1)  # what a read_committed consumer may read
+                    if at is not None and end >= 0:
+                        lag = max(0, end - at)
                 if partition != "-1" and lag >= 0 and p.get("fetch_state") == "active":
                     self.exporter.set_lag(topic, partition, lag)
                     shown.add((topic, partition))

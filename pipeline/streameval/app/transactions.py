@@ -1,0 +1,323 @@
+"""Exactly-once outputs: the worker's producer as a Kafka transaction that is always open
+(:class:`Transactions`), committed with the input offsets and the stages' checkpoints
+(:meth:`~streameval.app.checkpoint.Checkpoints.transact`), and the transactional id each
+data-path process keeps under ``state_dir`` (:func:`claim_transactional_id`).
+docs/architecture.md, "Exactly-once outputs", has the design.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from .output import (
+    KafkaErrors,
+    KafkaRefused,
+    NoAnswer,
+    Output,
+    OutputError,
+    delivery_error,
+    refusal_codes,
+    refused_record,
+    stops,
+)
+from .settings import WorkerSettings
+
+__all__ = ["MissingTopic", "TransactionAborted", "Transactions", "claim_transactional_id"]
+
+log = logging.getLogger("streameval.worker")
+
+
+class TransactionAborted(RuntimeError):
+    """Kafka aborted the worker's open transaction (or a record of it failed for a reason a
+    retry may cure): nothing it held is visible, and the stages go back to their last
+    checkpoints."""
+
+
+class MissingTopic(OutputError):
+    """A topic the worker writes is gone (deleted under it)."""
+
+    def __init__(self, topic: str, said: str) -> None:
+        super().__init__(said)
+        self.topic = topic
+
+
+class Transactions(Output):
+    """The worker's producer under exactly-once: :meth:`open_transactions` once, then
+    every message belongs to the open transaction until :meth:`commit` or :meth:`abort`
+    (which begin the next)."""
+
+    transactional = True
+
+    def __init__(
+        self,
+        client: dict[str, str],
+        on_error: KafkaErrors,
+        transactional_id: str,
+        transaction_timeout_ms: int = 60_000,
+    ) -> None:
+        # (librdkafka lowers message.timeout.ms to the transaction timeout)
+        extra = {
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms,
+        }
+        super().__init__(client, on_error, extra)
+        self.transactional_id = transactional_id
+        #: told the new producer when a fenced one is replaced (the changelogs write with it)
+        self.renewed: list[Any] = []
+        self._renewals: list[float] = []
+        #: a commit or abort was left unfinished at the deadline: nothing more may be
+        #: produced (the worker is stopping; its next start aborts what is open)
+        self.stuck = False
+
+    def open_transactions(self, stopping: threading.Event, timeout_s: float = 60.0) -> bool:
+        """Take the transactional id (fencing a previous process of that id: what it left
+        open is aborted) and begin the first transaction. False if ``stopping`` was set
+        meanwhile. Raises :class:`KafkaRefused` when Kafka gives no transaction coordinator
+        within ``timeout_s`` or refuses the id."""
+        from confluent_kafka import KafkaException
+
+        began = time.monotonic()
+        while not stopping.is_set():
+            try:
+                self.producer.init_transactions(10.0)
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal() or not err.retriable():
+                    raise KafkaRefused(
+                        _transactions_refused(err.str(), self.transactional_id)
+                    ) from None
+                if time.monotonic() - began >= timeout_s:
+                    raise KafkaRefused(
+                        f"Kafka gave the worker no transaction coordinator within "
+                        f"{timeout_s:.0f} s ({err.str()}). The cluster's transaction state "
+                        "topic may be unable to meet its replication "
+                        "(transaction.state.log.replication.factor and .min.isr, 3 and 2 by "
+                        "default, against the number of brokers), or the cluster does not "
+                        "support transactions: fix that, or set processing_guarantee = "
+                        '"at_least_once" under [worker]'
+                    ) from None
+                log.warning("waiting for Kafka's transaction coordinator (%s)", err.str())
+        else:
+            return False
+        self.producer.begin_transaction()
+        return True
+
+    def commit(self, offsets: list[Any], group: Any) -> None:
+        """Wait for every message of the open transaction, commit it with ``offsets`` (the
+        consumer's ``group`` metadata fences a worker that is no longer in the group), and
+        begin the next. Raises :class:`TransactionAborted` if Kafka aborted it (it is
+        aborted and the next one begun), :class:`OutputError` if a record was refused,
+        :class:`NoAnswer` at the :attr:`deadline`."""
+        if self.stuck:
+            raise NoAnswer("a transaction was left unfinished")
+        self.flush()
+        if self.error is not None:
+            raise OutputError(self.error)
+        if self.failed is not None:  # the commit fails: it says why (a refusal stops here)
+            try:
+                self._transact(self.producer.commit_transaction)
+            except TransactionAborted:
+                pass
+            except _Fenced as err:
+                said = self.failed
+                self._renew(str(err))
+                raise TransactionAborted(f"{said}; {err}") from None
+            self.abort()
+            raise TransactionAborted(self.failed)
+        try:
+            if offsets:
+                self._transact(
+                    lambda t: self.producer.send_offsets_to_transaction(offsets, group, t)
+                )
+            self._transact(self.producer.commit_transaction)
+        except TransactionAborted:
+            self.abort()
+            raise
+        except _Fenced as err:
+            self._renew(str(err))
+            raise TransactionAborted(str(err)) from None
+        self.topics.clear()
+        self.producer.begin_transaction()
+
+    def abort(self) -> None:
+        """Abort the open transaction (its messages not yet sent are purged, those sent are
+        never shown to read_committed consumers) and begin the next."""
+        if self.stuck:
+            raise NoAnswer("a transaction was left unfinished")
+        try:
+            self._transact(self.producer.abort_transaction)
+        except _Fenced as err:  # a new producer: nothing of the old one's is visible
+            self._renew(str(err))
+            return
+        self.failed = None
+        self.topics.clear()
+        self.producer.poll(0)  # (the purged messages' reports)
+        self.producer.begin_transaction()
+
+    def _transact(self, call: Any) -> None:
+        """A transactional call, again while Kafka says to retry, until the deadline."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        said = 0.0
+        while True:
+            wait = 10.0 if self.deadline is None else min(10.0, self.deadline - time.monotonic())
+            try:
+                call(max(wait, 0.01))
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal():
+                    raise _Fenced(err.str()) from None
+                if err.code() in refusal_codes():  # (adding a topic to the transaction)
+                    said = f"Kafka refused the worker's transaction ({err.str()})"
+                    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        said = self._forbidden(err) or said
+                    else:
+                        gone = self._missing()
+                        if gone is not None:
+                            raise MissingTopic(gone, refused_record(exc, gone)) from None
+                    raise OutputError(stops(said)) from None
+                if err.txn_requires_abort():
+                    raise TransactionAborted(err.str()) from None
+                if not err.retriable():
+                    raise OutputError(
+                        f"Kafka refused the worker's transaction: {err.str()}"
+                    ) from None
+                try:
+                    self._in_time()
+                except NoAnswer:
+                    self.stuck = True
+                    raise
+                if time.monotonic() - said >= 10:
+                    said = time.monotonic()
+                    log.warning("waiting for Kafka to answer a transaction (%s)", err.str())
+
+    def _renew(self, said: str) -> None:
+        """Replace a producer Kafka fenced by a new one of the same transactional id. That
+        is what Kafka does to a transaction that outlived ``transaction_timeout_ms`` (the
+        broker away longer, a commit stuck): it aborts it and bumps the id's epoch, and
+        librdkafka takes that as fatal. A process that keeps being fenced shares its id with
+        another (a copied state_dir): it stops (:class:`OutputError`)."""
+        from confluent_kafka import Producer
+
+        now = time.monotonic()
+        self._renewals = [t for t in self._renewals if now - t < RENEW_WINDOW_S] + [now]
+        if len(self._renewals) > RENEW_MAX:
+            raise OutputError(_transactions_refused(said, self.transactional_id))
+        log.warning(
+            "Kafka fenced the worker's transactional producer (%s): most likely its "
+            "transaction outlived transaction_timeout_ms while Kafka was away. A new "
+            "producer takes the same transactional id, and every stage starts again from "
+            "its last checkpoint",
+            said,
+        )
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=True, blocking=False)
+            old.poll(0)
+        except Exception as err:  # a fatal producer may refuse even that
+            log.debug("purging the fenced producer: %s", err)
+        self.producer = Producer(self._config)
+        self.failed = None
+        self.topics.clear()
+        try:
+            self._transact(self.producer.init_transactions)
+        except _Fenced as err:
+            raise OutputError(_transactions_refused(str(err), self.transactional_id)) from None
+        self.producer.begin_transaction()
+        for told in self.renewed:
+            told(self.producer)
+
+    def _missing(self) -> str | None:
+        """A topic of the transaction that the cluster no longer has (None: all are there,
+        or Kafka will not say)."""
+        from confluent_kafka.admin import AdminClient
+
+        client = {k: v for k, v in self.client.items() if k != "logger"}
+        try:
+            known = AdminClient(client).list_topics(timeout=10).topics
+        except Exception as failure:
+            log.debug("could not tell which topic is gone: %s", failure)
+            return None
+        return next((topic for topic in sorted(self.topics) if topic not in known), None)
+
+    def _forbidden(self, err: Any) -> str | None:
+        """Which topic of the transaction the worker's principal may not write, as
+        :func:`~streameval.app.output.delivery_error` says it (None: Kafka will not say)."""
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AclOperation, AdminClient
+
+        client = {k: v for k, v in self.client.items() if k != "logger"}
+        try:
+            admin = AdminClient(client)
+            futures = admin.describe_topics(
+                TopicCollection(sorted(self.topics)),
+                include_authorized_operations=True,
+                request_timeout=10,
+            )
+            for topic, future in futures.items():
+                allowed = future.result().authorized_operations or []
+                if AclOperation.WRITE not in allowed and AclOperation.ALL not in allowed:
+                    return delivery_error(err, topic)
+        except Exception as failure:  # the cluster will not say: the refusal as it came
+            log.debug("could not tell which topic is forbidden: %s", failure)
+        return None
+
+
+class _Fenced(RuntimeError):
+    """librdkafka's fatal error of a transactional producer (replaced by :meth:`Output._renew`)."""
+
+
+#: More than this many fenced producers within this many seconds: another process has the id
+RENEW_MAX = 5
+RENEW_WINDOW_S = 600.0
+
+
+def _transactions_refused(said: str, transactional_id: str | None) -> str:
+    return (
+        f"Kafka refused the worker's transactions ({said}). If another worker process took "
+        f"its transactional id ({transactional_id}: two workers share a state_dir they cannot "
+        "lock, or a copy of it), give each worker its own state_dir; if the principal lacks "
+        "the right, grant it WRITE and DESCRIBE on the TransactionalId resources with the "
+        "prefix app_id (docs/operations.md, Security); or set processing_guarantee = "
+        '"at_least_once" under [worker]'
+    )
+
+
+def claim_transactional_id(settings: WorkerSettings) -> tuple[str, Any]:
+    """A transactional id of this worker process that a restart on the same ``state_dir``
+    takes again — so that its first transaction fences the process it replaces and aborts
+    what that one left open, rather than read_committed readers waiting out
+    ``transaction_timeout_ms`` — and that no other live process holds: the first slot
+    ``producer-<k>`` under ``state_dir/<app_id>`` whose lock is free (one per data-path
+    process of a worker). Returns the id and the open lock file (held until the process
+    ends)."""
+    import fcntl
+    import uuid
+
+    home = settings.state_dir / settings.app_id
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        k = 0
+        while True:
+            lock = open(home / f"producer-{k}.lock", "a+")  # held for the process's life
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                k += 1
+                continue
+            name = home / f"producer-{k}.id"
+            if not name.exists():
+                name.write_text(f"{uuid.uuid4().hex}\n")
+            return f"{settings.app_id}-{name.read_text().strip()}", lock
+    except OSError as err:
+        raise RuntimeError(
+            f"state_dir = {str(settings.state_dir)!r}: the worker keeps its transactional id "
+            f"there and cannot ({err.strerror}: {err.filename}). Point state_dir (or "
+            "STREAMEVAL_STATE_DIR) at a directory the worker may write"
+        ) from None

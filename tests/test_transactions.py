@@ -1,0 +1,102 @@
+"""Exactly-once without a broker: the transactional id a worker process takes (and takes again
+after a crash), the delivery errors that abort a transaction against those that stop the
+worker, and the settings. The real transactions run against a broker in
+tests/integration/test_worker.py and tests/reliability/ (``processing_guarantee`` defaults to
+``exactly_once``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from confluent_kafka import KafkaError
+from streameval.app.output import KafkaErrors, Output
+from streameval.app.settings import WorkerSettings
+from streameval.app.transactions import Transactions, claim_transactional_id
+
+from tests.test_mistakes import _worker
+
+
+def _settings(state_dir, **kwargs) -> WorkerSettings:
+    return WorkerSettings(state_dir=state_dir, app_id="fraud", **kwargs)
+
+
+def test_a_restart_takes_the_same_id_and_a_second_live_process_another(tmp_path):
+    """The id outlives the process (a restart on the same disk fences the one it replaces);
+    two live processes on one state_dir never share one (they would fence each other)."""
+    settings = _settings(tmp_path)
+    first, lock = claim_transactional_id(settings)
+    second, lock2 = claim_transactional_id(settings)  # a second data-path process
+    assert first.startswith("fraud-") and second.startswith("fraud-") and first != second
+    lock.close()  # the first process dies: its lock goes with it
+    again, lock3 = claim_transactional_id(settings)
+    assert again == first
+    lock2.close(), lock3.close()
+    assert sorted(p.name for p in (tmp_path / "fraud").iterdir()) == [
+        "producer-0.id",
+        "producer-0.lock",
+        "producer-1.id",
+        "producer-1.lock",
+    ]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_a_state_dir_the_worker_may_not_write_is_named(tmp_path):
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(RuntimeError, match=r"state_dir = '.*': the worker keeps its"):
+            claim_transactional_id(_settings(tmp_path / "state"))
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_a_state_dir_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "state").write_text("")
+    with pytest.raises(RuntimeError, match=r"Point state_dir \(or STREAMEVAL_STATE_DIR\)"):
+        claim_transactional_id(_settings(tmp_path / "state"))
+
+
+class _Message:
+    def topic(self) -> str:
+        return "metrics"
+
+
+@pytest.mark.parametrize(
+    ("code", "aborts"),
+    [
+        (KafkaError._MSG_TIMED_OUT, True),  # Kafka away longer than the transaction timeout
+        (KafkaError.NOT_ENOUGH_REPLICAS, True),
+        (KafkaError._TRANSPORT, True),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, False),  # the topic is gone: stop, say so
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, False),
+        (KafkaError.MSG_SIZE_TOO_LARGE, False),
+    ],
+)
+def test_a_passing_failure_aborts_the_transaction_a_refusal_stops_the_worker(code, aborts):
+    """Exactly-once: a record that failed for a reason a retry may cure aborts the open
+    transaction (the stages go back to their last checkpoint and compute it again); one Kafka
+    refuses stops the worker (it would be refused again). At-least-once: both stop it."""
+    transactional = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    transactional._on_delivery(KafkaError(code), _Message())
+    assert (transactional.failed is not None) is aborts
+    assert (transactional.error is not None) is not aborts
+    plain = Output({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors())
+    plain._on_delivery(KafkaError(code), _Message())
+    assert plain.error is not None and plain.failed is None
+
+
+def test_purged_messages_are_no_failure():
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output._on_delivery(KafkaError(KafkaError._PURGE_QUEUE), _Message())
+    assert output.failed is None and output.error is None
+
+
+def test_the_guarantee_and_its_settings_are_checked_at_start_up(tmp_path):
+    code, output = _worker(tmp_path, '[worker]\nprocessing_guarantee = "exactly-once"\n')
+    assert code == 2
+    assert "processing_guarantee" in output and "'exactly_once'" in output
+    assert "'at_least_once'" in output
+    code, output = _worker(tmp_path, "[worker]\ncommit_interval_ms = 0\n")
+    assert code == 2 and "commit_interval_ms" in output
+    code, output = _worker(tmp_path, '[worker.kafka]\n"transactional.id" = "mine"\n')
+    assert code == 2 and "'transactional.id' is set by the worker itself" in output
