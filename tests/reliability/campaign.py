@@ -18,8 +18,8 @@ promises (:meth:`Campaign.verdict`):
 * that the broker outage did put workers out of their group (the path that purges what they
   had not sent);
 * how many published records a ``read_committed`` reader sees twice: identical copies under
-  ``at_least_once``, the default; fewer but not yet none under ``exactly_once``
-  (docs/operations.md, "Exactly-once").
+  ``at_least_once``, the default; none in the last run under ``exactly_once``, not yet
+  asserted (docs/operations.md, "Exactly-once").
 
 ``python -m tests.reliability.campaign`` runs it at full size, then a plan of broker restarts
 short enough for the workers to stay in their group (their inputs look quiet meanwhile and

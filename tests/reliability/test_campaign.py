@@ -39,8 +39,9 @@ def test_a_campaign_of_faults_ends_with_replays_numbers(tmp_path):
 def test_under_exactly_once_the_numbers_are_replays(tmp_path):
     """The same faults but the output topic's deletion, with the workers committing their
     outputs in Kafka transactions: replay's numbers, no unexpected exit, every SIGTERM clean.
-    The copies a read_committed reader sees are printed, not yet asserted to be none: a
-    12 000-instance run left 14 (docs/operations.md, "Exactly-once")."""
+    The copies a read_committed reader sees are printed, not yet asserted to be none: 14 in a
+    run before workers waited for open transactions at assignment, none in the one since
+    (docs/operations.md, "Exactly-once")."""
     plan = Plan(instances=12_000, seconds=80, kills=20, outage_s=30, topic_faults=False,
                 guarantee="exactly_once")  # fmt: skip
     campaign, report = conduct(tmp_path, plan)

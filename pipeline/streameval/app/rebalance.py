@@ -51,6 +51,8 @@ class Rebalancing:
         from confluent_kafka import OFFSET_BEGINNING
 
         t, started = self.topics, time.monotonic()
+        if self.eo:
+            self._await_stable(consumer, partitions)
         inputs = []
         for tp in partitions:
             if tp.topic == t.events:
@@ -100,6 +102,58 @@ class Rebalancing:
             time.monotonic() - started,
         )
         self.ready.set()
+
+    def _await_stable(self, consumer: Any, partitions: list[Any]) -> None:
+        """Exactly-once: before restoring, wait until every transaction that was open when
+        the partitions came is over — the previous owner's last commit may still be under
+        way (KIP-447 refuses a zombie's offsets, but not a commit validated just before the
+        rebalance), and its checkpoint and records become visible when it is. First the
+        group's offsets, fetched as stable (librdkafka waits out pending transactional
+        offset commits for a read_committed consumer); then each changelog partition to
+        restore, until its last stable offset reaches the end it had at assignment. At most
+        ``transaction_timeout_ms`` and a margin: a transaction of a process that died is
+        aborted by then."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        from .changelog import watermarks
+
+        t = self.topics
+        limit = self.settings.transaction_timeout_ms / 1000.0 + 5.0
+        deadline = time.monotonic() + limit
+        try:
+            consumer.committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=limit
+            )
+        except Exception as err:  # the coordinator is busy: the changelogs still wait
+            log.warning("stable offsets not fetched before restoring (%s)", err)
+        wanted = [(self.join_changelog.topic, tp.partition) for tp in partitions
+                  if tp.topic == t.events]  # fmt: skip
+        wanted += [(self.eval_changelog.topic, tp.partition) for tp in partitions
+                   if tp.topic == t.outcomes]  # fmt: skip
+        if not wanted:
+            return
+        client = {k: v for k, v in self.client.items() if k != "logger"}
+        group = f"{self.settings.app_id}-stable"
+        uncommitted = Consumer({**client, "group.id": group, "isolation.level": "read_uncommitted"})
+        committed = Consumer({**client, "group.id": group})
+        try:
+            ends = {tp: watermarks(uncommitted, *tp)[1] for tp in wanted}
+            waiting = dict(ends)
+            while waiting and time.monotonic() < deadline:
+                waiting = {
+                    tp: end for tp, end in waiting.items() if watermarks(committed, *tp)[1] < end
+                }
+                if waiting:
+                    time.sleep(0.1)
+            if waiting:
+                log.warning(
+                    "a transaction is still open on %s after %.0f s: restoring without it",
+                    ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
+                    limit,
+                )
+        finally:
+            uncommitted.close()
+            committed.close()
 
     def _committed_progress(
         self, consumer: Any, inputs: list[tuple[str, int]]

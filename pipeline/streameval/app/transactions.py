@@ -162,7 +162,7 @@ class Transactions(Output):
         """A transactional call, again while Kafka says to retry, until the deadline."""
         from confluent_kafka import KafkaError, KafkaException
 
-        said = 0.0
+        warned = 0.0
         while True:
             wait = 10.0 if self.deadline is None else min(10.0, self.deadline - time.monotonic())
             try:
@@ -192,8 +192,8 @@ class Transactions(Output):
                 except NoAnswer:
                     self.stuck = True
                     raise
-                if time.monotonic() - said >= 10:
-                    said = time.monotonic()
+                if time.monotonic() - warned >= 10:
+                    warned = time.monotonic()
                     log.warning("waiting for Kafka to answer a transaction (%s)", err.str())
 
     def _renew(self, said: str) -> None:
