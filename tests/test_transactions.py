@@ -98,5 +98,10 @@ def test_the_guarantee_and_its_settings_are_checked_at_start_up(tmp_path):
     assert "'at_least_once'" in output
     code, output = _worker(tmp_path, "[worker]\ncommit_interval_ms = 0\n")
     assert code == 2 and "commit_interval_ms" in output
+    code, output = _worker(
+        tmp_path, "[worker]\ncommit_interval_ms = 5000\ntransaction_timeout_ms = 10000\n"
+    )
+    assert code == 2 and "transaction_timeout_ms" in output
+    assert "below 4 × commit_interval_ms (5000)" in output
     code, output = _worker(tmp_path, '[worker.kafka]\n"transactional.id" = "mine"\n')
     assert code == 2 and "'transactional.id' is set by the worker itself" in output

@@ -88,6 +88,9 @@ class Changelog:
         self.producer = producer
         self.client = client
         self.make_room = make_room or (lambda: producer.poll(0.05))
+        #: the producer is transactional (exactly-once): a refusal may be its failed
+        #: transaction rather than the topic gone
+        self.transactional = False
         self._partitions: dict[int, _Partition] = {}
 
     def write(
@@ -133,8 +136,8 @@ class Changelog:
                 except BufferError:  # the local queue is full: let deliveries drain
                     make_room()
                 except Exception as err:  # KafkaException: the topic is gone
-                    if failed_transaction(err):  # exactly-once: the transaction failed
-                        raise TransactionAborted(f"{self.topic}: {err}") from None
+                    if self.transactional and failed_transaction(err):  # exactly-once: the
+                        raise TransactionAborted(f"{self.topic}: {err}") from None  # txn failed
                     raise self.gone(partition, err) from None
             if i % piece == 0 and i < len(records):
                 yield piece

@@ -71,7 +71,10 @@ class Lifecycle:
                     log.info("shutting down without a checkpoint")
                     self.no_checkpoints = True  # not even by the revocation when leaving
                     if self.eo:  # (a restart's first transaction would abort it anyway)
-                        self.output.abort()
+                        try:
+                            self.output.abort()
+                        except Exception as err:  # fenced for good, or Kafka away
+                            log.warning("the open transaction was not aborted: %s", err)
                     else:
                         self.output.flush()
             except NoAnswer as err:
@@ -86,6 +89,7 @@ class Lifecycle:
                 )
             self._drop(list(self.joins), list(self.evals), list(self._input_next))
         finally:
+            self.no_checkpoints = True  # the final one is taken or failed: leaving takes none
             self._close_consumer()
             if self._callback_error is not None and checkpoint:
                 log.error("leaving the group failed: %s", self._callback_error)

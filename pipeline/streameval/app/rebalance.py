@@ -139,7 +139,7 @@ class Rebalancing:
         try:
             ends = {tp: watermarks(uncommitted, *tp)[1] for tp in wanted}
             waiting = dict(ends)
-            while waiting and time.monotonic() < deadline:
+            while waiting and time.monotonic() < deadline and not self.stopping.is_set():
                 waiting = {
                     tp: end for tp, end in waiting.items() if watermarks(committed, *tp)[1] < end
                 }

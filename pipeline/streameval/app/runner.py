@@ -157,6 +157,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         )
         if self.eo:
             self.output.renewed.append(self._new_producer)
+            self.join_changelog.transactional = self.eval_changelog.transactional = True
         self.consumer = Consumer(
             consumer_config(self.client, s, self._kafka_errors, self._on_stats)
         )

@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
@@ -225,6 +225,17 @@ class WorkerSettings(BaseSettings):
             self.export_classes,
             self.export_bins,
         )
+
+    @field_validator("transaction_timeout_ms")
+    @classmethod
+    def _commit_within_timeout(cls, value: int, info: ValidationInfo) -> int:
+        interval = info.data.get("commit_interval_ms")
+        if interval is not None and interval * 4 > value:
+            raise ValueError(
+                f"below 4 × commit_interval_ms ({interval}): the broker would abort "
+                "transactions before they commit; raise it, or lower commit_interval_ms"
+            )
+        return value
 
     @field_validator("changelog_configs")
     @classmethod

@@ -126,8 +126,9 @@ class Transactions(Output):
                 said = self.failed
                 self._renew(str(err))
                 raise TransactionAborted(f"{said}; {err}") from None
+            said = self.failed
             self.abort()
-            raise TransactionAborted(self.failed)
+            raise TransactionAborted(said)
         try:
             if offsets:
                 self._transact(
@@ -153,9 +154,9 @@ class Transactions(Output):
         except _Fenced as err:  # a new producer: nothing of the old one's is visible
             self._renew(str(err))
             return
+        self.producer.poll(0)  # the aborted transaction's reports, before forgetting them
         self.failed = None
         self.topics.clear()
-        self.producer.poll(0)  # (the purged messages' reports)
         self.producer.begin_transaction()
 
     def _transact(self, call: Any) -> None:
