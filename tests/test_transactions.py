@@ -1,18 +1,20 @@
 """Exactly-once without a broker: the transactional id a worker process takes (and takes again
 after a crash), the delivery errors that abort a transaction against those that stop the
 worker, and the settings. The real transactions run against a broker in
-tests/integration/test_worker.py and tests/reliability/ (``processing_guarantee`` defaults to
-``exactly_once``)."""
+tests/integration/test_worker.py, tests/integration/test_secured.py and tests/reliability/."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+from streameval.app import transactions
 from streameval.app.output import KafkaErrors, Output
 from streameval.app.settings import WorkerSettings
-from streameval.app.transactions import Transactions, claim_transactional_id
+from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
 
 from tests.test_mistakes import _worker
 
@@ -105,3 +107,56 @@ def test_the_guarantee_and_its_settings_are_checked_at_start_up(tmp_path):
     assert "below 4 × commit_interval_ms (5000)" in output
     code, output = _worker(tmp_path, '[worker.kafka]\n"transactional.id" = "mine"\n')
     assert code == 2 and "'transactional.id' is set by the worker itself" in output
+
+
+class _Hangs:
+    """A producer whose send_offsets_to_transaction never returns, as librdkafka's may when
+    the group coordinator's broker came back (librdkafka #5456, #5511)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.committed = 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def send_offsets_to_transaction(self, offsets, group, timeout) -> None:
+        self.release.wait()
+
+    def commit_transaction(self, timeout) -> None:
+        self.committed += 1
+
+
+def test_a_commit_whose_offsets_call_hangs_takes_a_new_producer(monkeypatch):
+    """The stuck call would keep the transaction open (and every restore of the partitions it
+    holds waiting): past its timeout and a margin the producer is taken as fenced — a new one
+    of the same id aborts the transaction — and the stages go back to their checkpoints."""
+    monkeypatch.setattr(transactions, "HUNG_AFTER_S", 0.2)
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    hangs = output.producer = _Hangs()
+    renewed = []
+    monkeypatch.setattr(output, "_renew", renewed.append)
+    output.deadline = time.monotonic() + 0.3  # the call's timeout: what is left of it
+    began = time.monotonic()
+    with pytest.raises(TransactionAborted, match=r"did not return within .*#5456"):
+        output.commit([object()], object())
+    assert time.monotonic() - began < 5
+    assert len(renewed) == 1 and "send_offsets_to_transaction" in renewed[0]
+    assert hangs.committed == 0  # nothing of the hung transaction was committed
+    hangs.release.set()
+
+
+def test_an_offsets_call_that_returns_is_waited_for_and_its_error_kept():
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    hangs = output.producer = _Hangs()
+    hangs.release.set()
+    output._send_offsets([], object(), 0.1)  # returns: nothing raised
+
+    class _Refuses(_Hangs):
+        def send_offsets_to_transaction(self, offsets, group, timeout) -> None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
+
+    output.producer = _Refuses()
+    with pytest.raises(KafkaException) as raised:
+        output._send_offsets([], object(), 0.1)
+    assert raised.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID

@@ -84,10 +84,7 @@ def deployments():
     made = []
     yield made
     for deployment in made:
-        for process, _, _ in deployment.workers:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        deployment.kill_all()
 
 
 def _never_shows(texts: list[str], users: dict[str, str]) -> None:

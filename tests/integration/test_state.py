@@ -38,10 +38,7 @@ def deploy(kafka_bootstrap, tmp_path):
 
     yield make
     for deployment in made:
-        for process, _, _ in deployment.workers:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        deployment.kill_all()
 
 
 @pytest.mark.parametrize(

@@ -296,6 +296,13 @@ class Deployment:
             time.sleep(1)
         raise AssertionError(f"the worker never got there: {have} != {want}")
 
+    def kill_all(self) -> None:
+        """SIGKILL every worker still running (a test's clean-up, whatever happened)."""
+        for process, _, _ in self.workers:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
     def stop_all(self) -> None:
         for process, _, _ in self.workers:
             if process.poll() is None:
@@ -346,10 +353,7 @@ def _series(text: str, name: str, **labels: str) -> float:
 def deployment(kafka_bootstrap, tmp_path, stream):
     deployment = Deployment(kafka_bootstrap, tmp_path, stream)
     yield deployment
-    for process, _, _ in deployment.workers:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    deployment.kill_all()
 
 
 @pytest.mark.parametrize("processes", [1, 2])

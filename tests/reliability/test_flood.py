@@ -139,7 +139,4 @@ def test_a_flood_of_malformed_records_changes_no_number(
         print(Counter(got.values()).most_common())
         deployment.stop_all()
     finally:
-        for process, _, _ in deployment.workers:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        deployment.kill_all()

@@ -285,13 +285,6 @@ class Checkpoints:
         self.rounds.clear()
         self.busy.clear()
 
-    def lost(self, partitions: set[tuple[str, int]]) -> None:
-        """Stage partitions taken away without a revocation: their checkpoints are someone
-        else's now."""
-        for round_ in self.rounds:
-            round_.cuts = [c for c in round_.cuts if (c[0].topic, c[1]) not in partitions]
-        self.busy -= partitions
-
 
 # -- restore ----------------------------------------------------------------------------------
 def restore_join(

@@ -60,6 +60,12 @@ class Lifecycle:
         if self.stop_by is None:  # stopping by itself (an error): the same time limit
             self.stop_by = time.monotonic() + self.settings.shutdown_timeout_s
         self.output.deadline = self.stop_by - self._close_reserve()
+        if checkpoint and self.unsettled:
+            log.info(
+                "stopping while a restore waited for the previous owner's transaction to end: "
+                "no final checkpoint over what may be behind it"
+            )
+            checkpoint = False
         try:
             try:
                 if checkpoint:

@@ -112,7 +112,8 @@ class Rebalancing:
         offset commits for a read_committed consumer); then each changelog partition to
         restore, until its last stable offset reaches the end it had at assignment. At most
         ``transaction_timeout_ms`` and a margin: a transaction of a process that died is
-        aborted by then."""
+        aborted by then. A worker told to stop meanwhile waits no longer, and takes no final
+        checkpoint (:attr:`unsettled`)."""
         from confluent_kafka import Consumer, TopicPartition
 
         from .changelog import watermarks
@@ -145,7 +146,9 @@ class Rebalancing:
                 }
                 if waiting:
                     time.sleep(0.1)
-            if waiting:
+            if waiting and self.stopping.is_set():
+                self.unsettled = True
+            elif waiting:
                 log.warning(
                     "a transaction is still open on %s after %.0f s: restoring without it",
                     ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
@@ -221,10 +224,6 @@ class Rebalancing:
         joins = sorted(set(joins) | set(self.joins))
         evals = sorted(set(evals) | set(self.evals))
         inputs = sorted(set(inputs) | set(self._input_next) | set(self.router.owned))
-        self.checkpoints.lost(
-            {(self.join_changelog.topic, q) for q in joins}
-            | {(self.eval_changelog.topic, r) for r in evals}
-        )
         self._drop(joins, evals, inputs)
         try:  # every partition, not only those reported lost: none has a stage any more
             consumer.unassign()

@@ -110,6 +110,10 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         #: a store or Kafka refused a write: no checkpoint may follow (the revocation when
         #: the consumer leaves the group takes none either)
         self.no_checkpoints = False
+        #: exactly-once: the worker began stopping while a restore waited for the previous
+        #: owner's transaction to end, so what it restored may be behind that one: it takes
+        #: no final checkpoint (the last ones stand) and aborts its transaction
+        self.unsettled = False
         #: exactly-once (docs/architecture.md): each commit of the transaction checkpoints the
         #: stages that wrote into it (("join" | "eval", partition)), every stage when the
         #: snapshot timer says so, and at once when a join partition has changed enough

@@ -115,10 +115,11 @@ class WorkerSettings(BaseSettings):
         10_000, ge=1_000, description="how soon the group notices a dead worker"
     )
     processing_guarantee: Literal["exactly_once", "at_least_once"] = Field(
-        "at_least_once",
-        description="at_least_once: records re-sent after a crash are identical copies; "
-        "exactly_once (experimental): every output and checkpoint commits in one Kafka "
-        "transaction with the input offsets, for read_committed consumers",
+        "exactly_once",
+        description="exactly_once: every output and checkpoint commits in one Kafka "
+        "transaction with the input offsets, so read_committed consumers see each record "
+        "once; at_least_once: for clusters without transactions (records re-sent after a "
+        "crash are identical copies)",
     )
     commit_interval_ms: int = Field(
         250,

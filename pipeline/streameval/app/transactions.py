@@ -131,9 +131,7 @@ class Transactions(Output):
             raise TransactionAborted(said)
         try:
             if offsets:
-                self._transact(
-                    lambda t: self.producer.send_offsets_to_transaction(offsets, group, t)
-                )
+                self._transact(lambda t: self._send_offsets(offsets, group, t))
             self._transact(self.producer.commit_transaction)
         except TransactionAborted:
             self.abort()
@@ -197,6 +195,36 @@ class Transactions(Output):
                     warned = time.monotonic()
                     log.warning("waiting for Kafka to answer a transaction (%s)", err.str())
 
+    def _send_offsets(self, offsets: list[Any], group: Any, timeout: float) -> None:
+        """``send_offsets_to_transaction``, watched: librdkafka (2.16) may never return from
+        it — its wait for the group coordinator ignores the timeout (librdkafka #5456) and
+        is not woken when that broker comes back (#5511). Seen after the broker was
+        restarted under a commit: the call hung for minutes, its transaction stayed open,
+        and every reader of the changelog partitions it held — the workers restoring them
+        too — waited for it. Past its timeout and :data:`HUNG_AFTER_S` the producer is
+        taken as fenced: a new one with the same transactional id aborts the transaction
+        (the stuck call is left to its thread, which holds the old producer)."""
+        producer = self.producer
+        ended: list[BaseException | None] = []
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction(offsets, group, timeout)
+                ended.append(None)
+            except BaseException as err:  # handed to the waiting thread
+                ended.append(err)
+
+        watched = threading.Thread(target=call, name="streameval-send-offsets", daemon=True)
+        watched.start()
+        watched.join(timeout + HUNG_AFTER_S)
+        if not ended:
+            raise _Fenced(
+                f"librdkafka's send_offsets_to_transaction {HUNG} "
+                f"{timeout + HUNG_AFTER_S:.0f} s (librdkafka #5456, #5511)"
+            )
+        if ended[0] is not None:
+            raise ended[0]
+
     def _renew(self, said: str) -> None:
         """Replace a producer Kafka fenced by a new one of the same transactional id. That
         is what Kafka does to a transaction that outlived ``transaction_timeout_ms`` (the
@@ -210,11 +238,12 @@ class Transactions(Output):
         if len(self._renewals) > RENEW_MAX:
             raise OutputError(_transactions_refused(said, self.transactional_id))
         log.warning(
-            "Kafka fenced the worker's transactional producer (%s): most likely its "
-            "transaction outlived transaction_timeout_ms while Kafka was away. A new "
-            "producer takes the same transactional id, and every stage starts again from "
-            "its last checkpoint",
-            said,
+            "%s. A new producer takes the same transactional id, and every stage starts "
+            "again from its last checkpoint",
+            said
+            if HUNG in said
+            else f"Kafka fenced the worker's transactional producer ({said}): most likely "
+            "its transaction outlived transaction_timeout_ms while Kafka was away",
         )
         old = self.producer
         try:
@@ -236,11 +265,8 @@ class Transactions(Output):
     def _missing(self) -> str | None:
         """A topic of the transaction that the cluster no longer has (None: all are there,
         or Kafka will not say)."""
-        from confluent_kafka.admin import AdminClient
-
-        client = {k: v for k, v in self.client.items() if k != "logger"}
         try:
-            known = AdminClient(client).list_topics(timeout=10).topics
+            known = self._admin().list_topics(timeout=10).topics
         except Exception as failure:
             log.debug("could not tell which topic is gone: %s", failure)
             return None
@@ -250,12 +276,10 @@ class Transactions(Output):
         """Which topic of the transaction the worker's principal may not write, as
         :func:`~streameval.app.output.delivery_error` says it (None: Kafka will not say)."""
         from confluent_kafka import TopicCollection
-        from confluent_kafka.admin import AclOperation, AdminClient
+        from confluent_kafka.admin import AclOperation
 
-        client = {k: v for k, v in self.client.items() if k != "logger"}
         try:
-            admin = AdminClient(client)
-            futures = admin.describe_topics(
+            futures = self._admin().describe_topics(
                 TopicCollection(sorted(self.topics)),
                 include_authorized_operations=True,
                 request_timeout=10,
@@ -268,11 +292,22 @@ class Transactions(Output):
             log.debug("could not tell which topic is forbidden: %s", failure)
         return None
 
+    def _admin(self) -> Any:
+        """An admin client with the worker's connection settings (its logger is the
+        producer's own)."""
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({k: v for k, v in self.client.items() if k != "logger"})
+
 
 class _Fenced(RuntimeError):
-    """librdkafka's fatal error of a transactional producer (replaced by :meth:`Output._renew`)."""
+    """librdkafka's fatal error of a transactional producer (a new one replaces it:
+    :meth:`Transactions._renew`)."""
 
 
+#: A transactional call still running this long past its own timeout is taken as hung
+HUNG_AFTER_S = 5.0
+HUNG = "did not return within"
 #: More than this many fenced producers within this many seconds: another process has the id
 RENEW_MAX = 5
 RENEW_WINDOW_S = 600.0
