@@ -279,7 +279,8 @@ class Transactions(Output):
         from confluent_kafka.admin import AclOperation
 
         try:
-            futures = self._admin().describe_topics(
+            admin = self._admin()  # (kept until the answers came: they die with it)
+            futures = admin.describe_topics(
                 TopicCollection(sorted(self.topics)),
                 include_authorized_operations=True,
                 request_timeout=10,
