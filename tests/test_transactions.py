@@ -12,7 +12,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from streameval.app import transactions
-from streameval.app.output import KafkaErrors, Output
+from streameval.app.output import KafkaErrors, NoAnswer, Output
 from streameval.app.settings import WorkerSettings
 from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
 
@@ -129,21 +129,46 @@ class _Hangs:
 
 def test_a_commit_whose_offsets_call_hangs_takes_a_new_producer(monkeypatch):
     """The stuck call would keep the transaction open (and every restore of the partitions it
-    holds waiting): past its timeout and a margin the producer is taken as fenced — a new one
-    of the same id aborts the transaction — and the stages go back to their checkpoints."""
+    holds waiting): past its timeout and a margin the producer is given up — a new one of the
+    same id aborts the transaction — and the stages go back to their checkpoints. A hang is
+    not a fencing: it does not count toward the renewals that stop the worker."""
     monkeypatch.setattr(transactions, "HUNG_AFTER_S", 0.2)
     output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
     hangs = output.producer = _Hangs()
+    began = time.monotonic()
+    with pytest.raises(transactions._Hung, match=r"did not return within .*#5456"):
+        output._send_offsets([object()], object(), 0.1)
+    assert time.monotonic() - began < 5 and len(output._hung) == 1
     renewed = []
     monkeypatch.setattr(output, "_renew", renewed.append)
-    output.deadline = time.monotonic() + 0.3  # the call's timeout: what is left of it
-    began = time.monotonic()
-    with pytest.raises(TransactionAborted, match=r"did not return within .*#5456"):
+    monkeypatch.setattr(output, "_send_offsets", _raises(transactions._Hung("hung")))
+    with pytest.raises(TransactionAborted, match="hung"):
         output.commit([object()], object())
-    assert time.monotonic() - began < 5
-    assert len(renewed) == 1 and "send_offsets_to_transaction" in renewed[0]
+    assert [str(err) for err in renewed] == ["hung"]
     assert hangs.committed == 0  # nothing of the hung transaction was committed
+    assert output._renewals == []
     hangs.release.set()
+
+
+def test_a_hung_offsets_call_at_the_deadline_leaves_the_transaction_to_the_next_start(
+    monkeypatch,
+):
+    """Stopping: no new producer past the deadline; the next start's first transaction
+    aborts what is open (the same transactional id)."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    hangs = output.producer = _Hangs()
+    output.deadline = time.monotonic() + 0.3
+    with pytest.raises(NoAnswer):
+        output._send_offsets([object()], object(), 0.3)
+    assert output.stuck
+    hangs.release.set()
+
+
+def _raises(err):
+    def call(*args):
+        raise err
+
+    return call
 
 
 def test_an_offsets_call_that_returns_is_waited_for_and_its_error_kept():

@@ -356,9 +356,15 @@ def deployment(kafka_bootstrap, tmp_path, stream):
     deployment.kill_all()
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_streaming_equals_replay(deployment, expected, processes):
+@pytest.mark.parametrize(
+    ("processes", "guarantee"),
+    [(1, "exactly_once"), (2, "exactly_once"), (1, "at_least_once")],
+)
+def test_streaming_equals_replay(deployment, expected, processes, guarantee):
+    """Under the default guarantee and the one for clusters without transactions (the fault
+    campaign runs both too)."""
     deployment.env["STREAMEVAL_PROCESSES"] = str(processes)
+    deployment.env["STREAMEVAL_PROCESSING_GUARANTEE"] = guarantee
     deployment.produce()
     _, port = deployment.start_worker()
     got = deployment.wait_for(expected)

@@ -438,6 +438,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         :class:`~streameval.app.output.TransactionAborted` instead)."""
         from confluent_kafka import TopicPartition
 
+        if self.unsettled:  # stopping: nothing over what a restore may have missed
+            return
         wrote, snapshot = self._wrote, self._snapshot_due
         most = self.settings.checkpoint_max_changes
         self._wrote, self._snapshot_due, self._commit_soon = set(), False, False

@@ -68,6 +68,8 @@ class Transactions(Output):
         #: told the new producer when a fenced one is replaced (the changelogs write with it)
         self.renewed: list[Any] = []
         self._renewals: list[float] = []
+        #: threads left in a call librdkafka never returned from (:meth:`_send_offsets`)
+        self._hung: list[threading.Thread] = []
         #: a commit or abort was left unfinished at the deadline: nothing more may be
         #: produced (the worker is stopping; its next start aborts what is open)
         self.stuck = False
@@ -124,7 +126,7 @@ class Transactions(Output):
                 pass
             except _Fenced as err:
                 said = self.failed
-                self._renew(str(err))
+                self._renew(err)
                 raise TransactionAborted(f"{said}; {err}") from None
             said = self.failed
             self.abort()
@@ -137,7 +139,7 @@ class Transactions(Output):
             self.abort()
             raise
         except _Fenced as err:
-            self._renew(str(err))
+            self._renew(err)
             raise TransactionAborted(str(err)) from None
         self.topics.clear()
         self.producer.begin_transaction()
@@ -150,7 +152,7 @@ class Transactions(Output):
         try:
             self._transact(self.producer.abort_transaction)
         except _Fenced as err:  # a new producer: nothing of the old one's is visible
-            self._renew(str(err))
+            self._renew(err)
             return
         self.producer.poll(0)  # the aborted transaction's reports, before forgetting them
         self.failed = None
@@ -203,7 +205,16 @@ class Transactions(Output):
         and every reader of the changelog partitions it held — the workers restoring them
         too — waited for it. Past its timeout and :data:`HUNG_AFTER_S` the producer is
         taken as fenced: a new one with the same transactional id aborts the transaction
-        (the stuck call is left to its thread, which holds the old producer)."""
+        (the stuck call is left to its thread, which holds the old producer; more than
+        :data:`HUNG_MAX` such calls alive at once stop the worker). At the :attr:`deadline`
+        (stopping) it raises :class:`NoAnswer` instead: the next start aborts what is open."""
+        self._hung = [thread for thread in self._hung if thread.is_alive()]
+        if len(self._hung) >= HUNG_MAX:
+            raise OutputError(
+                f"librdkafka has left {len(self._hung)} calls of send_offsets_to_transaction "
+                "hung (librdkafka #5456, #5511), each holding a producer: the worker stops "
+                "to let them go. Start it again: it continues from its last checkpoints"
+            )
         producer = self.producer
         ended: list[BaseException | None] = []
 
@@ -216,35 +227,50 @@ class Transactions(Output):
 
         watched = threading.Thread(target=call, name="streameval-send-offsets", daemon=True)
         watched.start()
-        watched.join(timeout + HUNG_AFTER_S)
+        began, patience = time.monotonic(), timeout + HUNG_AFTER_S
+        if self.deadline is not None:
+            patience = min(patience, max(self.deadline - began, 0.0))
+        watched.join(patience)
         if not ended:
-            raise _Fenced(
-                f"librdkafka's send_offsets_to_transaction {HUNG} "
-                f"{timeout + HUNG_AFTER_S:.0f} s (librdkafka #5456, #5511)"
+            self._hung.append(watched)
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self.stuck = True
+                raise NoAnswer("send_offsets_to_transaction had not returned")
+            raise _Hung(
+                f"librdkafka's send_offsets_to_transaction did not return within "
+                f"{time.monotonic() - began:.0f} s (librdkafka #5456, #5511)"
             )
         if ended[0] is not None:
             raise ended[0]
 
-    def _renew(self, said: str) -> None:
+    def _renew(self, err: _Fenced) -> None:
         """Replace a producer Kafka fenced by a new one of the same transactional id. That
         is what Kafka does to a transaction that outlived ``transaction_timeout_ms`` (the
         broker away longer, a commit stuck): it aborts it and bumps the id's epoch, and
         librdkafka takes that as fatal. A process that keeps being fenced shares its id with
-        another (a copied state_dir): it stops (:class:`OutputError`)."""
+        another (a copied state_dir): it stops (:class:`OutputError`). A producer given up
+        for a hung call (:class:`_Hung`) is replaced the same way, and not counted."""
         from confluent_kafka import Producer
 
-        now = time.monotonic()
-        self._renewals = [t for t in self._renewals if now - t < RENEW_WINDOW_S] + [now]
-        if len(self._renewals) > RENEW_MAX:
-            raise OutputError(_transactions_refused(said, self.transactional_id))
-        log.warning(
-            "%s. A new producer takes the same transactional id, and every stage starts "
-            "again from its last checkpoint",
-            said
-            if HUNG in said
-            else f"Kafka fenced the worker's transactional producer ({said}): most likely "
-            "its transaction outlived transaction_timeout_ms while Kafka was away",
-        )
+        said = str(err)
+        if isinstance(err, _Hung):
+            log.warning(
+                "%s. A new producer takes the same transactional id (which aborts the open "
+                "transaction), and every stage starts again from its last checkpoint",
+                said,
+            )
+        else:
+            now = time.monotonic()
+            self._renewals = [t for t in self._renewals if now - t < RENEW_WINDOW_S] + [now]
+            if len(self._renewals) > RENEW_MAX:
+                raise OutputError(_transactions_refused(said, self.transactional_id))
+            log.warning(
+                "Kafka fenced the worker's transactional producer (%s): most likely its "
+                "transaction outlived transaction_timeout_ms while Kafka was away. A new "
+                "producer takes the same transactional id, and every stage starts again "
+                "from its last checkpoint",
+                said,
+            )
         old = self.producer
         try:
             old.purge(in_queue=True, in_flight=True, blocking=False)
@@ -294,8 +320,8 @@ class Transactions(Output):
         return None
 
     def _admin(self) -> Any:
-        """An admin client with the worker's connection settings (its logger is the
-        producer's own)."""
+        """An admin client with the worker's connection settings (without the producer's
+        logger)."""
         from confluent_kafka.admin import AdminClient
 
         return AdminClient({k: v for k, v in self.client.items() if k != "logger"})
@@ -306,9 +332,14 @@ class _Fenced(RuntimeError):
     :meth:`Transactions._renew`)."""
 
 
+class _Hung(_Fenced):
+    """A transactional call librdkafka did not return from: its producer is replaced too."""
+
+
 #: A transactional call still running this long past its own timeout is taken as hung
 HUNG_AFTER_S = 5.0
-HUNG = "did not return within"
+#: This many hung calls alive at once (each holds a producer and its threads) stop the worker
+HUNG_MAX = 5
 #: More than this many fenced producers within this many seconds: another process has the id
 RENEW_MAX = 5
 RENEW_WINDOW_S = 600.0
