@@ -72,6 +72,9 @@ def test_sigkill_in_checkpoints_and_restores_and_empty_disks(deploy, stream, exp
     )
     deployment = deploy(stream, config)  # and the joins' early checkpoints every 100 changes
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"  # pauses are not the end of the stream
+    # a worker killed and not restarted on its disk leaves its transaction open until the
+    # broker aborts it, and the next owner waits for that (up to the timeout and 5 s)
+    deployment.env["STREAMEVAL_TRANSACTION_TIMEOUT_MS"] = "10000"
     rng = random.Random(4)
     state = deployment.tmp / "state"
     # (when to kill, whether the next worker starts on an empty disk)

@@ -67,6 +67,11 @@ session_timeout_ms = {session_timeout_ms}
 shutdown_timeout_s = 15
 """
 SHUTDOWN_TIMEOUT_S = 15.0
+#: How long a worker may take to its first "assigned:": under exactly-once a restore first
+#: waits for the transactions open on its partitions to end, up to transaction_timeout_ms
+#: (60 s) + 5 s — after a broker outage, a transaction of a worker stopped while Kafka was
+#: away can hold it that long (docs/operations.md, "Exactly-once")
+ASSIGN_WAIT_S = 150.0
 #: what a worker says when Kafka refuses one of its records (a deleted output topic)
 REFUSALS = ("was the topic deleted?", "Kafka did not acknowledge a message the worker produced")
 EXIT_MARGIN_S = 10.0  # Python's start-up and exit, Faust's service teardown
@@ -170,7 +175,7 @@ class Campaign:
         slot.process.wait()
         slot.process = None
 
-    def wait_line(self, slot: Slot, text: str, timeout: float = 60) -> None:
+    def wait_line(self, slot: Slot, text: str, timeout: float = ASSIGN_WAIT_S) -> None:
         """Until the worker's log has ``text`` (it got that far)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
