@@ -185,3 +185,13 @@ def test_an_offsets_call_that_returns_is_waited_for_and_its_error_kept():
     with pytest.raises(KafkaException) as raised:
         output._send_offsets([], object(), 0.1)
     assert raised.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+
+
+def test_the_campaign_reads_the_waits_a_worker_logs_at_assignment():
+    """The fault campaign reports how long workers waited for other processes'
+    transactions before restoring, from the worker's log lines."""
+    from streameval.app.rebalance import WAITED_CHANGELOGS, WAITED_OFFSETS
+    from tests.reliability.campaign import WAITED
+
+    text = "\n".join([WAITED_OFFSETS % 61.04, WAITED_CHANGELOGS % (3.0, "c[1], c[4]")])
+    assert WAITED.findall(text) == ["61.0", "3.0"]

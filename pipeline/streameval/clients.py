@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Iterable
 
-__all__ = ["ClientConfigError", "client_config"]
+__all__ = ["ClientConfigError", "client_config", "unpolled"]
 
 
 class ClientConfigError(ValueError):
@@ -44,6 +44,13 @@ def client_config(bootstrap: str | None = None, settings: Iterable[str] = ()) ->
     config["bootstrap.servers"] = bootstrap
     config["logger"] = QUIET  # type: ignore[assignment]
     return config
+
+
+def unpolled(client: dict) -> dict:
+    """``client`` without its ``logger``, for a short-lived client nobody polls (an admin
+    client, a consumer asked only for offsets): librdkafka hands a client's lines to its
+    ``logger`` only from ``poll``, so they would wait in its queue, never written."""
+    return {k: v for k, v in client.items() if k != "logger"}
 
 
 #: The clients' ``logger`` for the commands: librdkafka's own lines (a refused connection,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,10 @@ ASSIGN_WAIT_S = 150.0
 #: what a worker says when Kafka refuses one of its records (a deleted output topic)
 REFUSALS = ("was the topic deleted?", "Kafka did not acknowledge a message the worker produced")
 EXIT_MARGIN_S = 10.0  # Python's start-up and exit, Faust's service teardown
+#: a worker's log line for a wait at assignment (streameval.app.rebalance.SLOW_WAIT_S)
+WAITED = re.compile(r"waited (\d+\.\d) s for the (?:group's offsets|transactions open)")
+#: the broker's log line for a transaction it aborted because it outlived its timeout
+ROLLED_BACK = re.compile(r"ongoing transaction for transactionalId (\S+) due to timeout")
 assert MAX_LAG_MS < 1000  # the grace above: an overtaken prediction still joins
 
 
@@ -426,8 +431,11 @@ class Campaign:
         kills = sum(f.kind == "SIGKILL worker" for f in self.faults)
         kills += sum(f.kind == "rebalance" and "SIGKILL" in f.detail for f in self.faults)
         logs = [log.read_text(errors="replace") for _, _, log in self.deployment.workers]
+        waits = [float(w) for text in logs for w in WAITED.findall(text)]
         return {
             "lost": sum(text.count("partitions lost") for text in logs),
+            "waits": waits,
+            "timed_out": self.timed_out(),
             "equal": got == expected,
             "counts": (have, want),
             "mismatch": _mismatch(got, expected),
@@ -440,6 +448,21 @@ class Campaign:
             "compared": sum(len(v) for v in expected.values()),
             "outcomes": sum(want.values()),
         }
+
+    def timed_out(self) -> list[str]:
+        """The transactions the broker rolled back because they outlived
+        transaction_timeout_ms, each named by the slot whose process held its id ("w1/0":
+        slot w1, producer-0) — what readers of their partitions waited for."""
+        owners = {}
+        for slot in self.slots:
+            for path in slot.state.glob("*/producer-*.id"):
+                k = path.stem.removeprefix("producer-")
+                owners[f"{path.parent.name}-{path.read_text().strip()}"] = f"{slot.name}/{k}"
+        try:
+            text = self.broker.log_file.read_text(errors="replace")
+        except OSError:
+            return []
+        return [owners.get(t, t) for t in ROLLED_BACK.findall(text)]
 
     def close(self) -> None:
         self.deployment.kill_all()
@@ -484,6 +507,10 @@ def table(report: dict, faults: list[Fault]) -> str:
         "SIGTERMs (state: seconds to exit, status)",
         *(f"  {s}: {t:.1f} s, {c}" for s, t, c, _ in report["terms"]),
         f"workers that lost their partitions {report['lost']:>5}",
+        f"waits for open transactions at assignment: {len(report['waits'])}"
+        + (f", longest {max(report['waits']):.1f} s" if report["waits"] else ""),
+        f"transactions the broker rolled back on timeout: {len(report['timed_out'])}"
+        + (f" ({', '.join(report['timed_out'])})" if report["timed_out"] else ""),
         "",
         f"outcomes evaluated (replay)    {report['outcomes']:>8}",
         f"final records compared         {report['compared']:>8}",

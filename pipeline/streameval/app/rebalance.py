@@ -11,12 +11,22 @@ import time
 from collections import deque
 from typing import Any
 
+from ..clients import unpolled
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
 from .output import NoAnswer
 
 __all__ = ["Rebalancing"]
 
 log = logging.getLogger("streameval.worker")
+
+#: a wait for other processes' transactions at assignment this long is logged (with whose
+#: partitions), so that a pause of the group can be told from a slow restore
+SLOW_WAIT_S = 2.0
+WAITED_OFFSETS = (
+    "waited %.1f s for the group's offsets to be stable before restoring (a transaction "
+    "of another process had committed offsets and not ended)"
+)
+WAITED_CHANGELOGS = "waited %.1f s for the transactions open on %s to end before restoring"
 
 
 class Rebalancing:
@@ -120,31 +130,36 @@ class Rebalancing:
 
         t = self.topics
         limit = self.settings.transaction_timeout_ms / 1000.0 + 5.0
-        deadline = time.monotonic() + limit
+        began = time.monotonic()
+        deadline = began + limit
         try:
             consumer.committed(
                 [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=limit
             )
         except Exception as err:  # the coordinator is busy: the changelogs still wait
             log.warning("stable offsets not fetched before restoring (%s)", err)
+        offsets_s = time.monotonic() - began
+        if offsets_s >= SLOW_WAIT_S:
+            log.warning(WAITED_OFFSETS, offsets_s)
         wanted = [(self.join_changelog.topic, tp.partition) for tp in partitions
                   if tp.topic == t.events]  # fmt: skip
         wanted += [(self.eval_changelog.topic, tp.partition) for tp in partitions
                    if tp.topic == t.outcomes]  # fmt: skip
         if not wanted:
             return
-        client = {k: v for k, v in self.client.items() if k != "logger"}
+        client = unpolled(self.client)
         group = f"{self.settings.app_id}-stable"
         uncommitted = Consumer({**client, "group.id": group, "isolation.level": "read_uncommitted"})
         committed = Consumer({**client, "group.id": group})
         try:
             ends = {tp: watermarks(uncommitted, *tp)[1] for tp in wanted}
-            waiting = dict(ends)
+            waiting = held = dict(ends)  # held: the partitions that waited longest
             while waiting and time.monotonic() < deadline and not self.stopping.is_set():
                 waiting = {
                     tp: end for tp, end in waiting.items() if watermarks(committed, *tp)[1] < end
                 }
                 if waiting:
+                    held = waiting
                     time.sleep(0.1)
             if waiting and self.stopping.is_set():
                 self.unsettled = True
@@ -153,6 +168,10 @@ class Rebalancing:
                     "a transaction is still open on %s after %.0f s: restoring without it",
                     ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
                     limit,
+                )
+            elif (took := time.monotonic() - began - offsets_s) >= SLOW_WAIT_S:
+                log.warning(
+                    WAITED_CHANGELOGS, took, ", ".join(f"{topic}[{p}]" for topic, p in sorted(held))
                 )
         finally:
             uncommitted.close()

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from ..clients import unpolled
 from .output import (
     KafkaErrors,
     KafkaRefused,
@@ -105,6 +106,12 @@ class Transactions(Output):
                 log.warning("waiting for Kafka's transaction coordinator (%s)", err.str())
         else:
             return False
+        log.info(
+            "transactional id %s taken in %.1f s (what a previous process of that id left "
+            "open is aborted)",
+            self.transactional_id,
+            time.monotonic() - began,
+        )
         self.producer.begin_transaction()
         return True
 
@@ -324,7 +331,7 @@ class Transactions(Output):
         logger)."""
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({k: v for k, v in self.client.items() if k != "logger"})
+        return AdminClient(unpolled(self.client))
 
 
 class _Fenced(RuntimeError):
