@@ -9,10 +9,11 @@ import os
 import threading
 import time
 
+import confluent_kafka
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from streameval.app import transactions
-from streameval.app.output import KafkaErrors, NoAnswer, Output
+from streameval.app.output import KafkaErrors, NoAnswer, Output, OutputError
 from streameval.app.settings import WorkerSettings
 from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
 
@@ -139,14 +140,40 @@ def test_a_commit_whose_offsets_call_hangs_takes_a_new_producer(monkeypatch):
     with pytest.raises(transactions._Hung, match=r"did not return within .*#5456"):
         output._send_offsets([object()], object(), 0.1)
     assert time.monotonic() - began < 5 and len(output._hung) == 1
-    renewed = []
-    monkeypatch.setattr(output, "_renew", renewed.append)
+    made = []
+
+    class _New:  # what _renew makes: a producer of the same id, which takes it and begins
+        def __init__(self, config: dict) -> None:
+            assert config["transactional.id"] == "fraud-x"
+            self.began = 0
+            made.append(self)
+
+        def init_transactions(self, timeout: float) -> None:
+            pass
+
+        def begin_transaction(self) -> None:
+            self.began += 1
+
+        def flush(self, timeout: float) -> int:
+            return 0
+
+    monkeypatch.setattr(confluent_kafka, "Producer", _New)
+    told = []
+    output.renewed.append(told.append)  # the changelogs write with the new producer
     monkeypatch.setattr(output, "_send_offsets", _raises(transactions._Hung("hung")))
-    with pytest.raises(TransactionAborted, match="hung"):
-        output.commit([object()], object())
-    assert [str(err) for err in renewed] == ["hung"]
+    for _ in range(transactions.RENEW_MAX + 2):  # more than the fencings a worker outlives
+        with pytest.raises(TransactionAborted, match="hung"):
+            output.commit([object()], object())
+    assert told == made and len(made) == transactions.RENEW_MAX + 2
+    assert output.producer is made[-1] and all(new.began == 1 for new in made)
     assert hangs.committed == 0  # nothing of the hung transaction was committed
     assert output._renewals == []
+    monkeypatch.setattr(output, "_send_offsets", _raises(transactions._Fenced("fenced")))
+    for _ in range(transactions.RENEW_MAX):  # fencings, though, are counted
+        with pytest.raises(TransactionAborted, match="fenced"):
+            output.commit([object()], object())
+    with pytest.raises(OutputError, match="fenced"):
+        output.commit([object()], object())
     hangs.release.set()
 
 
@@ -191,6 +218,7 @@ def test_the_campaign_reads_the_waits_a_worker_logs_at_assignment():
     """The fault campaign reports how long workers waited for other processes'
     transactions before restoring, from the worker's log lines."""
     from streameval.app.rebalance import WAITED_CHANGELOGS, WAITED_OFFSETS
+
     from tests.reliability.campaign import WAITED
 
     text = "\n".join([WAITED_OFFSETS % 61.04, WAITED_CHANGELOGS % (3.0, "c[1], c[4]")])

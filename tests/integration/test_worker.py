@@ -31,7 +31,7 @@ import orjson
 import pytest
 from streameval.devkafka import free_port
 from streameval.simulate.malformed import mix
-from streameval.topics import create_topics, load_topics, topics_dir
+from streameval.topics import Topics, create_topics, load_topics, topics_dir
 
 from tests.streaming import finals
 
@@ -454,6 +454,53 @@ def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected
     deployment.stop_all()
     second = deployment.workers[1][2].read_text()
     assert re.search(r"assigned: \d+ input partitions, join \[\d", second), second[-2000:]
+
+
+def test_a_worker_stopped_while_it_waits_for_an_open_transaction_checkpoints_nothing(
+    deployment, expected
+):
+    """Exactly-once: a worker given partitions first waits for the transactions open on
+    their changelogs to end (their owner may be committing a newer checkpoint). SIGTERMed
+    during that wait it stops at once and takes no checkpoint over what it may have
+    restored too early; the next worker gives replay's numbers and no record twice."""
+    from confluent_kafka import Producer
+
+    deployment.produce()
+    deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
+    # another process's transaction, open on a changelog partition the next worker restores
+    other = Producer(
+        {**deployment.client, "transactional.id": deployment.prefix + "other",
+         "transaction.timeout.ms": 120_000}
+    )  # fmt: skip
+    changelog = Topics.with_prefix(deployment.prefix, deployment.prefix + "app").join_changelog
+    said = []
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(changelog, b"never read", b"0", 0, on_delivery=lambda err, _: said.append(err))
+    other.flush(30)
+    assert said == [None]
+    try:
+        process, _ = deployment.start_worker()
+        log = deployment.workers[-1][2]
+        deadline = time.monotonic() + 90
+        while "waiting for the transactions open on" not in log.read_text():
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, log.read_text()[-3000:]
+        text = log.read_text()
+        assert "stopping while a restore waited" in text, text[-3000:]
+        assert "final records and a checkpoint" not in text, text[-3000:]
+    finally:
+        other.abort_transaction(30)
+    deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
+    copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
+    assert not copies, copies[:3]
 
 
 def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monkeypatch):

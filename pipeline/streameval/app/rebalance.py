@@ -26,6 +26,7 @@ WAITED_OFFSETS = (
     "waited %.1f s for the group's offsets to be stable before restoring (a transaction "
     "of another process had committed offsets and not ended)"
 )
+WAITING = "waiting for the transactions open on %s to end before restoring (at most %.0f s more)"
 WAITED_CHANGELOGS = "waited %.1f s for the transactions open on %s to end before restoring"
 
 
@@ -154,12 +155,20 @@ class Rebalancing:
         try:
             ends = {tp: watermarks(uncommitted, *tp)[1] for tp in wanted}
             waiting = held = dict(ends)  # held: the partitions that waited longest
+            said = False
             while waiting and time.monotonic() < deadline and not self.stopping.is_set():
                 waiting = {
                     tp: end for tp, end in waiting.items() if watermarks(committed, *tp)[1] < end
                 }
                 if waiting:
                     held = waiting
+                    if not said and time.monotonic() - began >= SLOW_WAIT_S:
+                        said = True
+                        log.info(
+                            WAITING,
+                            ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
+                            deadline - time.monotonic(),
+                        )
                     time.sleep(0.1)
             if waiting and self.stopping.is_set():
                 self.unsettled = True
