@@ -466,6 +466,21 @@ def test_the_router_before_and_after_its_partitions():
     assert router.route([StoredMessage("labels", 0, 6, None, label)]) == ([[], []], [])
 
 
+def test_an_input_quiet_while_kafka_is_away_is_not_idle():
+    """Nothing can be fetched while Kafka does not answer: a partition read to its end turns
+    idle only idle_ms after Kafka is back, so that what was sent meanwhile comes first."""
+    router = Router(INPUT_KINDS, 2, idle_ms=100)
+    router.assign([("labels", 0), ("labels", 1)])
+    t0 = 1_767_225_600_000
+    label = orjson.dumps({"instance_id": "i1", "ts": t0, "label": "a"})
+    router.route([StoredMessage("labels", 0, 0, None, label)])
+    router.at_end("labels", 0, 1_000.0)
+    for wall in (1_050.0, 1_500.0, 9_000.0):  # away from 1 050 ms to 9 000 ms
+        router.kafka_away(wall)
+    assert [s.idle for s in router.sources(9_050.0)] == [False, False]
+    assert [s.idle for s in router.sources(9_100.0)] == [True, False]  # 1 was never read
+
+
 _EVENTS = st.lists(
     st.tuples(
         st.sampled_from(["instance", "prediction", "prediction", "label"]),

@@ -244,6 +244,11 @@ class Campaign:
                 "log_level": 0,  # the outages are on purpose
                 "message.timeout.ms": 600_000,
                 "queue.buffering.max.messages": 2_000_000,
+                # back within a second of the broker, as the workers' inputs are taken for
+                # idle after idle_ms (1 s in the blips plan) of quiet once Kafka answers:
+                # librdkafka's default backoff grows to 10 s during an outage, and a source
+                # that stays away longer than idle_ms is a late source, not the same stream
+                "reconnect.backoff.max.ms": 500,
             }
         )
         records = list(self.traffic.records())

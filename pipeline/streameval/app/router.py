@@ -39,7 +39,8 @@ class Router:
     partitions
         Number of join partitions (partitions of the events topic).
     idle_ms
-        An input partition read to its end and quiet this long no longer holds the watermark.
+        An input partition read to its end and quiet this long, while Kafka answers, no
+        longer holds the watermark.
     """
 
     def __init__(
@@ -108,6 +109,15 @@ class Router:
         tp = (topic, partition)
         if tp in self._eof_since and self._eof_since[tp] is None:
             self._eof_since[tp] = wall_ms
+
+    def kafka_away(self, wall_ms: float) -> None:
+        """Kafka does not answer: a partition read to its end is quiet because nothing can
+        be fetched, not because nothing is sent. Its quiet time starts again from now, so it
+        turns idle only ``idle_ms`` after Kafka is back (records sent meanwhile come first)."""
+        eof = self._eof_since
+        for tp, since in eof.items():
+            if since is not None:
+                eof[tp] = wall_ms
 
     # -- data -------------------------------------------------------------------------------
     def route(

@@ -287,6 +287,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self, messages: list[Any], wall_ms: float, heartbeat: bool, ends: list[tuple[str, int]]
     ) -> None:
         router = self.router
+        if not self._kafka_errors.reachable:  # quiet inputs are not idle while Kafka is away
+            router.kafka_away(wall_ms)
         per_partition, letters = router.route(messages, int(time.time() * 1000))
         for topic, partition in ends:  # after the messages that came before the end
             router.at_end(topic, partition, wall_ms)
