@@ -220,10 +220,14 @@ DelayedBlock = Annotated[
             "required": ["n"]
             + [f"{m}_{view}" for m in _DELAYED for view in ("initial", "final")]
             + [f"{kind}_{m}" for kind in ("psi", "binned") for m in _DELAYED],
-            "properties": {"n": {"type": "integer", "minimum": 0}},
+            "properties": {
+                "n": {"type": "integer", "minimum": 0},
+                # Ψ_α of the scores, once an outcome had scores on every prediction
+                "n_psi_scored": {"type": "integer", "minimum": 0},
+            },
             "patternProperties": {
                 r"^(accuracy|kappa|kappa_plus)_(initial|final)$": _REF_VALUE,
-                r"^psi_(accuracy|kappa|kappa_plus)$": _REF_VALUE,
+                r"^psi_(accuracy|kappa|kappa_plus|log_loss|brier)$": _REF_VALUE,
                 r"^binned_(accuracy|kappa|kappa_plus)$": {
                     "type": "array",
                     "minItems": 1,

@@ -79,6 +79,8 @@ CLASS_MEASURES = (
 )
 #: The measures of the delayed-label block (initial, Ψ and final performance)
 DELAYED_MEASURES = ("accuracy", "kappa", "kappa_plus")
+#: the scores' measures of the delayed-label block (Ψ_α only: streameval.core.psi_scores)
+PSI_SCORES = ("log_loss", "brier")
 #: Every name a selection may list (the per-class ones select ``streameval_class_measure``)
 EXPORTABLE_MEASURES = (
     *SCALAR_MEASURES,
@@ -282,6 +284,7 @@ class SnapshotCollector(Collector):
         self._views = {view: _View(selection.of_view(view)) for view in ("initial", "final")}
         final = selection.measures
         self._delayed = tuple(m for m in DELAYED_MEASURES if final is None or m in final)
+        self._psi_scores = tuple(m for m in PSI_SCORES if final is None or m in final)
         self._bins = "accuracy" in self._delayed and selection.bins != 0
         self._spread: dict[int, list[tuple[int, str]]] = {}
 
@@ -404,6 +407,10 @@ class SnapshotCollector(Collector):
                             [model, est, name, stage], _value(block[f"{name}_{stage}"])
                         )
                     delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
+                for name in self._psi_scores:  # when every prediction of an outcome had scores
+                    value = block.get(f"psi_{name}", _ABSENT)
+                    if value is not _ABSENT:
+                        delayed.add_metric([model, est, name, "psi"], _value(value))
                 if self._bins:
                     accuracy = block["binned_accuracy"]
                     for i, label in self._bin_labels(len(accuracy)):

@@ -29,8 +29,9 @@ from streameval.core.intervals import DEFAULT_CONFIDENCE
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import ConfusionSnapshot, compute_measures
 from streameval.core.normalize import normalize
-from streameval.core.outcome import Outcome
+from streameval.core.outcome import Outcome, Scores
 from streameval.core.probabilistic import DEFAULT_ECE_BINS
+from streameval.core.psi_scores import PsiScores
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 from streameval.core.scored import ScoredViews, named_classes, score_classes, view_scores
 
@@ -130,6 +131,7 @@ class ModelEvaluator:
         self._scored = ScoredViews(
             self.specs, ece_bins, auc_max_values, positive=positive_label is not None
         )
+        self._psi = PsiScores(self.specs, bins, alpha, bin_rule)
         self._detectors = [make_detector(spec) for spec in self.detectors]
         #: per detector, the model's outcomes before it was added (:meth:`from_state`): its
         #: alarms' indices count the model's outcomes
@@ -158,10 +160,10 @@ class ModelEvaluator:
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
         codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
         views = view_scores(scores) if any(scores) else None
-        if views is not None and self._labels.lookup(named_classes(views)) is None:
+        if views is not None and self._labels.lookup(named_classes(scores)) is None:
             codes = None
         if codes is None:  # a new class
-            extra = None if views is None else score_classes(views)
+            extra = None if views is None else score_classes(scores)
             codes = _discover(self._labels, y_trues, labels, lengths, extra)
         y_true, predicted = codes[:n], codes[n:]
         ends = np.cumsum(lengths)
@@ -192,6 +194,7 @@ class ModelEvaluator:
         self._latency[2] = max(self._latency[2], int(latency.max()))
         if views is not None:
             self._scored.update(y_true, views, self._labels, self._positive_code())
+            self._update_psi(y_true, scores, lengths, starts, times, t_instance, t_label)
         self._n += n
         errors = (final != y_true).astype(np.float64)
         places = _Places(ids, t_instances, t_labels)
@@ -221,10 +224,13 @@ class ModelEvaluator:
                 if not name.startswith("fading") and snapshot.n <= self.normalize_max_count:
                     views["final"][name].update(_normalized(snapshot, positive))
         count, total, longest = self._latency
+        delayed = self._delayed.measures()
+        for name, values in self._psi.measures().items():
+            delayed[name].update(values)
         return {
             "n": self._n,
             "views": views,
-            "delayed": self._delayed.measures(),
+            "delayed": delayed,
             "latency_ms": {"mean": total / count if count else float("nan"), "max": longest},
         }
 
@@ -247,6 +253,35 @@ class ModelEvaluator:
             settings["auc_max_values"] = self.auc_max_values
         return settings
 
+    def _update_psi(
+        self,
+        y_true: np.ndarray,
+        scores: Sequence[tuple[Scores | None, ...]],
+        lengths: np.ndarray,
+        starts: np.ndarray,
+        times: np.ndarray,
+        t_instance: np.ndarray,
+        t_label: np.ndarray,
+    ) -> None:
+        """Ψ_α of the scores (:mod:`streameval.core.psi_scores`) of the outcomes every
+        prediction of which has scores."""
+        full = [i for i, entries in enumerate(scores) if entries and None not in entries]
+        if not full:
+            return
+        if len(full) < len(scores):
+            at = np.array(full, dtype=np.int64)
+            lengths = lengths[at]
+            times = times[np.repeat(starts[at], lengths) + _within(lengths)]
+            y_true, t_instance, t_label = y_true[at], t_instance[at], t_label[at]
+            scores = [scores[i] for i in full]
+        entries = list(chain.from_iterable(scores))
+        flat = list(chain.from_iterable(entries))
+        sizes = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)) // 2
+        rows = np.repeat(np.arange(len(entries)), sizes)
+        proba = np.zeros((len(entries), len(self._labels)))
+        proba[rows, self._labels.lookup(flat[0::2])] = flat[1::2]
+        self._psi.update(y_true, proba, lengths, times, t_instance, t_label)
+
     def _positive_code(self) -> int | None:
         """The positive class's index (None: no positive label, or not seen yet)."""
         if self.positive_label is None or self.positive_label not in self._labels:
@@ -261,6 +296,7 @@ class ModelEvaluator:
             "views": {view: ev.state() for view, ev in self._views.items()},
             "delayed": self._delayed.state(),
             **({"scored": scored} if (scored := self._scored.state()) else {}),
+            **({"psi_scores": psi} if (psi := self._psi.state()) else {}),
             "detectors": [det.state() for det in self._detectors],
             **(
                 {"detector_starts": list(self._detector_starts)}
@@ -326,6 +362,9 @@ class ModelEvaluator:
             ev.ece_bins,
             ev.auc_max_values,
             positive=ev.positive_label is not None,
+        )
+        ev._psi = PsiScores.from_state(
+            state.get("psi_scores", {}), ev.specs, ev.bins, ev.alpha, ev.bin_rule
         )
         ev._n = state["n"]
         saved = [detector_from_state(s) for s in state["detectors"]]

@@ -234,6 +234,11 @@ class ScoreEstimator:
         """Scored outcomes the estimate covers."""
         return self._ring.n if self._ring is not None else self._sums.n
 
+    def track(self, classes: list[int]) -> None:
+        """Keep the AUC of these classes too (every outcome so far had probability 0 for a
+        new one)."""
+        self._auc.track(classes)
+
     def update(self, batch: ScoredBatch, track: list[int]) -> None:
         """Add scored outcomes; ``track`` lists the classes whose AUC is needed (new ones are
         added, the ones tracked stay)."""

@@ -32,24 +32,18 @@ def view_scores(scores: Sequence[tuple[Scores | None, ...]]) -> dict[str, list[S
     return {"initial": first, "final": [entries[-1] if entries else None for entries in scores]}
 
 
-def score_classes(views: dict[str, list[Scores | None]]) -> list[tuple]:
-    """The classes each outcome's scores name, in the views' order (a model discovers them
-    after the outcome's truth and predictions)."""
-    first, final = views["initial"], views["final"]
-    pairs = zip(first) if final is first else zip(first, final, strict=True)
+def score_classes(scores: Sequence[tuple[Scores | None, ...]]) -> list[tuple]:
+    """The classes each outcome's scores name, every prediction's in timeline order (a model
+    discovers them after the outcome's truth and predictions)."""
     return [
         tuple(chain.from_iterable(entry[0::2] for entry in entries if entry is not None))
-        for entries in pairs
+        for entries in scores
     ]
 
 
-def named_classes(views: dict[str, list[Scores | None]]) -> list:
-    """Every class the views' scores name (with repeats), at C speed."""
-    first, final = views["initial"], views["final"]
-    flat = list(chain.from_iterable(filter(None, first)))[0::2]
-    if final is not first:
-        flat += list(chain.from_iterable(filter(None, final)))[0::2]
-    return flat
+def named_classes(scores: Sequence[tuple[Scores | None, ...]]) -> list:
+    """Every class the outcomes' scores name (with repeats), at C speed."""
+    return list(chain.from_iterable(filter(None, chain.from_iterable(scores))))[0::2]
 
 
 class ScoredViews:
@@ -102,6 +96,11 @@ class ScoredViews:
                 batches[key] = self._batch(y_true, entries, labels, k)
             batch = batches[key]
             if batch is None:
+                # none of the batch's outcomes has scores in this view; its estimators still
+                # track the classes the others named, as they would with the batch cut
+                # elsewhere (the states are then the same bits for any split)
+                for estimator in self._views.get(view, {}).values():
+                    estimator.track(track)
                 continue
             estimators = self._views.get(view)
             if estimators is None:
