@@ -15,7 +15,9 @@ at the bin's start when no re-prediction falls in it, the only one when one does
 force at its end under ``bin_rule = "last"``. Under ``"vote"``, a bin with several
 re-predictions takes the mixture of the vectors in force during the bin, each weighing the
 time it was in force there (in exact units of 1/B ms, as the vote) — the probabilistic
-counterpart of the time-weighted vote, which the paper defines for classes only.
+counterpart of the time-weighted vote, which the paper defines for classes only. So under the
+vote a crowded bin's vector need not be that of the class the bin counts for Ψ^A: with one-hot
+scores Ψ of the Brier score is 2(1 − Ψ^A) under "last", not always under the vote.
 
 Only outcomes every prediction of which has scores enter (``n_psi_scored``): an outcome with
 one scored prediction and one without has no probability vector for some bins. An outcome
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from streameval.core.delayed import DelayedBatch, bin_predictions, psi_weights
+from streameval.core.delayed import BIN_RULES, DelayedBatch, bin_predictions, psi_weights
 from streameval.core.forgetting import EstimatorSpec
 from streameval.core.paired_mean import PairedMean
 from streameval.core.probabilistic import EPSILON
@@ -112,14 +114,13 @@ def bin_losses(
         rows[later],
     )
     grid = bin_predictions(batch, bins, "last")[:, : bins + 1]
-    weights = psi_weights(bins, alpha)
-    sub_log = _columns_summed(log_loss[grid] * weights)
-    sub_brier = _columns_summed(brier[grid] * weights)
+    per_bin_log, per_bin_brier = log_loss[grid], brier[grid]
     if rule == "vote":
         for o, b, mixed_log, mixed_brier in _mixtures(batch, grid, proba, bins):
-            sub_log[o] += weights[b] * (mixed_log - log_loss[grid[o, b]])
-            sub_brier[o] += weights[b] * (mixed_brier - brier[grid[o, b]])
-    out_log[several], out_brier[several] = sub_log, sub_brier
+            per_bin_log[o, b], per_bin_brier[o, b] = mixed_log, mixed_brier
+    weights = psi_weights(bins, alpha)
+    out_log[several] = _columns_summed(per_bin_log * weights)
+    out_brier[several] = _columns_summed(per_bin_brier * weights)
     return out_log, out_brier
 
 
@@ -181,6 +182,8 @@ class PsiScores:
     def __init__(
         self, specs: Sequence[EstimatorSpec], bins: int, alpha: float, rule: str = "vote"
     ) -> None:
+        if rule not in BIN_RULES:
+            raise ValueError(f"bin_rule={rule!r} is not allowed; use one of {BIN_RULES}")
         self.specs = tuple(specs)
         self.bins, self.alpha, self.rule = bins, float(alpha), rule
         #: per estimator, the means of s_k of the log-loss and of the Brier score
