@@ -265,6 +265,12 @@ class ModelEvaluator:
     ) -> None:
         """Ψ_α of the scores (:mod:`streameval.core.psi_scores`) of the outcomes every
         prediction of which has scores."""
+        initial = self._scored.last.get("initial")
+        if initial is not None and len(initial) == lengths.size and lengths.max() == 1:
+            # every outcome predicted once, with scores: its one prediction's losses, already
+            # computed for the views
+            self._psi.add(initial.loss, initial.brier)
+            return
         full = [i for i, entries in enumerate(scores) if entries and None not in entries]
         if not full:
             return

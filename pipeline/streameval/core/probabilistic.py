@@ -76,6 +76,18 @@ PROBABILISTIC_MEASURES = ("n_scored", "log_loss", "brier", "ece", "roc_auc", "ro
 _COUNT, _LOSS, _BRIER, _BINS = 0, 1, 2, 3
 
 
+def prediction_losses(y_true: np.ndarray, proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's log-loss −ln p_y (clipped) and Brier score Σ_c (p_c − 1[y = c])²; the
+    Brier score summed column by column, so that a column added later for a new class (all
+    0) changes no bit. The views and Ψ_α of the scores (streameval.core.psi_scores) share it,
+    so an outcome predicted once has the same bits in both."""
+    loss = -np.log(np.clip(proba[np.arange(y_true.size), y_true], EPSILON, 1.0 - EPSILON))
+    brier = np.zeros(y_true.size)
+    for c in range(proba.shape[1]):
+        brier += np.square(proba[:, c] - (y_true == c))
+    return loss, brier
+
+
 @dataclass(frozen=True)
 class ScoredBatch:
     """Scored outcomes of one view, oldest first: true class codes and a probability per class.
@@ -99,16 +111,12 @@ class ScoredBatch:
         >>> b.loss.round(6).tolist(), b.brier.round(6).tolist(), b.bin.tolist()
         ([0.223144, 0.916291], [0.08, 0.72], [8, 6])
         """
-        m, k = proba.shape
+        m = proba.shape[0]
         if m == 0:
             empty = np.empty(0)
             return cls(y_true, proba, empty, empty, empty, empty, np.empty(0, dtype=np.int64))
         rows = np.arange(m)
-        loss = -np.log(np.clip(proba[rows, y_true], EPSILON, 1.0 - EPSILON))
-        # column by column, so that a column added later for a new class (all 0) changes no bit
-        brier = np.zeros(m)
-        for c in range(k):
-            brier += np.square(proba[:, c] - (y_true == c))
+        loss, brier = prediction_losses(y_true, proba)
         top = np.argmax(proba, axis=1)  # the first class of the largest probability
         confidence = proba[rows, top]
         which = np.minimum((confidence * bins).astype(np.int64), bins - 1)

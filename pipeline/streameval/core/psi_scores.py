@@ -40,7 +40,7 @@ import numpy as np
 from streameval.core.delayed import BIN_RULES, DelayedBatch, bin_predictions, psi_weights
 from streameval.core.forgetting import EstimatorSpec
 from streameval.core.paired_mean import PairedMean
-from streameval.core.probabilistic import EPSILON
+from streameval.core.probabilistic import EPSILON, prediction_losses
 
 __all__ = ["PSI_SCORE_MEASURES", "PsiScores", "bin_losses"]
 
@@ -85,13 +85,10 @@ def bin_losses(
     last True
     """
     n = lengths.size
-    m = proba.shape[0]
     ends = np.cumsum(lengths)
     starts = ends - lengths
     owner = np.repeat(np.arange(n), lengths)
-    truth = proba[np.arange(m), y_true[owner]]
-    log_loss = -np.log(np.clip(truth, EPSILON, 1.0 - EPSILON))
-    brier = _columns_summed(proba * proba) - 2.0 * truth + 1.0
+    log_loss, brier = prediction_losses(y_true[owner], proba)
     out_log, out_brier = log_loss[starts].copy(), brier[starts].copy()
     several = np.flatnonzero(lengths > 1)
     if several.size == 0:
@@ -204,6 +201,10 @@ class PsiScores:
         log_loss, brier = bin_losses(
             y_true, proba, lengths, times, t_instance, t_label, self.bins, self.alpha, self.rule
         )
+        self.add(log_loss, brier)
+
+    def add(self, log_loss: np.ndarray, brier: np.ndarray) -> None:
+        """Add the outcomes' s_k (of outcomes predicted once: their one prediction's losses)."""
         if not self._means:
             self._means = {s.name: (PairedMean(s), PairedMean(s)) for s in self.specs}
         for log_mean, brier_mean in self._means.values():

@@ -72,6 +72,8 @@ class ScoredViews:
         self.auc_max_values = auc_max_values
         self.positive = positive
         self._views: dict[str, dict[str, ScoreEstimator]] = {}
+        #: each view's batch of the latest update (None: none of its outcomes had scores)
+        self.last: dict[str, ScoredBatch | None] = {}
 
     def update(
         self,
@@ -90,11 +92,12 @@ class ScoredViews:
         else:
             track = list(range(k))
         batches: dict[int, ScoredBatch | None] = {}
+        self.last = {}
         for view, entries in views.items():
             key = id(entries)
             if key not in batches:  # the views share one list when nothing was re-predicted
                 batches[key] = self._batch(y_true, entries, labels, k)
-            batch = batches[key]
+            batch = self.last[view] = batches[key]
             if batch is None:
                 # none of the batch's outcomes has scores in this view; its estimators still
                 # track the classes the others named, as they would with the batch cut
