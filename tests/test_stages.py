@@ -481,6 +481,33 @@ def test_an_input_quiet_while_kafka_is_away_is_not_idle():
     assert [s.idle for s in router.sources(9_100.0)] == [True, False]  # 1 was never read
 
 
+@pytest.mark.parametrize("reachable", [True, False])
+def test_the_worker_sends_no_idle_input_while_no_broker_is_up(reachable):
+    """The data path's heartbeat to the join says a partition quiet since before the outage
+    is idle only while a broker is up (the worker's own step, on a stand-in for its Kafka
+    clients)."""
+    from types import SimpleNamespace
+
+    from streameval.app.runner import Pipeline
+
+    router = Router(INPUT_KINDS, 1, idle_ms=100)
+    router.assign([("labels", 0)])
+    router.at_end("labels", 0, 1_000.0)
+    sent = []
+    worker = SimpleNamespace(
+        router=router,
+        _kafka_errors=SimpleNamespace(reachable=reachable),
+        _input_next={},
+        output=SimpleNamespace(produce=lambda topic, value, *a, **k: sent.append(value)),
+        topics=SimpleNamespace(dead_letters="dead", events="events"),
+        telemetry=SimpleNamespace(input=lambda *a: None),
+        stats=SimpleNamespace(event_batches=0),
+    )
+    Pipeline._ingest(worker, [], 9_000.0, True, [])  # a heartbeat, 8 s after the end
+    (batch,) = [decode_events(value) for value in sent]
+    assert [source.idle for source in batch.sources] == [reachable]
+
+
 _EVENTS = st.lists(
     st.tuples(
         st.sampled_from(["instance", "prediction", "prediction", "label"]),
