@@ -512,6 +512,22 @@ def delayed() -> dict[str, Any]:
             ),
             8,
         )
+    lay.add(
+        panel(
+            "timeseries",
+            "Scores while labels are late: Ψ of log-loss and Brier",
+            [
+                target(
+                    f'streameval_delayed_measure{{{SEL}, measure=~"log_loss|brier", stage="psi"}}',
+                    "{{model}} {{measure}} ({{estimator}})",
+                )
+            ],
+            description="Ψ_α of the log-loss and the Brier score over the latency period, early "
+            "probabilities weighing more (lower is better); only for models whose every "
+            "prediction carries scores.",
+        ),
+        WIDTH,
+    )
     binned = panel(
         "bargauge",
         "Accuracy across the latency period now: $model",
