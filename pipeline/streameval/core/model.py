@@ -30,6 +30,7 @@ from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import ConfusionSnapshot, compute_measures
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome, Scores
+from streameval.core.outcome_batches import within
 from streameval.core.probabilistic import DEFAULT_ECE_BINS
 from streameval.core.psi_scores import PsiScores
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
@@ -277,7 +278,7 @@ class ModelEvaluator:
         if len(full) < len(scores):
             at = np.array(full, dtype=np.int64)
             lengths = lengths[at]
-            times = times[np.repeat(starts[at], lengths) + _within(lengths)]
+            times = times[np.repeat(starts[at], lengths) + within(lengths)]
             y_true, t_instance, t_label = y_true[at], t_instance[at], t_label[at]
             scores = [scores[i] for i in full]
         entries = list(chain.from_iterable(scores))
@@ -462,11 +463,5 @@ def _discover(
     per_outcome = encoder.encode(list(chain.from_iterable(rows)))
     truth_at = np.cumsum(sizes) - sizes
     prediction = np.zeros(per_outcome.size, dtype=bool)
-    prediction[np.repeat(truth_at + 1, lengths) + _within(lengths)] = True
+    prediction[np.repeat(truth_at + 1, lengths) + within(lengths)] = True
     return np.concatenate([per_outcome[truth_at], per_outcome[prediction]])
-
-
-def _within(lengths: np.ndarray) -> np.ndarray:
-    """0, 1, …, n−1 for each n of ``lengths``, concatenated."""
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - lengths, lengths)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["persistence", "validate_outcomes"]
+__all__ = ["persistence", "validate_outcomes", "within"]
 
 
 def validate_outcomes(y_true: Any, y_pred: Any, max_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,3 +70,14 @@ def persistence(y_true: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
     previous[1:] = y_true[:-1]
     scored = previous >= 0
     return scored, scored & (previous == y_true)
+
+
+def within(lengths: np.ndarray) -> np.ndarray:
+    """0, 1, …, n−1 for each n of ``lengths``, concatenated: each element's place in its
+    group, for groups of these sizes laid end to end.
+
+    >>> within(np.array([2, 0, 3])).tolist()
+    [0, 1, 0, 1, 2]
+    """
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - lengths, lengths)

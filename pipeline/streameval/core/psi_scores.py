@@ -39,6 +39,7 @@ import numpy as np
 
 from streameval.core.delayed import BIN_RULES, DelayedBatch, bin_predictions, psi_weights
 from streameval.core.forgetting import EstimatorSpec
+from streameval.core.outcome_batches import within
 from streameval.core.paired_mean import PairedMean
 from streameval.core.probabilistic import EPSILON, prediction_losses
 
@@ -96,7 +97,7 @@ def bin_losses(
     # the outcomes predicted more than once, through the class rule's binning applied to the
     # predictions' positions: the grid says which prediction represents each bin
     sub_lengths = lengths[several]
-    rows = np.repeat(starts[several], sub_lengths) + _within(sub_lengths)
+    rows = np.repeat(starts[several], sub_lengths) + within(sub_lengths)
     sub_owner = np.repeat(np.arange(several.size), sub_lengths)
     later = np.ones(rows.size, dtype=bool)
     later[np.cumsum(sub_lengths) - sub_lengths] = False
@@ -160,12 +161,6 @@ def _columns_summed(values: np.ndarray) -> np.ndarray:
     for column in range(1, values.shape[1]):
         total += values[:, column]
     return total
-
-
-def _within(lengths: np.ndarray) -> np.ndarray:
-    """0, 1, …, n−1 for each n of ``lengths``, concatenated."""
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - lengths, lengths)
 
 
 class PsiScores:
