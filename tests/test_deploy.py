@@ -383,7 +383,7 @@ def test_the_significance_line_is_the_comparison_threshold():
 def _default_series() -> list[tuple[str, dict[str, str]]]:
     """Every series of a worker with the default settings that has evaluated, joined, dropped,
     dead-lettered, checkpointed and alarmed: name and labels of each sample."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
     from streameval.app.telemetry import build_info
     from streameval.exporter import Exporter
@@ -408,7 +408,7 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     exporter.set_checkpoint(0.5, 0.01)
     exporter.set_lag("labels", "0", 5)
     exporter.set_build_info(build_info("streameval", "0123456789abcdef"))
-    text = generate_latest(registry).decode()
+    text = exporter.scrape().decode()  # what /metrics serves
     return [(s.name, s.labels) for f in text_string_to_metric_families(text) for s in f.samples]
 
 

@@ -624,3 +624,70 @@ def test_a_model_with_scores_exports_their_measures_and_on_demand_its_calibratio
     }
     assert bins["window_1000", "002", "accuracy"] == 0.93
     assert len(bins) == len(estimators) * 2 * 3
+
+
+# -- /metrics: the records' series rendered once (streameval.exposition) -------------------------
+
+
+def _families(text: str) -> dict[str, str]:
+    """Each family's block of a scrape's text (HELP, TYPE and samples), by name."""
+    blocks = {}
+    for block in text.split("# HELP ")[1:]:
+        blocks[block.split(" ", 1)[0]] = block
+    return blocks
+
+
+def _exporter_of_every_kind(selection):
+    """An exporter holding records of every kind: metrics with scores, per-class values and a
+    class name that needs escaping, comparisons, alarms, counters, latencies."""
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, detectors_of=lambda _: DEFAULT_TYPES, selection=selection)
+    exporter.observe(_replayed())
+    odd = 'say "no" \\ or\nnot'
+    for i, record in enumerate(_latest("challenger")):
+        record = _with_classes(_with_scores(record), 2)
+        estimators = {
+            name: {**values, f"recall[{odd}]": 0.25 * i}
+            for name, values in record.estimators.items()
+        }
+        exporter.observe([msgspec.structs.replace(record, model_id="m-odd", estimators=estimators)])
+    exporter.observe([_alarm("champion")])
+    exporter.observe_outcomes("champion", [1500.0, 90_000.0])
+    exporter.count_dead_letters("not_json")
+    return registry, exporter
+
+
+def test_a_scrape_gives_exactly_the_text_of_the_prometheus_client():
+    """Family by family, byte for byte, what generate_latest writes from the collector."""
+    one_class = Selection(estimators=frozenset({"window:1000"}), classes=1, bins=3)
+    for selection in (Selection(), Selection.everything(), one_class):
+        registry, exporter = _exporter_of_every_kind(selection)
+        expected = _families(generate_latest(registry).decode())
+        scraped = exporter.scrape().decode()
+        assert _families(scraped) == expected
+        assert scraped.count("# HELP ") == len(expected)  # no family twice
+        if selection.classes is None:  # every class: the odd one too, escaped as the format wants
+            assert 'class="say \\"no\\" \\\\ or\\nnot"' in scraped
+
+
+def test_a_scrape_renders_only_the_records_that_changed():
+    registry, exporter = _exporter_of_every_kind(Selection())
+    first = exporter.scrape()
+    text = exporter._text
+    rendered = dict(text._rendered)
+    assert exporter.scrape() == first and text._rendered == rendered
+    # a new record of one model: only its lines are rendered again
+    final = _latest("champion")[1]
+    newer = msgspec.structs.replace(final, n=final.n + 1)
+    exporter.observe([newer])
+    second = exporter.scrape().decode()
+    assert f'streameval_model_outcomes{{model="champion"}} {float(final.n + 1)}' in second
+    changed = [key for key in text._rendered if text._rendered[key] is not rendered.get(key)]
+    assert changed == [("metrics", "champion", "final")]
+    assert _families(second) == _families(generate_latest(registry).decode())
+    # a model this worker no longer owns: its series and its cached lines go
+    exporter.forget_models(["m-odd"])
+    third = exporter.scrape().decode()
+    assert 'model="m-odd"' not in third
+    assert not [key for key in text._rendered if "m-odd" in key]
+    assert _families(third) == _families(generate_latest(registry).decode())

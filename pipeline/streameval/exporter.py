@@ -5,7 +5,9 @@ reference to the latest snapshot per model, view and pair; the custom collector
 (:class:`~streameval.series.SnapshotCollector`) turns those snapshots into series at scrape
 time, so a scrape costs no evaluation and never blocks the stream, and exports only the
 measures, estimators, classes and bins its :class:`~streameval.series.Selection` names (the
-worker's ``export_*`` settings: docs/operations.md, "Cardinality"). Events (alarms, outcomes,
+worker's ``export_*`` settings: docs/operations.md, "Cardinality"). /metrics serves
+:meth:`Exporter.scrape`: the same text, with the records' series rendered once per record by
+:class:`~streameval.exposition.SeriesText`. Events (alarms, outcomes,
 dropped records, dead letters) are counters; the latest alarm of each detector of a model
 leaves where it fired and where its change began in gauges (a fixed set of label values);
 label latency is a histogram per model. Series of models that this worker no longer owns are
@@ -28,8 +30,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
 
+from streameval.exposition import SeriesText
 from streameval.records import Record
 from streameval.series import LATENCY_BUCKETS, Selection, SnapshotCollector, estimator_label
 
@@ -197,12 +207,22 @@ class Exporter:
             "configuration (fingerprint) and internal formats (1 whatever they are).",
             registry=registry,
         )
-        registry.register(
-            SnapshotCollector(self._snapshots, self._latency_snapshot, self.selection)
-        )
+        self._collector = SnapshotCollector(self._snapshots, self._latency_snapshot, self.selection)
+        registry.register(self._collector)
+        self._text = SeriesText(self._collector)
+        self._scrape_lock = threading.Lock()
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
         self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
         self._store: dict[int, tuple[int, ...]] = {}  # per process: bytes, hits, reads, debt
+
+    def scrape(self) -> bytes:
+        """The registry's series in the text format, as ``generate_latest(registry)`` gives
+        them, the records' series from :class:`~streameval.exposition.SeriesText`: each record
+        rendered once, the text kept until a record changes. What /metrics serves."""
+        with self._scrape_lock:  # one scrape at a time renders; the next gets its cache
+            with self._collector.skipping_records():
+                head = generate_latest(self.registry)
+            return head + self._text.render().encode()
 
     def _child(self, metric, *values: str):
         self._children.setdefault(metric._name, set()).add(values)

@@ -10,12 +10,15 @@ to about 140 series (docs/operations.md, "Cardinality"). The worker builds it fr
 
 :class:`SnapshotCollector` reads the exporter's latest records at scrape time and yields the
 selected series; the selection is resolved once, so a scrape looks up what it exports rather
-than walking every number it does not.
+than walking every number it does not. Its walk of one record (:meth:`SnapshotCollector.
+record_series`) also feeds :class:`~streameval.exposition.SeriesText`, which renders each
+record's series once as text for /metrics.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +42,10 @@ __all__ = [
     "DEFAULT_MEASURES",
     "DELAYED_MEASURES",
     "EXPORTABLE_MEASURES",
+    "FAMILIES",
     "LATENCY_BUCKETS",
     "Selection",
+    "Series",
     "SnapshotCollector",
     "bin_label",
     "estimator_label",
@@ -247,6 +252,75 @@ def _first_classes(values: Iterable[dict[str, Any]], count: int | None) -> list[
     return list(found)
 
 
+#: One series: the key of its family in :data:`FAMILIES`, its label values, its value
+Series = tuple[str, tuple[str, ...], float]
+
+#: The families of the records' series, in the order a scrape gives them: key, then name, help
+#: and label names
+FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "measure": (
+        "streameval_measure",
+        "Latest value of a measure of a model (NaN: undefined).",
+        ("model", "view", "estimator", "measure"),
+    ),
+    "n": (
+        "streameval_estimate_outcomes",
+        "Outcomes an estimate covers (n): every outcome for cumulative and fading, at most W "
+        "for window_W.",
+        ("model", "view", "estimator"),
+    ),
+    "n_effective": (
+        "streameval_estimate_effective_outcomes",
+        "Sum of the weights of the outcomes an estimate covers (n_effective: N_a under fading, "
+        "n otherwise).",
+        ("model", "view", "estimator"),
+    ),
+    "per_class": (
+        "streameval_class_measure",
+        "Latest per-class precision, recall or F1 of a model.",
+        ("model", "view", "estimator", "measure", "class"),
+    ),
+    "reliability": (
+        "streameval_reliability",
+        "Calibration of a model's scores per confidence bin (bins are zero-padded, 001 the "
+        "least confident): the mean confidence, the accuracy and the share of the weight.",
+        ("model", "view", "estimator", "bin", "quantity"),
+    ),
+    "delayed": (
+        "streameval_delayed_measure",
+        "Delayed-label measures: initial, final and prioritised (psi) performance.",
+        ("model", "estimator", "measure", "stage"),
+    ),
+    "binned": (
+        "streameval_binned_accuracy",
+        "Accuracy of the predictions in force in each bin of the latency period (bins are "
+        "zero-padded, 001 first, so that they sort in order).",
+        ("model", "estimator", "bin"),
+    ),
+    "outcomes": (
+        "streameval_model_outcomes",
+        "Outcomes evaluated for a model.",
+        ("model",),
+    ),
+    "latency": (
+        "streameval_label_latency_mean_seconds",
+        "Mean time from instance to label of the evaluated outcomes.",
+        ("model",),
+    ),
+    "comparison": (
+        "streameval_comparison",
+        "Q statistic, signed McNemar and significance (0 or 1) of model_a vs model_b.",
+        ("pair", "model_a", "model_b", "estimator", "statistic"),
+    ),
+    "disagreements": (
+        "streameval_comparison_disagreements",
+        "Paired instances only one model got wrong (only_wrong=model_a: n01, model_b: n10), "
+        "weighted as the estimator weighs them.",
+        ("pair", "model_a", "model_b", "estimator", "only_wrong"),
+    ),
+}
+
+
 class _View:
     """A view's selection, resolved: the names a scrape looks up in each estimate."""
 
@@ -287,6 +361,7 @@ class SnapshotCollector(Collector):
         self._psi_scores = tuple(m for m in PSI_SCORES if final is None or m in final)
         self._bins = "accuracy" in self._delayed and selection.bins != 0
         self._spread: dict[int, list[tuple[int, str]]] = {}
+        self._skip = threading.local()
 
     def describe(self) -> Iterable[Any]:
         return []  # unchecked collector: its series come and go with the models
@@ -300,130 +375,26 @@ class SnapshotCollector(Collector):
             self._spread[bins] = labels
         return labels
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        metrics, comparisons = self._snapshots()
-        selection = self.selection
-        measure = GaugeMetricFamily(
-            "streameval_measure",
-            "Latest value of a measure of a model (NaN: undefined).",
-            labels=["model", "view", "estimator", "measure"],
-        )
-        counts = {
-            "n": GaugeMetricFamily(
-                "streameval_estimate_outcomes",
-                "Outcomes an estimate covers (n): every outcome for cumulative and fading, at "
-                "most W for window_W.",
-                labels=["model", "view", "estimator"],
-            ),
-            "n_effective": GaugeMetricFamily(
-                "streameval_estimate_effective_outcomes",
-                "Sum of the weights of the outcomes an estimate covers (n_effective: N_a under "
-                "fading, n otherwise).",
-                labels=["model", "view", "estimator"],
-            ),
-        }
-        per_class = GaugeMetricFamily(
-            "streameval_class_measure",
-            "Latest per-class precision, recall or F1 of a model.",
-            labels=["model", "view", "estimator", "measure", "class"],
-        )
-        reliability = GaugeMetricFamily(
-            "streameval_reliability",
-            "Calibration of a model's scores per confidence bin (bins are zero-padded, 001 the "
-            "least confident): the mean confidence, the accuracy and the share of the weight.",
-            labels=["model", "view", "estimator", "bin", "quantity"],
-        )
-        delayed = GaugeMetricFamily(
-            "streameval_delayed_measure",
-            "Delayed-label measures: initial, final and prioritised (psi) performance.",
-            labels=["model", "estimator", "measure", "stage"],
-        )
-        binned = GaugeMetricFamily(
-            "streameval_binned_accuracy",
-            "Accuracy of the predictions in force in each bin of the latency period (bins are "
-            "zero-padded, 001 first, so that they sort in order).",
-            labels=["model", "estimator", "bin"],
-        )
-        outcomes = GaugeMetricFamily(
-            "streameval_model_outcomes", "Outcomes evaluated for a model.", labels=["model"]
-        )
-        latency = GaugeMetricFamily(
-            "streameval_label_latency_mean_seconds",
-            "Mean time from instance to label of the evaluated outcomes.",
-            labels=["model"],
-        )
-        comparison = GaugeMetricFamily(
-            "streameval_comparison",
-            "Q statistic, signed McNemar and significance (0 or 1) of model_a vs model_b.",
-            labels=["pair", "model_a", "model_b", "estimator", "statistic"],
-        )
-        disagreements = GaugeMetricFamily(
-            "streameval_comparison_disagreements",
-            "Paired instances only one model got wrong (only_wrong=model_a: n01, model_b: n10), "
-            "weighted as the estimator weighs them.",
-            labels=["pair", "model_a", "model_b", "estimator", "only_wrong"],
-        )
-        for (model, view), record in metrics.items():
-            chosen = self._views[view]
-            estimates = [
-                (estimator_label(name), values)
-                for name, values in record.estimators.items()
-                if selection.wants_estimator(name)
-            ]
-            classes: list[str] = []
-            if chosen.per_class and selection.classes != 0:
-                classes = _first_classes((v for _, v in estimates), selection.classes)
-            for est, values in estimates:
-                get = values.get
-                for name in chosen.scalars:
-                    value = get(name, _ABSENT)
-                    if value is not _ABSENT:
-                        measure.add_metric([model, view, est, name], _value(value))
-                for name in chosen.counts:
-                    counts[name].add_metric([model, view, est], _value(get(name)))
-                bins = get("reliability") if chosen.reliability else None
-                if bins is not None:
-                    for quantity, values_of_bins in bins.items():
-                        size = len(values_of_bins)
-                        for i, value in enumerate(values_of_bins):
-                            labels = [model, view, est, bin_label(i, size), quantity]
-                            reliability.add_metric(labels, _value(value))
-                for cls in classes:
-                    for name in chosen.per_class:
-                        value = get(f"{name}[{cls}]", _ABSENT)
-                        if value is not _ABSENT:
-                            per_class.add_metric([model, view, est, name, cls], _value(value))
-            if view != "final":
-                continue
-            outcomes.add_metric([model], float(record.n))
-            latency.add_metric([model], _value(record.latency_ms.mean) / 1000.0)
-            for estimator, block in record.delayed.items():
-                if not selection.wants_estimator(estimator):
-                    continue
-                est = estimator_label(estimator)
-                for name in self._delayed:
-                    for stage in ("initial", "final"):
-                        delayed.add_metric(
-                            [model, est, name, stage], _value(block[f"{name}_{stage}"])
-                        )
-                    delayed.add_metric([model, est, name, "psi"], _value(block[f"psi_{name}"]))
-                for name in self._psi_scores:  # when every prediction of an outcome had scores
-                    value = block.get(f"psi_{name}", _ABSENT)
-                    if value is not _ABSENT:
-                        delayed.add_metric([model, est, name, "psi"], _value(value))
-                if self._bins:
-                    accuracy = block["binned_accuracy"]
-                    for i, label in self._bin_labels(len(accuracy)):
-                        binned.add_metric([model, est, label], _value(accuracy[i]))
-        for pair, record in comparisons.items():
-            for estimator, values in record.estimators.items():
-                if not selection.wants_estimator(estimator):
-                    continue
-                labels = [pair, record.model_a, record.model_b, estimator_label(estimator)]
-                for name in ("q_statistic", "mcnemar", "significant"):
-                    comparison.add_metric([*labels, name], _value(getattr(values, name)))
-                disagreements.add_metric([*labels, "model_a"], _value(values.n01))
-                disagreements.add_metric([*labels, "model_b"], _value(values.n10))
+    def skipping_records(self) -> _Skip:
+        """While inside this (in this thread), :meth:`collect` yields only the label-latency
+        histogram: for :class:`~streameval.exposition.SeriesText`, which renders the records'
+        series itself."""
+        return _Skip(self._skip)
+
+    def collect(self) -> Iterator[Any]:
+        if not getattr(self._skip, "on", False):
+            metrics, comparisons = self._snapshots()
+            families = {
+                key: GaugeMetricFamily(name, help_text, labels=list(labels))
+                for key, (name, help_text, labels) in FAMILIES.items()
+            }
+            for (model, view), record in metrics.items():
+                for key, labels, value in self.record_series(model, view, record):
+                    families[key].add_metric(labels, value)
+            for pair, record in comparisons.items():
+                for key, labels, value in self.comparison_series(pair, record):
+                    families[key].add_metric(labels, value)
+            yield from families.values()
         histogram = HistogramMetricFamily(
             "streameval_label_latency_seconds", "Time from instance to label.", labels=["model"]
         )
@@ -434,8 +405,82 @@ class SnapshotCollector(Collector):
                 for b, c in zip(LATENCY_BUCKETS, cumulative, strict=True)
             ]
             histogram.add_metric([model], buckets, total)
-        yield measure
-        yield from counts.values()
-        yield from (per_class, reliability, delayed, binned, outcomes, latency)
-        yield from (comparison, disagreements)
         yield histogram
+
+    def record_series(self, model: str, view: str, record: Any) -> Iterator[Series]:
+        """The selected series of one metrics record: (family key of :data:`FAMILIES`, label
+        values, value)."""
+        selection = self.selection
+        chosen = self._views[view]
+        estimates = [
+            (estimator_label(name), values)
+            for name, values in record.estimators.items()
+            if selection.wants_estimator(name)
+        ]
+        classes: list[str] = []
+        if chosen.per_class and selection.classes != 0:
+            classes = _first_classes((v for _, v in estimates), selection.classes)
+        for est, values in estimates:
+            get = values.get
+            for name in chosen.scalars:
+                value = get(name, _ABSENT)
+                if value is not _ABSENT:
+                    yield "measure", (model, view, est, name), _value(value)
+            for name in chosen.counts:
+                yield name, (model, view, est), _value(get(name))
+            bins = get("reliability") if chosen.reliability else None
+            if bins is not None:
+                for quantity, values_of_bins in bins.items():
+                    size = len(values_of_bins)
+                    for i, value in enumerate(values_of_bins):
+                        labels = (model, view, est, bin_label(i, size), quantity)
+                        yield "reliability", labels, _value(value)
+            for cls in classes:
+                for name in chosen.per_class:
+                    value = get(f"{name}[{cls}]", _ABSENT)
+                    if value is not _ABSENT:
+                        yield "per_class", (model, view, est, name, cls), _value(value)
+        if view != "final":
+            return
+        yield "outcomes", (model,), float(record.n)
+        yield "latency", (model,), _value(record.latency_ms.mean) / 1000.0
+        for estimator, block in record.delayed.items():
+            if not selection.wants_estimator(estimator):
+                continue
+            est = estimator_label(estimator)
+            for name in self._delayed:
+                for stage in ("initial", "final"):
+                    yield "delayed", (model, est, name, stage), _value(block[f"{name}_{stage}"])
+                yield "delayed", (model, est, name, "psi"), _value(block[f"psi_{name}"])
+            for name in self._psi_scores:  # when every prediction of an outcome had scores
+                value = block.get(f"psi_{name}", _ABSENT)
+                if value is not _ABSENT:
+                    yield "delayed", (model, est, name, "psi"), _value(value)
+            if self._bins:
+                accuracy = block["binned_accuracy"]
+                for i, label in self._bin_labels(len(accuracy)):
+                    yield "binned", (model, est, label), _value(accuracy[i])
+
+    def comparison_series(self, pair: str, record: Any) -> Iterator[Series]:
+        """The selected series of one comparison record, as :meth:`record_series`."""
+        for estimator, values in record.estimators.items():
+            if not self.selection.wants_estimator(estimator):
+                continue
+            labels = (pair, record.model_a, record.model_b, estimator_label(estimator))
+            for name in ("q_statistic", "mcnemar", "significant"):
+                yield "comparison", (*labels, name), _value(getattr(values, name))
+            yield "disagreements", (*labels, "model_a"), _value(values.n01)
+            yield "disagreements", (*labels, "model_b"), _value(values.n10)
+
+
+class _Skip:
+    """The context of :meth:`SnapshotCollector.skipping_records`."""
+
+    def __init__(self, flag: threading.local) -> None:
+        self._flag = flag
+
+    def __enter__(self) -> None:
+        self._flag.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._flag.on = False

@@ -29,7 +29,6 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     ProcessCollector,
-    generate_latest,
 )
 
 from streameval.clients import client_config
@@ -152,7 +151,7 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        body = generate_latest(registry)
+        body = exporter.scrape()
         return web.bytes(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def ready() -> Any:
