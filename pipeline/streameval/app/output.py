@@ -37,7 +37,8 @@ class NoAnswer(RuntimeError):
 
 
 class KafkaRefused(RuntimeError):
-    """The cluster answers but will not let the worker in: its settings must change."""
+    """The cluster answers but the worker cannot use it as it is: the worker's settings, or the
+    cluster's topics, must change (the message says which)."""
 
 
 class KafkaErrors:
@@ -123,7 +124,8 @@ def connect(
     """Wait for the cluster, create the topics it lacks, return every topic's partition count
     ({} when stopped while waiting). Raises :class:`KafkaRefused` when the cluster answers
     but will not let the worker in (credentials, TLS, or a plaintext client at a TLS or SASL
-    listener): waiting would not change that."""
+    listener), or its topics do not fit (a changelog with fewer partitions than its stage):
+    waiting would not change that."""
     from confluent_kafka.admin import AdminClient
 
     closing = _Closing(client.get("logger"))  # type: ignore[arg-type]
@@ -169,18 +171,41 @@ def connect(
     if missing:
         report = create_topics(admin, missing)
         log.info("created topics: %s", ", ".join(report.created) or "none")
-        metadata = admin.list_topics(timeout=10)
+        metadata = _listing(admin, [s.name for s in missing], stopping)
     counts = {name: len(t.partitions) for name, t in metadata.topics.items()}
     for changelog, stage in (
         (topics.join_changelog, topics.events),
         (topics.eval_changelog, topics.outcomes),
     ):
         if counts[changelog] < counts[stage]:
-            raise RuntimeError(
+            raise KafkaRefused(
                 f"topic {changelog!r} has {counts[changelog]} partitions but {stage!r} has "
                 f"{counts[stage]}: it needs at least as many (one per stage partition)"
             )
     return counts
+
+
+#: How long a worker waits for topics it created to show in the cluster's metadata
+CREATED_TOPICS_WAIT_S = 30.0
+
+
+def _listing(admin: Any, created: list[str], stopping: threading.Event) -> Any:
+    """The cluster's metadata once it lists the topics just created. A broker answers
+    CreateTopics before every broker's metadata cache has them (seen on a single KRaft broker:
+    the metadata right after creation lacked a changelog topic), so list until they show."""
+    deadline = time.monotonic() + CREATED_TOPICS_WAIT_S
+    while True:
+        metadata = admin.list_topics(timeout=10)
+        absent = [name for name in created if name not in metadata.topics]
+        if not absent:
+            return metadata
+        if time.monotonic() >= deadline or stopping.is_set():
+            raise KafkaRefused(
+                f"Kafka created the topics {', '.join(absent)} but has not listed them after "
+                f"{CREATED_TOPICS_WAIT_S:.0f} s; check the brokers' logs, then start the worker "
+                "again (it creates only what is missing)"
+            )
+        stopping.wait(0.2)
 
 
 def consumer_config(
