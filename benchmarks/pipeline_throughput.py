@@ -1,28 +1,40 @@
 """End-to-end throughput, memory and latency of the streaming worker on a real broker, side by
-side with the raw consume ceiling and a naive per-event Faust + River pipeline.
+side with the raw consume ceiling and the pipeline a user would write without streameval.
 
     .venv/bin/python benchmarks/pipeline_throughput.py            # 1M events, every phase
-    .venv/bin/python benchmarks/pipeline_throughput.py --events 200000 --skip latency
+    .venv/bin/python benchmarks/pipeline_throughput.py --events 200000 --rounds 1 --skip latency
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-scores 3   # scores' cost
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-guarantees 3  # exactly-once's
 
-Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`):
+Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`);
+phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
 
-1. **worker**: N input events (instances, one prediction from each of 3 models, labels) are
-   produced to fresh topics, then one worker is started; sustained events/s = N / (broker
+1. **worker**, one data-path process and one per core (``--processes``): N input events
+   (instances, one prediction from each of 3 models, labels) are produced to fresh topics (the
+   same events for each), then one worker is started; sustained events/s = N / (broker
    timestamp of the last metrics record − broker timestamp of the first event batch carrying
    input events that the worker wrote), i.e. first input read to last metrics record.
 2. **raw**: a confluent-kafka consumer that only decodes the same topics (``BatchDecoder``,
    ``fetch.queue.backoff.ms=10``): the ceiling for any consumer in Python.
-3. **faust**: a Faust app with one agent over the three topics, one event per message, doing
-   the same join with a dict and evaluating with River (cumulative and rolling accuracy, κ, F1
-   and Page-Hinkley per model) — the naive design. Run for ``--faust-seconds``.
-4. **memory**: a fresh worker with the in-memory store (``store = "memory"``) reads K instances
+3. **naive loop**, the main peer: what a user would write first, in one process — a
+   confluent-kafka consumer over the same topics, ``orjson.loads`` per message, a dict join that
+   takes predictions and labels in either order, and River metrics (cumulative and rolling
+   accuracy and κ, F1, Page-Hinkley) per model updated per outcome (:data:`NAIVE_JOIN`); timed
+   from its first message to its last outcome, until it has evaluated as many outcomes as
+   the worker.
+4. **faust**: the same join and evaluation in a Faust agent, one event per message, for
+   ``--faust-seconds`` (first round only).
+5. **memory**: a fresh worker with the in-memory store (``store = "memory"``) reads K instances
    with 3 predictions each and no labels; resident memory per pending instance = ΔRSS / K (RSS
    from the worker's own /metrics). The disk store's figures: ``benchmarks/pending_scale.py``.
-5. **latency**: a producer at half the measured sustained rate with live timestamps, label
-   grace 0; for every metrics record, the delay from the label time of the previous record of
-   that model (an upper bound on any label's wait) to the record's broker timestamp; p50/p99.
+6. **latency**, ``--rounds`` runs: a producer at half the measured sustained rate (the worker on
+   all cores, median) with live timestamps, label grace 0; for every final metrics record, the
+   delay from the label time of the previous record of that model (an upper bound on any
+   label's wait) to the record's broker timestamp; p50/p99 of each run, from at least 300
+   records at the default ``--latency-seconds``.
+
+Every pipeline prints how many outcomes it evaluated; one that evaluated fewer than the worker
+is said to, and no ratio is drawn from it.
 """
 
 from __future__ import annotations
@@ -302,45 +314,122 @@ def phase_raw(boot: str, prefix: str, events: int) -> dict:
     return {"events": got, "seconds": seconds, "rate": got / seconds}
 
 
-# -- phase 3 ----------------------------------------------------------------------------------
-FAUST_APP = """
-import os, time, orjson, faust
+# -- phases 3 and 4: what a user would write without streameval ---------------------------------
+#: The join and evaluation both naive pipelines run, per event: a dict of pending instances
+#: that takes predictions and labels in either order (a label that comes first waits for the
+#: predictions; a prediction that comes after its label is evaluated at once), and River's
+#: Accuracy, CohenKappa, F1 (cumulative), Rolling Accuracy and CohenKappa (1000) and
+#: Page-Hinkley per model, updated per outcome.
+NAIVE_JOIN = """
+import orjson
 from river import drift, metrics, utils
+
+pending = {}  # instance id -> [label or None, {model: predicted label}]
+evaluators = {}
+counts = {"events": 0, "outcomes": 0}
+
+
+def evaluator():
+    return ([metrics.Accuracy(), metrics.CohenKappa(), metrics.F1(pos_val="yes"),
+             utils.Rolling(metrics.Accuracy(), 1000), utils.Rolling(metrics.CohenKappa(), 1000)],
+            drift.PageHinkley())
+
+
+def evaluate(model, y, y_pred):
+    scores, detector = evaluators.get(model) or evaluators.setdefault(model, evaluator())
+    for m in scores:
+        m.update(y, y_pred)
+    detector.update(float(y != y_pred))
+    counts["outcomes"] += 1
+
+
+def on_event(value):
+    counts["events"] += 1
+    event = orjson.loads(value)
+    kind, iid = event.get("type"), event.get("instance_id")
+    if kind == "prediction":
+        entry = pending.get(iid)
+        if entry is None:
+            pending[iid] = [None, {event["model_id"]: event["label"]}]
+        elif entry[0] is None:
+            entry[1][event["model_id"]] = event["label"]
+        else:
+            evaluate(event["model_id"], entry[0], event["label"])
+    elif kind == "label":
+        entry = pending.get(iid)
+        if entry is None:
+            pending[iid] = [event["label"], {}]
+        else:
+            entry[0] = event["label"]
+            for model, y_pred in entry[1].items():
+                evaluate(model, event["label"], y_pred)
+            entry[1] = {}
+"""
+
+#: The loop a user would write first: one confluent-kafka consumer, orjson per message.
+LOOP_APP = (
+    NAIVE_JOIN
+    + """
+import os, sys, time
+from confluent_kafka import Consumer
+
+PREFIX, WANT, LIMIT = os.environ["PREFIX"], int(os.environ["WANT"]), float(os.environ["LIMIT"])
+consumer = Consumer({"bootstrap.servers": os.environ["BOOT"], "group.id": "loop-" + PREFIX,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+consumer.subscribe([PREFIX + t for t in ("instances", "predictions", "labels")])
+start = None
+while counts["outcomes"] < WANT and (start is None or time.perf_counter() - start < LIMIT):
+    for message in consumer.consume(1000, 1.0):
+        if message.error():
+            continue
+        if start is None:
+            start = time.perf_counter()
+        on_event(message.value())
+elapsed = time.perf_counter() - start
+print(f"DONE {counts['events']} {counts['outcomes']} {elapsed}", flush=True)
+consumer.close()
+"""
+)
+
+FAUST_APP = (
+    NAIVE_JOIN
+    + """
+import os, time, faust
 
 PREFIX = os.environ["PREFIX"]
 app = faust.App("naive-" + PREFIX, broker="kafka://" + os.environ["BOOT"], value_serializer="raw",
                 web_enabled=False, consumer_auto_offset_reset="earliest", topic_disable_leader=True)
 topic = app.topic(PREFIX + "instances", PREFIX + "predictions", PREFIX + "labels")
-pending = {}
-models = {}
-state = {"n": 0, "start": None}
-
-def evaluator():
-    return {"acc": metrics.Accuracy(), "kappa": metrics.CohenKappa(),
-            "f1": metrics.F1(pos_val="yes"), "racc": utils.Rolling(metrics.Accuracy(), 1000),
-            "rkappa": utils.Rolling(metrics.CohenKappa(), 1000), "ph": drift.PageHinkley()}
+state = {"start": None}
 
 @app.agent(topic)
 async def naive(stream):
     async for value in stream:
         if state["start"] is None:
             state["start"] = time.perf_counter()
-        event = orjson.loads(value)
-        kind = event.get("type")
-        iid = event.get("instance_id")
-        if kind == "prediction" and "ts" in event:
-            pending.setdefault(iid, {}).setdefault("p", {})[event["model_id"]] = event["label"]
-        elif kind == "label" and "ts" in event:
-            for model, y_pred in pending.pop(iid, {}).get("p", {}).items():
-                ev = models.get(model) or models.setdefault(model, evaluator())
-                y = event["label"]
-                for name in ("acc", "kappa", "f1", "racc", "rkappa"):
-                    ev[name].update(y, y_pred)
-                ev["ph"].update(float(y != y_pred))
-        state["n"] += 1
-        if state["n"] % 5000 == 0:
-            print(f"PROGRESS {state['n']} {time.perf_counter() - state['start']}", flush=True)
+        on_event(value)
+        if counts["events"] % 5000 == 0:
+            print(f"PROGRESS {counts['events']} {counts['outcomes']} "
+                  f"{time.perf_counter() - state['start']}", flush=True)
 """
+)
+
+
+def phase_loop(boot: str, prefix: str, outcomes: int, tmp: Path, limit: float = 600.0) -> dict:
+    """The obvious loop, in a process of its own, until it has evaluated ``outcomes`` (the
+    worker's count) or ``limit`` seconds passed since its first message."""
+    script = tmp / "naive_loop.py"
+    script.write_text(LOOP_APP)
+    env = {**os.environ, "PREFIX": prefix, "BOOT": boot, "WANT": str(outcomes),
+           "LIMIT": str(limit)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=limit + 120
+    )
+    found = re.search(r"DONE (\d+) (\d+) (\S+)", done.stdout)
+    if found is None:
+        raise SystemExit(f"the naive loop failed:\n{done.stdout}{done.stderr}")
+    events, evaluated, seconds = int(found[1]), int(found[2]), float(found[3])
+    return {"events": events, "outcomes": evaluated, "seconds": seconds, "rate": events / seconds}
 
 
 def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
@@ -370,10 +459,10 @@ def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
     try:
         while time.monotonic() < deadline:
             time.sleep(2)
-            lines = re.findall(r"PROGRESS (\d+) (\S+)", log.read_text(errors="replace"))
+            lines = re.findall(r"PROGRESS (\d+) (\d+) (\S+)", log.read_text(errors="replace"))
             if lines:
-                best = (int(lines[-1][0]), float(lines[-1][1]))
-                if best[1] >= seconds:
+                best = (int(lines[-1][0]), int(lines[-1][1]), float(lines[-1][2]))
+                if best[2] >= seconds:
                     break
     finally:
         process.send_signal(signal.SIGTERM)
@@ -383,10 +472,10 @@ def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
             process.kill()
     if best is None:
         raise SystemExit(f"the Faust pipeline processed nothing; see {log}")
-    return {"events": best[0], "seconds": best[1], "rate": best[0] / best[1]}
+    return {"events": best[0], "outcomes": best[1], "seconds": best[2], "rate": best[0] / best[2]}
 
 
-# -- phase 4 ----------------------------------------------------------------------------------
+# -- phase 5 ----------------------------------------------------------------------------------
 def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
     stream = ScriptedStream(
         instances=pending, models=MODELS, max_repredictions=0, unlabelled=1.0, interval_ms=1, seed=4
@@ -427,7 +516,7 @@ def phase_memory(boot: str, pending: int, tmp: Path) -> dict:
     return {"pending": held, "base_rss": base, "rss": rss, "per_instance": (rss - base) / held}
 
 
-# -- live traffic (phase 5, and benchmarks/soak.py) ---------------------------------------------
+# -- live traffic (phase 6, and benchmarks/soak.py) ---------------------------------------------
 class LiveTraffic:
     """A load generator with live timestamps: per instance, the instance record, a prediction
     from each of :data:`MODELS` (80 % right) and its label, ``label_delays(rng, n)`` (n delays
@@ -490,7 +579,7 @@ class LiveTraffic:
         return self.sent
 
 
-# -- phase 5 ----------------------------------------------------------------------------------
+# -- phase 6 ----------------------------------------------------------------------------------
 def phase_latency(
     boot: str,
     rate: float,
@@ -548,21 +637,29 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="workers (phase 1)")
     parser.add_argument(
         "--processes", type=int, default=os.cpu_count() or 1,
-        help="data-path processes per worker (phases 1 and 5; default: one per core)",
+        help="data-path processes of the worker on all cores (phase 1; default: one per core)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=int, default=3,
+        help="rounds of the throughput phases (1-3) and of the latency phase (6)",
     )  # fmt: skip
     parser.add_argument("--faust-seconds", type=float, default=30.0)
     parser.add_argument("--pending", type=int, default=200_000)
-    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--latency-seconds", type=float, default=110.0,
+        help="length of a latency run (110 s gives about 330 final metrics records)",
+    )  # fmt: skip
     parser.add_argument(
         "--latency-rate", type=float, default=None,
         help="input events/s of the latency phase (default: half the sustained rate)",
     )  # fmt: skip
     parser.add_argument(
-        "--skip", action="append", default=[], choices=["raw", "faust", "memory", "latency"]
-    )
+        "--skip", action="append", default=[],
+        choices=["one", "raw", "loop", "faust", "memory", "latency"],
+    )  # fmt: skip
     parser.add_argument(
         "--compare-guarantees", type=int, default=0, metavar="ROUNDS",
-        help="only phases 1 and 5, alternating processing_guarantee exactly_once and "
+        help="only phases 1 and 6, alternating processing_guarantee exactly_once and "
         "at_least_once, ROUNDS times each (latency: --latency-seconds, at --latency-rate or "
         "half the at-least-once median; --skip latency: phase 1 only)",
     )  # fmt: skip
@@ -580,30 +677,33 @@ def main() -> None:
     if args.compare_guarantees:
         compare_guarantees(boot, args, tmp)
         return
-    print(f"broker {boot}; logs in {tmp}; {args.workers} worker(s) of {args.processes} "
-          f"data-path process(es)", flush=True)  # fmt: skip
-    worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers, args.processes)
-    print(
-        f"worker      {worker['rate']:>12,.0f} events/s  ({worker['events']:,} events, "
-        f"first input to last metrics record {worker['seconds']:.1f} s, "
-        f"peak RSS {worker['peak_rss'] / 2**20:.0f} MiB)",
-        flush=True,
-    )
-    if "raw" not in args.skip:
-        raw = phase_raw(boot, worker["prefix"], worker["events"])
-        print(
-            f"raw ceiling {raw['rate']:>12,.0f} events/s  (decode only)   "
-            f"worker / raw = {worker['rate'] / raw['rate']:.0%}",
-            flush=True,
-        )
-    if "faust" not in args.skip:
-        naive = phase_faust(boot, worker["prefix"], args.faust_seconds, tmp)
-        print(
-            f"naive Faust {naive['rate']:>12,.0f} events/s  ({naive['events']:,} events in "
-            f"{naive['seconds']:.0f} s)   worker / naive = "
-            f"{worker['rate'] / naive['rate']:.1f}x",
-            flush=True,
-        )
+    print(f"broker {boot}; logs in {tmp}; {args.events:,} events a run, {args.rounds} rounds",
+          flush=True)  # fmt: skip
+    runs: dict[str, list[dict]] = {}
+
+    def report(name: str, run: dict, note: str = "") -> None:
+        runs.setdefault(name, []).append(run)
+        outcomes = f"{run['outcomes']:,} outcomes" if "outcomes" in run else "decode only"
+        print(f"  {name:<22} {run['rate']:>10,.0f} events/s  ({run['events']:,} events, "
+              f"{outcomes}, {run['seconds']:.1f} s{note})", flush=True)  # fmt: skip
+
+    pipelines = [("worker, all cores", args.processes)]
+    if "one" not in args.skip and args.processes != 1:
+        pipelines.insert(0, ("worker, 1 process", 1))
+    for round_ in range(args.rounds):
+        print(f"round {round_ + 1}", flush=True)
+        for name, processes in pipelines:
+            worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers, processes)
+            report(name, worker, f", peak RSS {worker['peak_rss'] / 2**20:.0f} MiB, "
+                   f"{processes} data-path process(es)")  # fmt: skip
+        if "raw" not in args.skip:
+            report("raw consume+decode", phase_raw(boot, worker["prefix"], worker["events"]))
+        if "loop" not in args.skip:
+            report("naive loop", phase_loop(boot, worker["prefix"], worker["outcomes"], tmp))
+        if "faust" not in args.skip and round_ == 0:
+            naive = phase_faust(boot, worker["prefix"], args.faust_seconds, tmp)
+            report("naive Faust agent", naive, f" of at most {args.faust_seconds:.0f} s")
+    summarize(runs, args.processes)
     if "memory" not in args.skip:
         memory = phase_memory(boot, args.pending, tmp)
         print(
@@ -613,14 +713,53 @@ def main() -> None:
             flush=True,
         )
     if "latency" not in args.skip:
-        rate = args.latency_rate or worker["rate"] / 2
-        latency = phase_latency(boot, rate, args.latency_seconds, tmp, args.processes)
-        print(
-            f"latency     p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
-            f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s "
-            f"({latency['records']} records; target p99 <= publish_interval + 1 s = 2 s)",
-            flush=True,
-        )
+        rate = args.latency_rate or _spread([r["rate"] for r in runs["worker, all cores"]])[1] / 2
+        p99s = []
+        for _ in range(args.rounds):
+            latency = phase_latency(boot, rate, args.latency_seconds, tmp, args.processes)
+            p99s.append(latency["p99"])
+            short = "" if latency["records"] >= 300 else " (FEWER than 300: --latency-seconds)"
+            print(
+                f"  latency p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
+                f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s over "
+                f"{latency['records']} records{short}",
+                flush=True,
+            )
+        low, median, high = _spread(p99s)
+        verdict = "met in every run" if high <= 2.0 else "MISSED in some run"
+        print(f"label-to-metric p99 {low:.2f} / {median:.2f} / {high:.2f} s (min / median / max; "
+              f"target <= publish_interval + 1 s = 2 s: {verdict})", flush=True)  # fmt: skip
+
+
+def summarize(runs: dict[str, list[dict]], processes: int) -> None:
+    """min / median / max of each pipeline, its outcomes, and the ratios of the targets."""
+    print("pipeline                    events/s: min / median / max   outcomes evaluated")
+    medians = {}
+    worker_outcomes = runs["worker, all cores"][0]["outcomes"]
+    for name, found in runs.items():
+        low, median, high = _spread([r["rate"] for r in found])
+        medians[name] = median
+        outcomes = {r.get("outcomes") for r in found}
+        if None in outcomes:
+            said = "none (decode only)"
+        else:
+            said = ", ".join(f"{o:,}" for o in sorted(outcomes))
+            if min(outcomes) < worker_outcomes:
+                said += f" — FEWER than the worker's {worker_outcomes:,}: not a comparison"
+        print(f"{name:<24} {low:>10,.0f} / {median:>10,.0f} / {high:>10,.0f}   {said}")
+    loop_ok = "naive loop" in runs and min(r["outcomes"] for r in runs["naive loop"]) >= (
+        worker_outcomes
+    )
+    if "worker, 1 process" in medians and loop_ok:
+        ratio = medians["worker, 1 process"] / medians["naive loop"]
+        print(f"worker (1 process) / naive loop, medians: {ratio:.2f}x (target >= 3x)")
+    if loop_ok:
+        ratio = medians["worker, all cores"] / medians["naive loop"]
+        print(f"worker ({processes} processes) / naive loop, medians: {ratio:.2f}x")
+    if "raw consume+decode" in medians:
+        ratio = medians["worker, all cores"] / medians["raw consume+decode"]
+        print(f"worker ({processes} processes) / raw consume+decode, medians: {ratio:.0%} "
+              "(target >= 50 %)", flush=True)  # fmt: skip
 
 
 def compare_scores(boot: str, args: argparse.Namespace, tmp: Path) -> None:
@@ -652,7 +791,7 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
 
 def compare_guarantees(boot: str, args: argparse.Namespace, tmp: Path) -> None:
     """Phase 1 under exactly-once and at-least-once, alternated on the same events; then
-    phase 5 under each, ROUNDS times: label-to-metric p99 (each run's p99 over its records)."""
+    phase 6 under each, ROUNDS times: label-to-metric p99 (each run's p99 over its records)."""
     guarantees = ("exactly_once", "at_least_once")
     env = {g: {"STREAMEVAL_PROCESSING_GUARANTEE": g} for g in guarantees}
     rates: dict[str, list[float]] = {g: [] for g in guarantees}
