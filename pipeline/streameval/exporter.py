@@ -222,7 +222,7 @@ class Exporter:
         with self._scrape_lock:  # one scrape at a time renders; the next gets its cache
             with self._collector.skipping_records():
                 head = generate_latest(self.registry)
-            return head + self._text.render().encode()
+            return head + self._text.render()
 
     def _child(self, metric, *values: str):
         self._children.setdefault(metric._name, set()).add(values)

@@ -46,7 +46,7 @@ class SeriesText:
     --------
     >>> from streameval.series import Selection
     >>> collector = SnapshotCollector(lambda: ({}, {}), lambda: {}, Selection())
-    >>> text = SeriesText(collector).render()
+    >>> text = SeriesText(collector).render().decode()
     >>> text.splitlines()[:2]  # doctest: +NORMALIZE_WHITESPACE
     ['# HELP streameval_measure Latest value of a measure of a model (NaN: undefined).',
      '# TYPE streameval_measure gauge']
@@ -67,13 +67,14 @@ class SeriesText:
         # per record: the record it was rendered from, its lines by family, and the start of
         # each of its lines (family, label values, text up to the value)
         self._rendered: dict[tuple, tuple[Any, dict[str, str], list]] = {}
-        self._text = ""
+        self._text = b""
         self._escaped: dict[str, str] = {}  # label values escaped, during one render
         self._basis: tuple[dict, dict] | None = None
 
-    def render(self) -> str:
-        """Every series of the latest records; rendered again only where a record changed."""
-        metrics, comparisons = self._collector._snapshots()
+    def render(self) -> bytes:
+        """Every series of the latest records, encoded; rendered again only where a record
+        changed."""
+        metrics, comparisons = self._collector.latest()
         if self._basis is not None and self._basis[0] is metrics and self._basis[1] is comparisons:
             return self._text  # the exporter swaps in new dicts when a record changes
         walk = self._collector
@@ -91,7 +92,7 @@ class SeriesText:
         for family in FAMILIES:
             chunks.append(self._headers[family])
             chunks.extend(lines.get(family, "") for lines in rendered.values())
-        self._text = "".join(chunks)
+        self._text = "".join(chunks).encode()
         self._basis = (metrics, comparisons)
         return self._text
 

@@ -375,6 +375,10 @@ class SnapshotCollector(Collector):
             self._spread[bins] = labels
         return labels
 
+    def latest(self) -> tuple[dict[tuple[str, str], Any], dict[str, Any]]:
+        """The latest metrics records by (model, view) and comparison records by pair."""
+        return self._snapshots()
+
     def skipping_records(self) -> _Skip:
         """While inside this (in this thread), :meth:`collect` yields only the label-latency
         histogram: for :class:`~streameval.exposition.SeriesText`, which renders the records'
