@@ -422,10 +422,12 @@ def phase_loop(boot: str, prefix: str, outcomes: int, tmp: Path, limit: float = 
     script.write_text(LOOP_APP)
     env = {**os.environ, "PREFIX": prefix, "BOOT": boot, "WANT": str(outcomes),
            "LIMIT": str(limit)}  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=limit + 120
-    )
-    found = re.search(r"DONE (\d+) (\d+) (\S+)", done.stdout)
+    try:
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                              text=True, timeout=limit + 120)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"the naive loop did not finish in {limit + 120:.0f} s") from None
+    found = re.search(r"^DONE (\d+) (\d+) (\S+)$", done.stdout, re.M)
     if found is None:
         raise SystemExit(f"the naive loop failed:\n{done.stdout}{done.stderr}")
     events, evaluated, seconds = int(found[1]), int(found[2]), float(found[3])
@@ -459,7 +461,8 @@ def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
     try:
         while time.monotonic() < deadline:
             time.sleep(2)
-            lines = re.findall(r"PROGRESS (\d+) (\d+) (\S+)", log.read_text(errors="replace"))
+            text = log.read_text(errors="replace")
+            lines = re.findall(r"^PROGRESS (\d+) (\d+) (\S+)\n", text, re.M)  # whole lines
             if lines:
                 best = (int(lines[-1][0]), int(lines[-1][1]), float(lines[-1][2]))
                 if best[2] >= seconds:
@@ -612,14 +615,17 @@ def phase_latency(
     records = [(ts, orjson.loads(v)) for ts, v in read_topic(boot, prefix + "metrics")]
     delays = []
     last: dict[str, int] = {}
+    seen: dict[str, int] = {}
     for broker_ts, record in sorted(records, key=lambda r: (r[1]["model_id"], r[1]["n"], r[0])):
         if record["view"] != "final":
             continue
         model = record["model_id"]
-        if model in last and broker_ts - last[model] > 0:
+        seen[model] = seen.get(model, 0) + 1
+        # a model's first delay includes the worker's start-up: from its second on
+        if seen[model] > 2 and broker_ts - last[model] > 0:
             delays.append(broker_ts - last[model])
         last[model] = record["ts"]
-    delays = np.asarray(delays[3:]) / 1000.0  # the first records include start-up
+    delays = np.asarray(delays) / 1000.0
     return {
         "sent": sent,
         "rate": sent / seconds,

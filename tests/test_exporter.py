@@ -691,3 +691,18 @@ def test_a_scrape_renders_only_the_records_that_changed():
     assert 'model="m-odd"' not in third
     assert not [key for key in text._rendered if "m-odd" in key]
     assert _families(third) == _families(generate_latest(registry).decode())
+
+
+def test_a_record_of_another_shape_or_a_new_comparison_renders_as_the_client_library_does():
+    """The label text of a model's previous record is reused only where a series is the same:
+    an estimator gone and classes added shift every series after them."""
+    registry, exporter = _exporter_of_every_kind(Selection.everything())
+    exporter.scrape()
+    initial, final = _latest("champion")
+    estimators = dict(final.estimators)
+    estimators.pop(next(iter(estimators)))  # the first estimator's series go
+    exporter.observe([msgspec.structs.replace(final, estimators=estimators)])
+    exporter.observe([_with_classes(initial, 3)])
+    comparison = next(r for r in _replayed() if r.kind == "comparison")
+    exporter.observe([msgspec.structs.replace(comparison, n=comparison.n + 1)])
+    assert _families(exporter.scrape().decode()) == _families(generate_latest(registry).decode())

@@ -3,12 +3,13 @@
 The worker hands every record it publishes to :meth:`Exporter.observe`, which only stores a
 reference to the latest snapshot per model, view and pair; the custom collector
 (:class:`~streameval.series.SnapshotCollector`) turns those snapshots into series at scrape
-time, so a scrape costs no evaluation and never blocks the stream, and exports only the
-measures, estimators, classes and bins its :class:`~streameval.series.Selection` names (the
-worker's ``export_*`` settings: docs/operations.md, "Cardinality"). /metrics serves
+time, so a scrape costs no evaluation and holds the exporter's lock only to read which records
+are the latest (it holds the interpreter while it renders), and exports only the measures,
+estimators, classes and bins its :class:`~streameval.series.Selection` names (the worker's
+``export_*`` settings: docs/operations.md, "Cardinality"). /metrics serves
 :meth:`Exporter.scrape`: the same text, with the records' series rendered once per record by
-:class:`~streameval.exposition.SeriesText`. Events (alarms, outcomes,
-dropped records, dead letters) are counters; the latest alarm of each detector of a model
+:class:`~streameval.exposition.SeriesText`. Events (alarms, outcomes, dropped records, dead
+letters) are counters; the latest alarm of each detector of a model
 leaves where it fired and where its change began in gauges (a fixed set of label values);
 label latency is a histogram per model. Series of models that this worker no longer owns are
 removed with :meth:`Exporter.forget_models`.
@@ -84,7 +85,11 @@ class Exporter:
         # born at 1 shows no increase to Prometheus)
         self._detectors_of = detectors_of
         self._models: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # readers (a scrape) against the swap of new dicts
+        # writers: the data path's thread and, with processes > 1, the thread that takes the
+        # children's records; each copy-change-swap of the dicts, and the label values we
+        # created, belong to one of them at a time
+        self._writing = threading.RLock()
         self._metrics: dict[tuple[str, str], dict[str, Any]] = {}
         self._comparisons: dict[str, dict[str, Any]] = {}
         self.alarms = Counter(
@@ -216,44 +221,47 @@ class Exporter:
         self._store: dict[int, tuple[int, ...]] = {}  # per process: bytes, hits, reads, debt
 
     def scrape(self) -> bytes:
-        """The registry's series in the text format, as ``generate_latest(registry)`` gives
-        them, the records' series from :class:`~streameval.exposition.SeriesText`: each record
-        rendered once, the text kept until a record changes. What /metrics serves."""
+        """The families of ``generate_latest(registry)``, the same text family by family (the
+        records' families last), the records' series from
+        :class:`~streameval.exposition.SeriesText`: each record rendered once, the text kept
+        until a record changes. What /metrics serves."""
         with self._scrape_lock:  # one scrape at a time renders; the next gets its cache
             with self._collector.skipping_records():
                 head = generate_latest(self.registry)
             return head + self._text.render()
 
     def _child(self, metric, *values: str):
-        self._children.setdefault(metric._name, set()).add(values)
+        with self._writing:
+            self._children.setdefault(metric._name, set()).add(values)
         return metric.labels(*values)
 
     # -- updates from the worker ------------------------------------------------------------
     def observe(self, records: Iterable[Record]) -> None:
         """Take the records the worker publishes: keep the latest snapshots, count alarms."""
-        metrics, comparisons = None, None
-        for record in records:
-            kind = record.kind
-            if kind == "metrics":
-                if metrics is None:
-                    metrics = dict(self._metrics)
-                metrics[record.model_id, record.view] = record
-                if record.model_id not in self._models:
-                    self._first_seen(record.model_id)
-            elif kind == "comparison":
-                if comparisons is None:
-                    comparisons = dict(self._comparisons)
-                comparisons[record.pair] = record
-            elif kind == "drift_alarm":
-                if record.model_id not in self._models:  # an alarm before its first metrics
-                    self._first_seen(record.model_id)
-                self._child(self.alarms, record.model_id, record.detector).inc()
-                self._latest_alarm(record)
-        with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
-            if metrics is not None:
-                self._metrics = metrics
-            if comparisons is not None:
-                self._comparisons = comparisons
+        with self._writing:  # a copy, changed and swapped in by one writer at a time
+            metrics, comparisons = None, None
+            for record in records:
+                kind = record.kind
+                if kind == "metrics":
+                    if metrics is None:
+                        metrics = dict(self._metrics)
+                    metrics[record.model_id, record.view] = record
+                    if record.model_id not in self._models:
+                        self._first_seen(record.model_id)
+                elif kind == "comparison":
+                    if comparisons is None:
+                        comparisons = dict(self._comparisons)
+                    comparisons[record.pair] = record
+                elif kind == "drift_alarm":
+                    if record.model_id not in self._models:  # an alarm before its first metrics
+                        self._first_seen(record.model_id)
+                    self._child(self.alarms, record.model_id, record.detector).inc()
+                    self._latest_alarm(record)
+            with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
+                if metrics is not None:
+                    self._metrics = metrics
+                if comparisons is not None:
+                    self._comparisons = comparisons
 
     def _latest_alarm(self, record: Record) -> None:
         model, detector = record.model_id, record.detector
@@ -337,28 +345,29 @@ class Exporter:
 
     def forget_models(self, model_ids: Iterable[str]) -> None:
         """Remove every series of models this worker no longer owns."""
-        gone = set(model_ids)
-        self._models -= gone
-        with self._lock:
-            self._metrics = {k: v for k, v in self._metrics.items() if k[0] not in gone}
-            self._comparisons = {
-                k: v
-                for k, v in self._comparisons.items()
-                if v.model_a not in gone and v.model_b not in gone
-            }
-            self._latency = {k: v for k, v in self._latency.items() if k not in gone}
-        for metric, position in (
-            (self.alarms, 0),
-            (self.outcomes, 0),
-            (self.dropped, 1),
-            (self.alarm_outcome, 0),
-            (self.alarm_time, 0),
-            (self.alarm_estimate, 0),
-        ):
-            children = self._children.get(metric._name, set())
-            for labels in [c for c in children if c[position] in gone]:
-                metric.remove(*labels)
-                children.discard(labels)
+        with self._writing:
+            gone = set(model_ids)
+            self._models -= gone
+            with self._lock:
+                self._metrics = {k: v for k, v in self._metrics.items() if k[0] not in gone}
+                self._comparisons = {
+                    k: v
+                    for k, v in self._comparisons.items()
+                    if v.model_a not in gone and v.model_b not in gone
+                }
+                self._latency = {k: v for k, v in self._latency.items() if k not in gone}
+            for metric, position in (
+                (self.alarms, 0),
+                (self.outcomes, 0),
+                (self.dropped, 1),
+                (self.alarm_outcome, 0),
+                (self.alarm_time, 0),
+                (self.alarm_estimate, 0),
+            ):
+                children = self._children.get(metric._name, set())
+                for labels in [c for c in children if c[position] in gone]:
+                    metric.remove(*labels)
+                    children.discard(labels)
 
     def _latency_snapshot(self) -> dict[str, tuple[np.ndarray, float]]:
         with self._lock:

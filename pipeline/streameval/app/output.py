@@ -172,6 +172,8 @@ def connect(
         report = create_topics(admin, missing)
         log.info("created topics: %s", ", ".join(report.created) or "none")
         metadata = _listing(admin, [s.name for s in missing], stopping)
+        if metadata is None:
+            return {}
     counts = {name: len(t.partitions) for name, t in metadata.topics.items()}
     for changelog, stage in (
         (topics.join_changelog, topics.events),
@@ -189,17 +191,30 @@ def connect(
 CREATED_TOPICS_WAIT_S = 30.0
 
 
-def _listing(admin: Any, created: list[str], stopping: threading.Event) -> Any:
-    """The cluster's metadata once it lists the topics just created. A broker answers
-    CreateTopics before every broker's metadata cache has them (seen on a single KRaft broker:
-    the metadata right after creation lacked a changelog topic), so list until they show."""
+def _usable(topic: Any) -> bool:
+    """Listed with its partitions and no error (a new topic may be listed before its leaders)."""
+    return topic is not None and topic.error is None and bool(topic.partitions)
+
+
+def _listing(admin: Any, created: list[str], stopping: threading.Event) -> Any | None:
+    """The cluster's metadata once it lists the topics just created, with their partitions
+    (None when stopped meanwhile). A broker answers CreateTopics before every broker's metadata
+    cache has them (seen on a single KRaft broker: the metadata right after creation lacked a
+    changelog topic), so list until they show."""
     deadline = time.monotonic() + CREATED_TOPICS_WAIT_S
     while True:
-        metadata = admin.list_topics(timeout=10)
-        absent = [name for name in created if name not in metadata.topics]
+        try:
+            metadata = admin.list_topics(timeout=10)
+        except Exception:  # KafkaException: the broker went away meanwhile; try until the end
+            metadata, absent = None, created
+        else:
+            listed = metadata.topics
+            absent = [name for name in created if not _usable(listed.get(name))]
         if not absent:
             return metadata
-        if time.monotonic() >= deadline or stopping.is_set():
+        if stopping.is_set():
+            return None
+        if time.monotonic() >= deadline:
             raise KafkaRefused(
                 f"Kafka created the topics {', '.join(absent)} but has not listed them after "
                 f"{CREATED_TOPICS_WAIT_S:.0f} s; check the brokers' logs, then start the worker "
