@@ -28,11 +28,16 @@ def make_stream(instances: int = 3000, seed: int = 5) -> ScriptedStream:
     )
 
 
+#: the champion's cost matrix in the streaming tests' configuration
+COSTS = {"yes": {"no": 10}, "no": {"yes": 1}}
+
+
 def make_config(**overrides: Any) -> EvaluationConfig:
     settings: dict[str, Any] = {
         "publish_every": 500,
         "join": {"label_grace_ms": 1_000},
-        "models": {m: {"positive_label": "yes"} for m in ("champion", "challenger", "baseline")},
+        "models": {m: {"positive_label": "yes"} for m in ("champion", "challenger", "baseline")}
+        | {"champion": {"positive_label": "yes", "costs": COSTS}},  # as in test_worker.CONFIG
         "comparisons": [{"a": "champion", "b": "challenger"}],
     }
     settings.update(overrides)

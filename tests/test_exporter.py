@@ -10,6 +10,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from streameval.config import load_config
+from streameval.core.cost import COST_MEASURES
 from streameval.core.drift import DEFAULT_DETECTORS
 from streameval.core.probabilistic import PROBABILISTIC_MEASURES
 from streameval.core.psi_scores import PSI_SCORE_MEASURES
@@ -315,9 +316,13 @@ def test_a_selection_narrows_each_dimension():
     }
 
 
-def _without_scores(record):
-    """The record as if its model had sent no scores."""
-    dropped = {*PROBABILISTIC_MEASURES, "reliability"}
+def _without_scores(record, scores=False, costs=False):
+    """The record as if its model had sent no scores and had no cost matrix (but with
+    ``scores``, ``costs``)."""
+    dropped = {
+        *(() if scores else (*PROBABILISTIC_MEASURES, "reliability")),
+        *(() if costs else COST_MEASURES),
+    }
     estimators = {
         name: {k: v for k, v in values.items() if k not in dropped}
         for name, values in record.estimators.items()
@@ -325,21 +330,20 @@ def _without_scores(record):
     if not hasattr(record, "delayed"):  # the initial view's record
         return msgspec.structs.replace(record, estimators=estimators)
     delayed = {
-        name: {k: v for k, v in values.items() if k not in PSI_SCORE_MEASURES}
+        name: {k: v for k, v in values.items() if scores or k not in PSI_SCORE_MEASURES}
         for name, values in record.delayed.items()
     }
     return msgspec.structs.replace(record, estimators=estimators, delayed=delayed)
 
 
-def _hundred_models(selection, classes=0, scored=False):
+def _hundred_models(selection, classes=0, scored=False, costs=False):
     """An exporter with 100 models' latest records (the sample's champion's, ``scored`` or as
     if it had sent no scores), outcomes and alarm counters, as a worker that evaluates them
     has; and how long a scrape of it takes."""
     import time
 
     initial, final = (_with_classes(r, classes) for r in _latest())
-    if not scored:
-        initial, final = _without_scores(initial), _without_scores(final)
+    initial, final = (_without_scores(r, scored, costs) for r in (initial, final))
     registry = CollectorRegistry()
     exporter = Exporter(registry, detectors_of=lambda _: DEFAULT_TYPES, selection=selection)
     alone = len(_series(registry))
@@ -357,7 +361,8 @@ def _hundred_models(selection, classes=0, scored=False):
 def test_the_default_budget_keeps_a_model_under_150_series():
     """docs/operations.md, "Cardinality": 100 binary models (3 estimators, the default
     detector) are 14 700 series with the defaults, 73 600 with everything; a model with more
-    classes costs no more by default, one with scores 18 more. The numbers are in the docs:
+    classes costs no more by default, one with scores 18 more, one with costs 9. The numbers
+    are in the docs:
     change both together."""
     default, _ = _hundred_models(Selection())
     everything, _ = _hundred_models(Selection.everything())
@@ -369,6 +374,9 @@ def test_the_default_budget_keeps_a_model_under_150_series():
     # Ψ_α of log-loss and Brier
     scored, _ = _hundred_models(Selection(), scored=True)
     assert scored == (147 + 12 + 6) * 100
+    # a cost matrix adds the expected cost and its two baselines' under each estimator
+    costs, _ = _hundred_models(Selection(), costs=True)
+    assert costs == (147 + 9) * 100
 
 
 def test_forgotten_models_lose_their_series():

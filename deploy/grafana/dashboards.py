@@ -462,6 +462,20 @@ def overview() -> dict[str, Any]:
             minimum=0,
         )
     )
+    lay.row("Cost of the mistakes (models with a cost matrix)")
+    lay.add(
+        panel(
+            "timeseries",
+            "Cost per decision and its baselines",
+            [target(measure("expected_cost|cost_majority|cost_no_change"), legend)],
+            description="expected_cost: the mean cost of the model's decisions under the cost "
+            "matrix of models.<id>.costs; cost_majority and cost_no_change: what always "
+            "predicting the majority class, or the previous label, would have cost on the same "
+            "outcomes. A model is worth its keep while its cost is below both "
+            "(docs/measures.md, Cost). Empty for models without a cost matrix.",
+        ),
+        WIDTH,
+    )
     lay.row("Activity")
     lay.add(
         panel(

@@ -34,6 +34,10 @@ Example file (every key optional)::
     positive_label = "fraud"
     detectors = [ { type = "page_hinkley", threshold = 80, standardize = true } ]
 
+    [models.fraud-v2.costs]       # cost of predicting <column> when the truth is <row>
+    fraud = { ok = 100 }          # a missed fraud
+    ok = { fraud = 1 }            # a false alarm (a right decision costs 0 unless given)
+
     [[comparisons]]
     a = "fraud-v1"
     b = "fraud-v2"
@@ -49,6 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from streameval.core.cost import CostMatrix
 from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
@@ -114,8 +119,23 @@ class ScoresConfig(_Strict):
 class ModelConfig(_Strict):
     positive_label: str | int | None = None
     detectors: list[dict[str, Any]] | None = None
+    costs: dict[str, dict[str, int | float]] | None = Field(
+        None, description="cost of predicting a class (inner key) when the truth is another"
+    )
 
     _check = field_validator("detectors")(lambda cls, v: v if v is None else _check_detectors(v))
+
+    @field_validator("costs")
+    @classmethod
+    def _costs(cls, value: dict[str, dict[str, float]] | None) -> dict | None:
+        if value is not None:
+            CostMatrix(value)  # raises ValueError naming what is wrong
+        return value
+
+    @functools.cached_property
+    def cost_matrix(self) -> CostMatrix | None:
+        """The costs as the core takes them (validated on load)."""
+        return None if self.costs is None else CostMatrix(self.costs)
 
 
 class ComparisonConfig(_Strict):

@@ -32,20 +32,26 @@ from streameval.simulate.system import SimulationConfig, simulate
 __all__ = ["run_demo"]
 
 CHAMPION, CHALLENGER = "hoeffding_tree", "naive_bayes"
+#: every model's cost of a decision: a missed 1 costs five false alarms
 WORKER_CONFIG = f"""
 publish_every = 500
 [join]
 label_grace_ms = 1000
 [models.hoeffding_tree]
 positive_label = 1
+costs = {{ 1 = {{ 0 = 5 }}, 0 = {{ 1 = 1 }} }}
 [models.naive_bayes]
 positive_label = 1
+costs = {{ 1 = {{ 0 = 5 }}, 0 = {{ 1 = 1 }} }}
 [models.logistic_regression]
 positive_label = 1
+costs = {{ 1 = {{ 0 = 5 }}, 0 = {{ 1 = 1 }} }}
 [models.no_change]
 positive_label = 1
+costs = {{ 1 = {{ 0 = 5 }}, 0 = {{ 1 = 1 }} }}
 [models.majority]
 positive_label = 1
+costs = {{ 1 = {{ 0 = 5 }}, 0 = {{ 1 = 1 }} }}
 [[comparisons]]
 a = "{CHAMPION}"
 b = "{CHALLENGER}"
@@ -202,6 +208,7 @@ class _View:
             "acc fading",
             "AUC",
             "log-loss",
+            "cost",
             "initial acc",
             "Ψ₂ acc",
             "final acc",
@@ -220,6 +227,7 @@ class _View:
                 _fmt(fading["accuracy"]),
                 _fmt(window.get("roc_auc")),
                 _fmt(window.get("log_loss")),
+                _fmt(window.get("expected_cost")),
                 _fmt(delayed["accuracy_initial"]),
                 _fmt(delayed["psi_accuracy"]),
                 _fmt(delayed["accuracy_final"]),

@@ -277,6 +277,7 @@ class Engine:
                 normalize_max_count=cfg.normalize_max_count,
                 ece_bins=cfg.scores.ece_bins,
                 auc_max_values=cfg.scores.auc_max_values,
+                costs=cfg.model(model_id).cost_matrix,
             )
         return model
 
@@ -289,6 +290,7 @@ class Engine:
             "normalize_max_count": cfg.normalize_max_count,
             "ece_bins": cfg.scores.ece_bins,
             "auc_max_values": cfg.scores.auc_max_values,
+            "costs": cfg.model(model_id).cost_matrix or {},
         }
 
     def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from streameval.core.cost import COST_MEASURES
 from streameval.core.measures import SCALAR_MEASURES
 
 __all__ = [
@@ -183,6 +184,10 @@ _PROBABILISTIC = {
     },
 }
 
+#: the cost of a model's decisions and of its baselines, when the model has a cost matrix
+#: (docs/measures.md, "Cost"): any finite number (a negative cost is a benefit)
+_COST = {name: _REF_VALUE for name in COST_MEASURES}
+
 EstimatorName = Annotated[
     str, msgspec.Meta(pattern=r"^(cumulative|window:[1-9][0-9]*|fading:[0-9.eE+-]+)$")
 ]
@@ -199,6 +204,7 @@ Measures = Annotated[
                 },
                 "warming_up": _WARMING_UP,
                 **_PROBABILISTIC,
+                **_COST,
             },
             "patternProperties": {
                 r"^(precision|recall|f1)\[.+\]$": _REF_UNIT,

@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from streameval.core.cost import COST_MEASURES
 from streameval.core.measures import SCALAR_MEASURES
 from streameval.core.model import NORMALIZED_MEASURES
 from streameval.core.probabilistic import PROBABILISTIC_MEASURES
@@ -97,6 +98,7 @@ EXPORTABLE_MEASURES = (
     *(f"normalized_{name}" for name in NORMALIZED_MEASURES),
     *CLASS_MEASURES,
     *PROBABILISTIC_MEASURES,  # of a model whose predictions carry scores
+    *COST_MEASURES,  # of a model with a cost matrix
     "reliability",  # the calibration bins: streameval_reliability
 )
 #: What a selection lists to export every measure
@@ -129,6 +131,10 @@ DEFAULT_MEASURES = (
     "brier",
     "ece",
     "roc_auc",
+    # a model with a cost matrix (docs/measures.md, "Cost")
+    "expected_cost",
+    "cost_majority",
+    "cost_no_change",
 )
 #: The initial view's default: its accuracy, beside the final view's
 DEFAULT_INITIAL_MEASURES = ("accuracy",)

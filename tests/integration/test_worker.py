@@ -43,6 +43,7 @@ publish_every = 500
 label_grace_ms = 1000
 [models.champion]
 positive_label = "yes"
+costs = { yes = { no = 10 }, no = { yes = 1 } }
 [models.challenger]
 positive_label = "yes"
 [models.baseline]

@@ -74,6 +74,8 @@ SETTINGS = {
     "estimators": "adds",
     "detectors": "adds",
     "models.*.detectors": "adds",
+    # only what is read: the no-change baseline's transitions of a model start with its costs
+    "models.*.costs": "free",
     "comparisons": "adds",
     "models.*.positive_label": "shapes",
     "max_classes": "shapes",

@@ -104,6 +104,12 @@ class ConfusionEstimator:
         """True class index of the latest outcome (-1 before the first)."""
         return self._last
 
+    @last_label.setter
+    def last_label(self, label: int) -> None:
+        # for a caller that passes an outcome by without counting it (the pairs of label
+        # transitions skip the stream's first outcome: streameval.core.cost.Transitions)
+        self._last = label
+
     def _update(self, y_true, y_pred, scored, correct) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 

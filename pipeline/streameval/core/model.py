@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from streameval.core.alarm import Alarm
+from streameval.core.cost import CostMatrix, Transitions, cost_measures
 from streameval.core.delayed import DelayedBatch, DelayedEvaluator
 from streameval.core.drift import (
     DEFAULT_DETECTORS,
@@ -25,7 +26,7 @@ from streameval.core.drift import (
 )
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
-from streameval.core.intervals import DEFAULT_CONFIDENCE
+from streameval.core.intervals import DEFAULT_CONFIDENCE, normal_quantile
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import ConfusionSnapshot, compute_measures
 from streameval.core.normalize import normalize
@@ -78,6 +79,12 @@ class ModelEvaluator:
         Largest estimate (in outcomes) whose normalized measures are computed: the exact
         normalization costs O(N log P) per measure and read (about 130 ms for all eight at
         100k outcomes), so larger cumulative estimates omit the ``normalized_*`` keys.
+    costs
+        The cost matrix by class name, ``costs[true][predicted]``
+        (:class:`~streameval.core.cost.CostMatrix`): every estimate then has the expected cost
+        of the model's decisions and of its majority-class and no-change baselines
+        (:mod:`streameval.core.cost`). Only what :meth:`measures` reads depends on the costs;
+        the label transitions the no-change baseline needs are kept while there are costs.
 
     Examples
     --------
@@ -113,6 +120,7 @@ class ModelEvaluator:
         normalize_max_count: int = 50_000,
         ece_bins: int = DEFAULT_ECE_BINS,
         auc_max_values: int = DEFAULT_AUC_MAX_VALUES,
+        costs: CostMatrix | dict[str, dict[str, float]] | None = None,
     ) -> None:
         self.model_id = model_id
         self.normalize_max_count = normalize_max_count
@@ -133,6 +141,8 @@ class ModelEvaluator:
             self.specs, ece_bins, auc_max_values, positive=positive_label is not None
         )
         self._psi = PsiScores(self.specs, bins, alpha, bin_rule)
+        self.costs = costs if costs is None or isinstance(costs, CostMatrix) else CostMatrix(costs)
+        self._transitions = None if self.costs is None else Transitions(self.specs, max_classes)
         self._detectors = [make_detector(spec) for spec in self.detectors]
         #: per detector, the model's outcomes before it was added (:meth:`from_state`): its
         #: alarms' indices count the model's outcomes
@@ -177,6 +187,8 @@ class ModelEvaluator:
         t_label = np.array(t_labels, dtype=np.int64)
         self._views["initial"].update_indices(y_true, initial)
         self._views["final"].update_indices(y_true, final)
+        if self._transitions is not None:
+            self._transitions.update(y_true, len(self._labels))
         self._delayed.update(
             DelayedBatch(
                 y_true,
@@ -224,6 +236,8 @@ class ModelEvaluator:
             for name, snapshot in final.snapshots().items():
                 if not name.startswith("fading") and snapshot.n <= self.normalize_max_count:
                     views["final"][name].update(_normalized(snapshot, positive))
+        if self.costs is not None:
+            self._add_costs(views, normal_quantile(confidence))
         count, total, longest = self._latency
         delayed = self._delayed.measures()
         for name, values in self._psi.measures().items():
@@ -234,6 +248,18 @@ class ModelEvaluator:
             "delayed": delayed,
             "latency_ms": {"mean": total / count if count else float("nan"), "max": longest},
         }
+
+    def _add_costs(self, views: dict[str, dict[str, dict[str, Any]]], z: float) -> None:
+        """The cost measures (:mod:`streameval.core.cost`) of every view and estimator."""
+        costs, moves = self.costs, self._transitions
+        dense = costs.dense(self._labels.classes)
+        for view, evaluator in self._views.items():
+            for name, snapshot in evaluator.snapshots().items():
+                views[view][name].update(
+                    cost_measures(
+                        snapshot, moves.counts(name), dense, costs.lowest, costs.highest, z
+                    )
+                )
 
     def settings(self) -> dict[str, Any]:
         """The constructor's settings (but ``model_id``), as :meth:`state` records them; those
@@ -252,6 +278,8 @@ class ModelEvaluator:
         if self._scored.state():
             settings["ece_bins"] = self.ece_bins
             settings["auc_max_values"] = self.auc_max_values
+        if self.costs is not None:
+            settings["costs"] = self.costs.table()
         return settings
 
     def _update_psi(
@@ -304,6 +332,7 @@ class ModelEvaluator:
             "delayed": self._delayed.state(),
             **({"scored": scored} if (scored := self._scored.state()) else {}),
             **({"psi_scores": psi} if (psi := self._psi.state()) else {}),
+            **({} if self._transitions is None else {"transitions": self._transitions.state()}),
             "detectors": [det.state() for det in self._detectors],
             **(
                 {"detector_starts": list(self._detector_starts)}
@@ -323,6 +352,7 @@ class ModelEvaluator:
         normalize_max_count: int | None = None,
         ece_bins: int | None = None,
         auc_max_values: int | None = None,
+        costs: CostMatrix | dict[str, dict[str, float]] | None = None,
     ) -> ModelEvaluator:
         """Rebuild from :meth:`state`, or continue it under other settings (None: the
         state's). ``ece_bins`` and ``auc_max_values`` apply to a state that has had no scores
@@ -331,7 +361,10 @@ class ModelEvaluator:
         state must be among them: ValueError). ``detectors``: one with the settings of a
         detector of the state goes on, another starts at the next outcome (its alarms' indices
         still count the model's outcomes), and the state's others are dropped.
-        ``normalize_max_count`` only decides what :meth:`measures` reads. The other settings
+        ``normalize_max_count`` only decides what :meth:`measures` reads. ``costs`` too (``{}``:
+        none): the label transitions go on while there are costs, start at the next outcome
+        when costs are added (the no-change baseline's cost then covers the outcomes from
+        there; the model's covers all) and are dropped with them. The other settings
         shape the state and stay its own (streameval.app.evolve refuses a configuration that
         changes them).
 
@@ -353,6 +386,8 @@ class ModelEvaluator:
             config["detectors"] = [dict(d) for d in detectors]
         if normalize_max_count is not None:
             config["normalize_max_count"] = normalize_max_count
+        if costs is not None:
+            config["costs"] = costs or None
         for name, value in (("ece_bins", ece_bins), ("auc_max_values", auc_max_values)):
             if name not in config and value is not None:
                 config[name] = value
@@ -373,6 +408,8 @@ class ModelEvaluator:
         ev._psi = PsiScores.from_state(
             state.get("psi_scores", {}), ev.specs, ev.bins, ev.alpha, ev.bin_rule
         )
+        if ev.costs is not None and "transitions" in state:
+            ev._transitions = Transitions.from_state(state["transitions"], ev.specs, ev.max_classes)
         ev._n = state["n"]
         saved = [detector_from_state(s) for s in state["detectors"]]
         starts = state.get("detector_starts", [0] * len(saved))
