@@ -14,7 +14,11 @@ copy under its own name, the two comparisons), in one exporter, scraped:
 Both give the same text, family by family (checked each round). Selections: the default
 budget and everything (``export_measures = ["all"]`` and the rest).
 
-Run: ``.venv/bin/python benchmarks/scrape.py [--models 100] [--rounds 5]``
+With ``--memory`` it also reports what the cache of rendered text holds after a first scrape
+(tracemalloc: the memory the scrape allocated and kept, the body returned excluded), and the
+body's size, per selection.
+
+Run: ``.venv/bin/python benchmarks/scrape.py [--models 100] [--rounds 5] [--memory]``
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import io
 import statistics
 import time
+import tracemalloc
 from pathlib import Path
 
 import msgspec
@@ -59,20 +64,41 @@ def timed(call) -> tuple[float, bytes]:
     return time.perf_counter() - started, body
 
 
-def one_round(selection: Selection, records: list, models: int) -> dict[str, float]:
+def filled(selection: Selection, records: list, models: int):
+    """A registry and an exporter holding ``models`` copies of the sample's latest records."""
     registry = CollectorRegistry()
     exporter = Exporter(registry, selection=selection)
     metrics = [r for r in records if r.kind == "metrics"]
-    others = [r for r in records if r.kind != "metrics"]
+    for i in range(models):
+        exporter.observe([msgspec.structs.replace(r, model_id=f"model-{i:03d}") for r in metrics])
+    exporter.observe([r for r in records if r.kind != "metrics"])
+    return registry, exporter
+
+
+def cache_memory(selection: Selection, records: list, models: int) -> tuple[int, int]:
+    """(bytes the first scrape allocated and kept, bytes of the body it returned)."""
+    _, exporter = filled(selection, records, models)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        body = exporter.scrape()
+        size = len(body)
+        del body
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return kept, size
+
+
+def one_round(selection: Selection, records: list, models: int) -> dict[str, float]:
+    registry, exporter = filled(selection, records, models)
+    metrics = [r for r in records if r.kind == "metrics"]
 
     def publish(model: str, n_more: int = 0) -> None:
         exporter.observe(
             [msgspec.structs.replace(r, model_id=model, n=r.n + n_more) for r in metrics]
         )
 
-    for i in range(models):
-        publish(f"model-{i:03d}")
-    exporter.observe(others)
     out: dict[str, float] = {}
     out["prometheus_client"], reference = timed(lambda: generate_latest(registry))
     out["first"], body = timed(exporter.scrape)
@@ -93,6 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory", action="store_true", help="also the cache's memory")
     args = parser.parse_args()
     records = sample_records()
     cases = ("prometheus_client", "first", "every model new", "one model new", "nothing new")
@@ -106,6 +133,12 @@ def main() -> None:
             print(
                 f"  {case:<18} {ms[0]:8.2f} / {statistics.median(ms):8.2f} / {ms[-1]:8.2f} ms"
                 f"  (min / median / max; {ratio:,.1f}x faster than prometheus_client)"
+            )
+        if args.memory:
+            kept, size = cache_memory(selection, records, args.models)
+            print(
+                f"  cache after the first scrape: {kept / 2**20:.1f} MiB, "
+                f"{kept / size:.1f}x the body of {size / 2**20:.1f} MiB"
             )
 
 

@@ -714,3 +714,38 @@ def test_a_record_of_another_shape_or_a_new_comparison_renders_as_the_client_lib
     comparison = next(r for r in _replayed() if r.kind == "comparison")
     exporter.observe([msgspec.structs.replace(comparison, n=comparison.n + 1)])
     assert _families(exporter.scrape().decode()) == _families(generate_latest(registry).decode())
+
+
+def test_two_writers_at_once_lose_no_record():
+    """The worker's processes each hand their records to the exporter from their own thread
+    (processes > 1): each observe copies the latest records, changes the copy and swaps it in,
+    so two at once must not swap in a copy that lacks the other's records."""
+    import sys
+    import threading
+
+    initial, final = _latest()
+    registry = CollectorRegistry()
+    exporter = Exporter(registry)
+    start = threading.Barrier(2)
+
+    def write(prefix: str) -> None:
+        start.wait()
+        for i in range(300):
+            model = f"{prefix}-{i:03d}"
+            exporter.observe([msgspec.structs.replace(r, model_id=model) for r in (initial, final)])
+            exporter.forget_models([f"{prefix}-gone"])  # the other writer of the worker
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=write, args=(p,)) for p in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    text = exporter.scrape().decode()
+    for prefix in ("a", "b"):
+        for i in range(300):
+            assert f'model="{prefix}-{i:03d}",view="final"' in text, (prefix, i)

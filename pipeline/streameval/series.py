@@ -17,6 +17,7 @@ record's series once as text for /metrics.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -385,11 +386,16 @@ class SnapshotCollector(Collector):
         """The latest metrics records by (model, view) and comparison records by pair."""
         return self._snapshots()
 
-    def skipping_records(self) -> _Skip:
+    @contextlib.contextmanager
+    def skipping_records(self) -> Iterator[None]:
         """While inside this (in this thread), :meth:`collect` yields only the label-latency
         histogram: for :class:`~streameval.exposition.SeriesText`, which renders the records'
         series itself."""
-        return _Skip(self._skip)
+        self._skip.on = True
+        try:
+            yield
+        finally:
+            self._skip.on = False
 
     def collect(self) -> Iterator[Any]:
         if not getattr(self._skip, "on", False):
@@ -481,16 +487,3 @@ class SnapshotCollector(Collector):
                 yield "comparison", (*labels, name), _value(getattr(values, name))
             yield "disagreements", (*labels, "model_a"), _value(values.n01)
             yield "disagreements", (*labels, "model_b"), _value(values.n10)
-
-
-class _Skip:
-    """The context of :meth:`SnapshotCollector.skipping_records`."""
-
-    def __init__(self, flag: threading.local) -> None:
-        self._flag = flag
-
-    def __enter__(self) -> None:
-        self._flag.on = True
-
-    def __exit__(self, *exc: object) -> None:
-        self._flag.on = False
