@@ -360,14 +360,16 @@ def _hundred_models(selection, classes=0, scored=False, costs=False):
 
 def test_the_default_budget_keeps_a_model_under_150_series():
     """docs/operations.md, "Cardinality": 100 binary models (3 estimators, the default
-    detector) are 14 700 series with the defaults, 73 600 with everything; a model with more
+    detector) are 14 700 series with the defaults, 74 600 with everything; a model with more
     classes costs no more by default, one with scores 18 more, one with costs 9. The numbers
     are in the docs:
     change both together."""
     default, _ = _hundred_models(Selection())
     everything, _ = _hundred_models(Selection.everything())
     assert default <= 150 * 100, default
-    assert (default, everything) == (147 * 100, 736 * 100)
+    # everything: 736, and since the label delay by class 10 more (3 quantiles × every class
+    # and both classes, and the test's p-value)
+    assert (default, everything) == (147 * 100, 746 * 100)
     many_classes, _ = _hundred_models(Selection(), classes=20)
     assert many_classes == default
     # scores add log-loss, Brier, ECE and ROC AUC under each of the three estimators, and

@@ -138,6 +138,9 @@ def test_cli_replay_writes_records_plot_and_summary(tmp_path):
     assert out.read_bytes() == _replay_bytes()[0]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "champion" in result.output and "line 101" in result.output
+    # the champion has a cost matrix (docs/examples/replay.toml): its cost and its baselines'
+    assert "champion: cost per decision " in result.output and "no-change " in result.output
+    assert "challenger: cost per decision" not in result.output
 
 
 def test_strict_stops_at_the_first_malformed_line(tmp_path):

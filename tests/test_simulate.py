@@ -64,6 +64,29 @@ def test_fixed_delays_in_instances_and_in_time():
     assert {e["ts"] - born[e["instance_id"]] for e in events if e["type"] == "label"} == {1234}
 
 
+def test_class_delays_make_the_labels_of_a_class_later_and_replay_sees_it(tmp_path):
+    events = _events(instances=300, drifts=[150], delay="fixed_ms", delay_value=1000,
+                     class_delay={"1": 3.5}, models=["majority"])  # fmt: skip
+    born = {e["instance_id"]: e["ts"] for e in events if e["type"] == "instance"}
+    delays = {
+        (e["label"], e["ts"] - born[e["instance_id"]]) for e in events if e["type"] == "label"
+    }
+    assert delays == {(0, 1000), (1, 3500)}
+    out = tmp_path / "sim.jsonl"
+    options = ["simulate", "--instances", "600", "--model", "majority", "--out", str(out)]
+    result = CliRunner().invoke(main, [*options, "--class-delay", "1=4"])
+    assert result.exit_code == 0, result.output
+    records = io.BytesIO()
+    replay(out, load_config(), records)
+    final = [orjson.loads(line) for line in records.getvalue().splitlines()][-1]
+    latency = final["latency_ms"]
+    assert latency["classes_differ"]["significant"]
+    assert latency["by_class"]["1"]["p50"] > 2.5 * latency["by_class"]["0"]["p50"]
+    for bad in ("1", "=2", "1=-1", "1=x"):
+        result = CliRunner().invoke(main, [*options, "--class-delay", bad])
+        assert result.exit_code == 2 and "CLASS=FACTOR" in result.output, result.output
+
+
 def test_exponential_delays_have_the_configured_mean_and_some_labels_never_come():
     events = _events(instances=3000, drifts=[1500], delay_value=800.0, unlabelled=0.2,
                      models=["majority"], repredict_every=0)  # fmt: skip

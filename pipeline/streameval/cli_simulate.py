@@ -5,6 +5,7 @@ stream, to a file, to the input topics, or with the whole service around them. B
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -21,6 +22,24 @@ def need_extra(module: str, extra: str, what: str) -> None:
         raise click.ClickException(
             f"{what} needs {module}, an optional dependency: pip install 'streameval[{extra}]'"
         )
+
+
+def _class_delays(_ctx, _param, values: tuple[str, ...]) -> dict[str, float]:
+    """``--class-delay 1=5`` as ``{"1": 5.0}``."""
+    delays = {}
+    for value in values:
+        name, sep, factor = value.partition("=")
+        try:
+            number = float(factor)
+        except ValueError:
+            number = math.nan
+        if not sep or not name or not (number >= 0 and math.isfinite(number)):
+            raise click.BadParameter(
+                f"{value!r}: use CLASS=FACTOR, a class and a number >= 0 (e.g. 1=5: the labels "
+                "of class 1 come five times as late)"
+            )
+        delays[name] = number
+    return delays
 
 
 def _simulation_options(function):
@@ -82,6 +101,14 @@ def _simulation_options(function):
             help="Instances, or ms (fixed, or the exponential mean).",
         ),
         click.option(
+            "--class-delay",
+            "class_delay",
+            multiple=True,
+            metavar="CLASS=FACTOR",
+            callback=_class_delays,
+            help="Labels of CLASS come FACTOR times as late (e.g. 1=5); repeatable.",
+        ),
+        click.option(
             "--unlabelled",
             type=click.FloatRange(0, 1, max_open=True),
             default=0.0,
@@ -119,6 +146,7 @@ def _simulation_config(
     models,
     delay,
     delay_value,
+    class_delay,
     unlabelled,
     repredict_every,
     rate,
@@ -143,6 +171,7 @@ def _simulation_config(
         models=list(models) or list(LEARNERS),
         delay=delay,
         delay_value=delay_value,
+        class_delay=dict(class_delay),
         unlabelled=unlabelled,
         repredict_every=repredict_every,
         rate=rate,

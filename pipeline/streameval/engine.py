@@ -32,7 +32,9 @@ from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome
 from streameval.core.pair import PairEvaluator
 from streameval.records import (
+    ClassDelay,
     ComparisonRecord,
+    DelayTest,
     DriftAlarmRecord,
     FinalMetricsRecord,
     InitialMetricsRecord,
@@ -360,7 +362,7 @@ class Engine:
         cfg = self.config
         measures = model.measures(cfg.confidence, cfg.min_n)
         views, n = measures["views"], measures["n"]
-        latency = Latency(**measures["latency_ms"])
+        latency = _latency(measures["latency_ms"])
         return [
             InitialMetricsRecord("metrics", model_id, ts, n, views["initial"]),
             FinalMetricsRecord(
@@ -424,3 +426,12 @@ class Engine:
         engine.alarms = state["alarms"]
         engine.rejected = Counter({(m, r): c for m, r, c in state["rejected"]})
         return engine
+
+
+def _latency(values: dict[str, Any]) -> Latency:
+    """The ``latency_ms`` of a final metrics record from :meth:`ModelEvaluator.measures`."""
+    # NaN (no delay counted yet: a state from before the histogram) is null, as on the wire
+    values = {k: None if isinstance(v, float) and v != v else v for k, v in values.items()}
+    by_class = {name: ClassDelay(**v) for name, v in values.pop("by_class").items()}
+    test = DelayTest(**values.pop("classes_differ"))
+    return Latency(**values, by_class=by_class, classes_differ=test)

@@ -248,11 +248,42 @@ ModelId = Annotated[str, msgspec.Meta(min_length=1)]
 EventTime = Annotated[int, msgspec.Meta(ge=0)]
 
 
+Millis = Annotated[float, msgspec.Meta(ge=0, description="ms")]
+
+
+class ClassDelay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The label delays of the outcomes of one true class: how many, and their quantiles (ms,
+    within ±4.4 %: docs/measures.md, "Label delay by class")."""
+
+    n: Annotated[int, msgspec.Meta(ge=1)]
+    p50: Millis
+    p90: Millis
+    p99: Millis
+
+
+class DelayTest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Kruskal–Wallis test of "every class's labels are as late": H, its degrees of freedom
+    (classes − 1), p-value, and whether p is below 1 − ``confidence``."""
+
+    h: Annotated[float, msgspec.Meta(ge=0)]
+    df: Annotated[int, msgspec.Meta(ge=0)]
+    p_value: Annotated[float, msgspec.Meta(ge=0, le=1)]
+    significant: bool
+
+
 class Latency(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Label latency (t_label − t_instance, ms) of the model's outcomes."""
+    """Label latency (t_label − t_instance, ms) of the model's outcomes: mean and max; the
+    quantiles over ``n`` outcomes (all but those of a state written before they were kept), by
+    true class too, and the test of whether the delay depends on the class."""
 
     mean: float | None
     max: Annotated[int, msgspec.Meta(ge=0)]
+    n: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    p50: Millis | None = None
+    p90: Millis | None = None
+    p99: Millis | None = None
+    by_class: dict[str, ClassDelay] | None = None
+    classes_differ: DelayTest | None = None
 
 
 class InitialMetricsRecord(

@@ -101,6 +101,28 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             cells += [_fmt(m.get("roc_auc")), _fmt(m.get("log_loss"))]
         table.add_row(*cells, str(alarms[model_id]))
     console.print(table)
+    for model_id, record in finals:  # a model with a cost matrix: its cost and its baselines'
+        m = record.estimators.get(estimator, {})
+        if "expected_cost" in m:
+            console.print(
+                f"{model_id}: cost per decision {_fmt(m['expected_cost'])} "
+                f"[{_fmt(m['expected_cost_lo'])}, {_fmt(m['expected_cost_hi'])}]; "
+                f"always the majority class {_fmt(m['cost_majority'])}, "
+                f"no-change {_fmt(m['cost_no_change'])}",
+                highlight=False,
+            )
+    # models that share their labels say the same of them: once, naming them all
+    delays: dict[str, list[str]] = defaultdict(list)
+    for model_id, record in finals:
+        test, by_class = record.latency_ms.classes_differ, record.latency_ms.by_class
+        if test is not None and test.significant and by_class:
+            said = "; ".join(
+                f"class {name} p50 {d.p50 / 1000:.1f} s, p90 {d.p90 / 1000:.1f} s"
+                for name, d in by_class.items()
+            )
+            delays[f"(Kruskal-Wallis p = {test.p_value:.2g}): {said}"].append(model_id)
+    for said, models in delays.items():
+        console.print(f"{', '.join(models)}: label delay depends on the class {said}")
     for alarm in result.alarms[:LISTED_ALARMS]:
         console.print(describe_alarm(alarm), highlight=False)
     if len(result.alarms) > LISTED_ALARMS:

@@ -101,6 +101,7 @@ EXPORTABLE_MEASURES = (
     *PROBABILISTIC_MEASURES,  # of a model whose predictions carry scores
     *COST_MEASURES,  # of a model with a cost matrix
     "reliability",  # the calibration bins: streameval_reliability
+    "label_delay",  # the label delay's quantiles by class, and the test: two families
 )
 #: What a selection lists to export every measure
 ALL = "all"
@@ -314,6 +315,18 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Mean time from instance to label of the evaluated outcomes.",
         ("model",),
     ),
+    "label_delay": (
+        "streameval_label_delay_seconds",
+        "Quantiles (p50, p90, p99) of the time from instance to label of a model's outcomes, "
+        'by true class (class="": every class), within 4.4 %.',
+        ("model", "class", "quantile"),
+    ),
+    "label_delay_test": (
+        "streameval_label_delay_class_p_value",
+        "p-value of the Kruskal-Wallis test that the labels of every class come as late "
+        "(small: the delay depends on the class).",
+        ("model",),
+    ),
     "comparison": (
         "streameval_comparison",
         "Q statistic, signed McNemar and significance (0 or 1) of model_a vs model_b.",
@@ -338,7 +351,7 @@ class _View:
             for n in EXPORTABLE_MEASURES
             if n not in COUNTS
             and n not in CLASS_MEASURES
-            and n != "reliability"
+            and n not in ("reliability", "label_delay")
             and (names is None or n in names)
         )
         self.reliability = names is None or "reliability" in names
@@ -367,6 +380,7 @@ class SnapshotCollector(Collector):
         self._delayed = tuple(m for m in DELAYED_MEASURES if final is None or m in final)
         self._psi_scores = tuple(m for m in PSI_SCORES if final is None or m in final)
         self._bins = "accuracy" in self._delayed and selection.bins != 0
+        self._label_delay = final is None or "label_delay" in final
         self._spread: dict[int, list[tuple[int, str]]] = {}
         self._skip = threading.local()
 
@@ -460,6 +474,8 @@ class SnapshotCollector(Collector):
             return
         yield "outcomes", (model,), float(record.n)
         yield "latency", (model,), _value(record.latency_ms.mean) / 1000.0
+        if self._label_delay:
+            yield from self._label_delay_series(model, record.latency_ms)
         for estimator, block in record.delayed.items():
             if not selection.wants_estimator(estimator):
                 continue
@@ -476,6 +492,22 @@ class SnapshotCollector(Collector):
                 accuracy = block["binned_accuracy"]
                 for i, label in self._bin_labels(len(accuracy)):
                     yield "binned", (model, est, label), _value(accuracy[i])
+
+    def _label_delay_series(self, model: str, latency: Any) -> Iterator[Series]:
+        """The label delay's quantiles, overall and for the first ``classes`` classes, and the
+        p-value of the test whether it depends on the class."""
+        if latency.by_class is None:  # a record from before they were published
+            return
+        count = self.selection.classes
+        classes = list(latency.by_class.items())[
+            : len(latency.by_class) if count is None else count
+        ]
+        for name, values in (("", latency), *classes):
+            for quantile in ("p50", "p90", "p99"):
+                seconds = _value(getattr(values, quantile)) / 1000.0
+                yield "label_delay", (model, name, quantile), seconds
+        if latency.classes_differ is not None:
+            yield "label_delay_test", (model,), _value(latency.classes_differ.p_value)
 
     def comparison_series(self, pair: str, record: Any) -> Iterator[Series]:
         """The selected series of one comparison record, as :meth:`record_series`."""

@@ -26,9 +26,10 @@ outcomes then also have
     transitions (y_t, y_(t−1)), which only a model with a cost matrix keeps
     (:class:`Transitions`).
 
-A class of an outcome that the matrix does not name has no cost: every value whose estimate
-holds such an outcome is NaN (undefined), never a guess. docs/measures.md, "Cost", has the
-definitions and the choices.
+A class that the matrix does not name has no cost: a value that would need one (of a held
+outcome's truth or prediction for the expected cost, of a truth for the majority baseline, of a
+truth or the previous truth for the no-change baseline) is NaN (undefined), never a guess.
+docs/measures.md, "Cost", has the definitions and the choices.
 """
 
 from __future__ import annotations

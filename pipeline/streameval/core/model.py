@@ -27,6 +27,7 @@ from streameval.core.drift import (
 from streameval.core.evaluator import DEFAULT_ESTIMATORS, Evaluator
 from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.intervals import DEFAULT_CONFIDENCE, normal_quantile
+from streameval.core.label_delay import LabelDelays
 from streameval.core.labels import DEFAULT_MAX_CLASSES, Label, LabelEncoder
 from streameval.core.measures import ConfusionSnapshot, compute_measures
 from streameval.core.normalize import normalize
@@ -149,6 +150,7 @@ class ModelEvaluator:
         self._detector_starts = [0] * len(self._detectors)
         self._n = 0
         self._latency = [0, 0, 0]  # outcomes with a latency, sum and max of t_label − t_instance
+        self._delays = LabelDelays()  # t_label − t_instance by true class, a log histogram
 
     @property
     def n(self) -> int:
@@ -205,6 +207,7 @@ class ModelEvaluator:
         self._latency[0] += n
         self._latency[1] += int(latency.sum())
         self._latency[2] = max(self._latency[2], int(latency.max()))
+        self._delays.update(y_true, latency)
         if views is not None:
             self._scored.update(y_true, views, self._labels, self._positive_code())
             self._update_psi(y_true, scores, lengths, starts, times, t_instance, t_label)
@@ -239,6 +242,8 @@ class ModelEvaluator:
         if self.costs is not None:
             self._add_costs(views, normal_quantile(confidence))
         count, total, longest = self._latency
+        latency = {"mean": total / count if count else float("nan"), "max": longest}
+        latency.update(self._delays.measures(self._labels.classes, alpha=1.0 - confidence))
         delayed = self._delayed.measures()
         for name, values in self._psi.measures().items():
             delayed[name].update(values)
@@ -246,7 +251,7 @@ class ModelEvaluator:
             "n": self._n,
             "views": views,
             "delayed": delayed,
-            "latency_ms": {"mean": total / count if count else float("nan"), "max": longest},
+            "latency_ms": latency,
         }
 
     def _add_costs(self, views: dict[str, dict[str, dict[str, Any]]], z: float) -> None:
@@ -341,6 +346,7 @@ class ModelEvaluator:
             ),
             "n": self._n,
             "latency": list(self._latency),
+            "delays": self._delays.state(),
         }
 
     @classmethod
@@ -429,6 +435,8 @@ class ModelEvaluator:
                 ev._detectors.append(make_detector(spec))
                 ev._detector_starts.append(ev._n)
         ev._latency = list(state["latency"])
+        # a state from before the histogram: the delays' quantiles count from here
+        ev._delays = LabelDelays.from_state(state.get("delays", []))
         return ev
 
 

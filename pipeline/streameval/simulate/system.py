@@ -11,7 +11,8 @@ learner or a baseline. Following Grzenda et al.'s Algorithm 1 (IJCNN 2020, and t
   its final prediction of the labelled instance, then learns from it (test-then-train on
   delayed labels);
 * labels come ``delay`` after their instance: fixed (instances or milliseconds), exponential, or
-  never for a fraction of instances.
+  never for a fraction of instances; ``class_delay`` makes the labels of some classes later or
+  earlier (frauds confirmed days after non-frauds) by a factor on the delay.
 
 Event times follow ``rate`` instances per second from ``start_ms``. The output is a sequence of
 events in time order — to a JSON-lines file for ``streameval replay`` or to the input topics —
@@ -52,6 +53,8 @@ class SimulationConfig:
     models: list[str] = field(default_factory=lambda: list(LEARNERS))
     delay: str = "exponential"
     delay_value: float = 2_000.0  # instances (fixed_instances) or ms (fixed_ms, exponential mean)
+    #: the delay of the labels of a class (by its text, "1") multiplied by this factor
+    class_delay: dict[str, float] = field(default_factory=dict)
     unlabelled: float = 0.0  # fraction of instances whose label never comes
     repredict_every: int = 100  # K of Grzenda et al.'s Algorithm 1; 0: none
     rate: float = 200.0  # instances per second of event time
@@ -79,6 +82,9 @@ class SimulationConfig:
             problems.append(f"delay={self.delay!r}: use one of {', '.join(DELAYS)}")
         if not (self.delay_value >= 0 and math.isfinite(self.delay_value)):
             problems.append(f"delay_value={self.delay_value}: use a number >= 0")
+        bad = {c: f for c, f in self.class_delay.items() if not (f >= 0 and math.isfinite(f))}
+        if bad:
+            problems.append(f"class_delay={bad}: use factors >= 0 (1: the class's own delay)")
         if not 0 <= self.unlabelled < 1:
             problems.append(f"unlabelled={self.unlabelled}: use a fraction in [0, 1)")
         if self.repredict_every < 0:
@@ -253,6 +259,8 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
             delay_ms = int(config.delay_value)
         else:
             delay_ms = int(rng.exponential(config.delay_value))
+        if config.class_delay:
+            delay_ms = int(delay_ms * config.class_delay.get(str(y), 1.0))
         pending[i] = (x, y, iid)
         heapq.heappush(arrivals, (ts + max(delay_ms, 1), i, next(seq)))
         if config.repredict_every:
