@@ -119,7 +119,7 @@ class ScoresConfig(_Strict):
 class ModelConfig(_Strict):
     positive_label: str | int | None = None
     detectors: list[dict[str, Any]] | None = None
-    costs: dict[str, dict[str, int | float]] | None = Field(
+    costs: dict[str, dict[str, float]] | None = Field(
         None, description="cost of predicting a class (inner key) when the truth is another"
     )
 
@@ -240,6 +240,9 @@ def _format(err: ValidationError) -> str:
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown key; check the spelling against docs/replay.md"
+        elif problem["type"] == "dict_type":
+            name = key.rsplit(".", 1)[-1]
+            message = f"a table belongs here; write it as one ({name} = {{ key = value, ... }})"
         elif problem["type"] in _KINDS and isinstance(value, str):
             message = (
                 f"a string where {_KINDS[problem['type']]} belongs; write it without quotes "

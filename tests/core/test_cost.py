@@ -225,7 +225,8 @@ def test_a_tie_of_majority_classes_takes_the_cheaper_constant_prediction():
         ('fraud = { ok = "100" }', "costs.fraud.ok"),
         ("fraud = { ok = nan }\nok = { fraud = 1 }", "costs.fraud.ok = nan is not allowed"),
         ("fraud = { ok = true }\nok = { fraud = 1 }", "costs.fraud.ok"),
-        ("fraud = 100", "models.m.costs.fraud"),
+        ("fraud = 100", "models.m.costs.fraud = 100: a table belongs here"),
+        ('fraud = { ok = "100" }\nok = { fraud = 1 }', "a string where a number belongs"),
     ],
 )
 def test_a_bad_cost_matrix_is_refused_naming_the_cell(tmp_path, toml, says):
