@@ -9,7 +9,7 @@ outcomes then also have
     (1; 1 in the window of the last W outcomes; a^(t−i) under fading), read from the
     estimate's confusion matrix: Σ_ij C_ij·N_ij / Σ_ij N_ij (Elkan 2001, *The foundations of
     cost-sensitive learning*, IJCAI: the expected cost of a decision, eq. (1), here averaged
-    over the decisions taken).
+    over the decisions taken; his C(i, j) is indexed predicted, true: the transpose of ours).
 ``expected_cost_lo``, ``expected_cost_hi``
     Its normal interval at the configured confidence, with the weighted sample variance and
     Kish's effective sample size as for every mean of the core
