@@ -207,6 +207,7 @@ def error_streams(config: Any, grace_ms: int = GRACE_MS) -> dict[str, tuple[np.n
     events = (decode_event(orjson.dumps(event)) for event in simulate(config))
     outcomes = engine.resolve(events)
     outcomes += [outcome for join in engine.joins for outcome in join.flush()]  # as finish()
+    outcomes = [o for o in outcomes if o.times]  # not the join's notices (label maturity)
     streams = {}
     for model in config.models:
         own = [o for o in outcomes if o.model_id == model]

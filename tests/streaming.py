@@ -36,6 +36,8 @@ def make_config(**overrides: Any) -> EvaluationConfig:
     settings: dict[str, Any] = {
         "publish_every": 500,
         "join": {"label_grace_ms": 1_000},
+        # the stream is 40 s long: a label-maturity record each second, cohorts of 5 s
+        "maturity": {"cohort_ms": 5_000, "every_ms": 1_000, "cohorts": 4},
         "models": {m: {"positive_label": "yes"} for m in ("champion", "challenger", "baseline")}
         | {"champion": {"positive_label": "yes", "costs": COSTS}},  # as in test_worker.CONFIG
         "comparisons": [{"a": "champion", "b": "challenger"}],
@@ -47,13 +49,17 @@ def make_config(**overrides: Any) -> EvaluationConfig:
 def replay_finals(
     stream: ScriptedStream, config: EvaluationConfig, join_partitions: int = 1
 ) -> dict[str, Any]:
-    """Final metrics, comparisons and the alarms of ``streameval replay`` on the stream."""
+    """Final metrics, comparisons, the alarms and every label-maturity record of ``streameval
+    replay`` on the stream."""
     source = io.BytesIO(b"".join(line + b"\n" for line in stream.lines()))
-    result = replay(source, config, io.BytesIO(), join_partitions=join_partitions)
+    out = io.BytesIO()
+    result = replay(source, config, out, join_partitions=join_partitions)
+    maturity = [r for r in map(orjson.loads, out.getvalue().splitlines())]
     return {
         "metrics": {k: _canon(v) for k, v in result.final_metrics.items()},
         "comparisons": {k: _canon(v) for k, v in result.final_comparisons.items()},
         "alarms": sorted(_canon(a) for a in result.alarms),
+        "maturity": sorted({_canon(r) for r in maturity if r["kind"] == "label_maturity"}),
     }
 
 
@@ -61,10 +67,12 @@ def finals(records: list[Any]) -> dict[str, Any]:
     """The same summary from a worker's published records (in publication order). Records
     re-published after a restart carry the same identity and values: alarms are compared as
     a set."""
-    metrics, comparisons, alarms = {}, {}, set()
+    metrics, comparisons, alarms, maturity = {}, {}, set(), set()
     for record in map(_as_dict, records):
         kind = record["kind"]
-        if kind == "metrics":
+        if kind == "label_maturity":  # every one: each is as of a time, not a latest value
+            maturity.add(_canon(record))
+        elif kind == "metrics":
             key = (record["model_id"], record["view"])
             if key not in metrics or metrics[key]["n"] <= record["n"]:
                 metrics[key] = record
@@ -77,6 +85,7 @@ def finals(records: list[Any]) -> dict[str, Any]:
         "metrics": {k: _canon(v) for k, v in metrics.items()},
         "comparisons": {k: _canon(v) for k, v in comparisons.items()},
         "alarms": sorted(alarms),
+        "maturity": sorted(maturity),
     }
 
 
@@ -99,7 +108,8 @@ def outcomes_of(lines: list[bytes], config: EvaluationConfig) -> list[Any]:
     engine = Engine(config)
     now = int(time.time() * 1000)
     events = list(_events(iter(lines), ReplayResult(), False, config.time_rules(), now))
-    return engine.resolve(events) + engine.join.flush()
+    rows = engine.resolve(events) + engine.join.flush()
+    return [o for o in rows if o.times]  # not the join's notices of predicted instances
 
 
 def evolved_finals(
@@ -174,5 +184,5 @@ def evolved_finals(
     last._pair_last_ts = {key: found[pair_at[key] - 1][1].t_label
                           for key, (ev, found) in pairs.items() if ev.n}  # fmt: skip
     result = finals(last.latest_records())
-    del result["alarms"]
+    del result["alarms"], result["maturity"]  # (the caller's: they do not depend on estimators)
     return result

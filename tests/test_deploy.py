@@ -389,7 +389,7 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     from streameval.exporter import Exporter
     from streameval.records import DriftAlarmRecord
 
-    from .test_exporter import _latest, _replayed, _with_scores
+    from .test_exporter import _latest, _maturity, _replayed, _with_scores
 
     registry = CollectorRegistry()
     exporter = Exporter(registry, detectors_of=lambda _: ["page_hinkley", "ratio_page_hinkley"])
@@ -398,6 +398,7 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     exporter.observe([DriftAlarmRecord("drift_alarm", "champion", 9, "final", "page_hinkley",
                                        101.0, 100.0, 7, 0.5, "i7", 8, 4, 6, "i4", 5, 0.2, 0.4,
                                        {"type": "page_hinkley"})])  # fmt: skip
+    exporter.observe([_maturity("champion", ages=3)])  # a model with older cohorts
     exporter.observe_outcomes("champion", [1000.0, 4000.0])
     exporter.count_input(10)
     exporter.count_dropped("expired_unlabelled", "champion")

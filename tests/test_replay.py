@@ -27,7 +27,7 @@ CONFIG = ROOT / "docs/examples/replay.toml"
 SCHEMAS = {
     kind: json.loads((topics_dir() / f"schemas/{name}.schema.json").read_text())
     for kind, name in (("metrics", "metrics"), ("drift_alarm", "drift-alarm"),
-                       ("comparison", "comparison"))
+                       ("comparison", "comparison"), ("label_maturity", "label-maturity"))
 }  # fmt: skip
 
 
@@ -54,7 +54,12 @@ def test_sample_file_is_what_its_script_generates(tmp_path):
 def test_every_record_validates_against_its_schema(sample_output):
     data, _result = sample_output
     records = [json.loads(line) for line in data.splitlines()]
-    assert {r["kind"] for r in records} == {"metrics", "drift_alarm", "comparison"}
+    assert {r["kind"] for r in records} == {
+        "metrics",
+        "drift_alarm",
+        "comparison",
+        "label_maturity",
+    }
     for record in records:
         jsonschema.validate(record, SCHEMAS[record["kind"]], cls=jsonschema.Draft202012Validator)
     assert b"NaN" not in data  # undefined values are null on the wire

@@ -51,6 +51,12 @@ DATASOURCE_VAR = {
 GRAFANA_VERSION = "10.4.0"
 MCNEMAR_99 = 6.635  # χ² (1 d.f.) at 0.99, as streameval.core.compare.MCNEMAR_THRESHOLD
 WIDTH = 24
+#: a bar gauge's bars upright, each the latest value of its series
+VERTICAL_BARS = {
+    "orientation": "vertical",
+    "displayMode": "basic",
+    "reduceOptions": {"calcs": ["lastNotNull"]},
+}
 
 
 def query_var(
@@ -551,11 +557,7 @@ def delayed() -> dict[str, Any]:
         maximum=1,
         description="Bin 001 is the prediction at arrival, the last bin the one just before the "
         "label; one panel per model.",
-        options={
-            "orientation": "vertical",
-            "displayMode": "basic",
-            "reduceOptions": {"calcs": ["lastNotNull"]},
-        },
+        options=VERTICAL_BARS,
     )
     binned.update(repeat="model", repeatDirection="v")
     lay.add(binned, WIDTH)
@@ -603,6 +605,49 @@ def delayed() -> dict[str, Any]:
             [target("job:streameval_pending_instances:sum", "pending")],
         ),
         WIDTH,
+    )
+    lay.row("Label maturity: how much of each cohort is labelled so far")
+    maturity = panel(
+        "bargauge",
+        "Share labelled by cohort age: $model",
+        [
+            target(
+                'max without (instance, job) (streameval_label_maturity{model=~"$model", '
+                'class=""})',
+                "{{age}}",
+                instant=True,
+            )
+        ],
+        unit="percentunit",
+        minimum=0,
+        maximum=1,
+        description="Of the instances the model first predicted in each cohort "
+        "(maturity.cohort_ms of event time; 0 is the cohort in progress, k the k-th before "
+        "it), the share whose label has come. A young cohort is immature; an old one that "
+        "stays low lost its labels (expired or never sent). One panel per model.",
+        options=VERTICAL_BARS,
+    )
+    maturity.update(repeat="model", repeatDirection="h")
+    lay.add(maturity, 12)
+    lay.add(
+        panel(
+            "timeseries",
+            "Share labelled by class of the label, cohort before the one in progress",
+            [
+                target(
+                    'max without (instance, job) (streameval_label_maturity{model=~"$model", '
+                    'age="1"})',
+                    "{{model}} {{class}}",
+                )
+            ],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            description="The last complete cohort's share labelled, overall (empty class) and "
+            "by class of the label: a class whose share grows later than the others' has later "
+            "labels, and window measures lean toward the faster classes until it catches up.",
+        ),
+        12,
     )
     return dashboard(
         "streameval-delayed",

@@ -116,6 +116,38 @@ class ScoresConfig(_Strict):
     )
 
 
+def _whole_seconds(name: str, value: int) -> int:
+    if value % 1000:
+        raise ValueError(
+            f"{name}={value!r} is not allowed; use a whole number of seconds in ms (a multiple "
+            "of 1000)"
+        )
+    return value
+
+
+class MaturityConfig(_Strict):
+    """Label maturity (docs/measures.md, "Label maturity"): prediction-time cohorts."""
+
+    enabled: bool = Field(True, description="count each model's cohorts and publish them")
+    cohort_ms: int = Field(
+        3_600_000, ge=1000, description="width of a cohort by first-prediction time (ms)"
+    )
+    every_ms: int = Field(
+        60_000, ge=1000, description="a label-maturity record per model each this much event time"
+    )
+    cohorts: int = Field(24, ge=1, le=10_000, description="the latest cohorts a record lists")
+
+    @field_validator("cohort_ms")
+    @classmethod
+    def _cohort(cls, value: int) -> int:
+        return _whole_seconds("cohort_ms", value)
+
+    @field_validator("every_ms")
+    @classmethod
+    def _every(cls, value: int) -> int:
+        return _whole_seconds("every_ms", value)
+
+
 class ModelConfig(_Strict):
     positive_label: str | int | None = None
     detectors: list[dict[str, Any]] | None = None
@@ -159,6 +191,7 @@ class EvaluationConfig(_Strict):
     time: TimeConfig = Field(default_factory=TimeConfig)
     delayed: DelayedConfig = Field(default_factory=DelayedConfig)
     scores: ScoresConfig = Field(default_factory=ScoresConfig)
+    maturity: MaturityConfig = Field(default_factory=MaturityConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     comparisons: list[ComparisonConfig] = Field(default_factory=list)
 

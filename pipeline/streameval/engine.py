@@ -9,14 +9,22 @@ Cadence: a metrics record per model and view every ``publish_every`` outcomes of
 (at exactly n = k·publish_every, whatever the batch sizes), a comparison record every
 ``publish_every`` paired instances, a drift alarm the moment one fires, and one final record of
 each kind from :meth:`Engine.finish`. Every record's ``ts`` is event time (the label time of the
-last outcome it covers), so the output does not depend on when it was computed.
+last outcome it covers), so the output does not depend on when it was computed. A
+label-maturity record per model each ``maturity.every_ms`` of event time in which the model
+had an outcome or a newly predicted instance: as of the boundary ``B`` its stream crossed
+(``ts`` = B), it counts what was predicted and labelled before B
+(:mod:`streameval.core.maturity`).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
+
+import msgspec
+import numpy as np
 
 from streameval.codec import (
     Event,
@@ -28,6 +36,7 @@ from streameval.codec import (
 from streameval.config import EvaluationConfig
 from streameval.core.alarm import Alarm
 from streameval.core.join import Join, join_partition
+from streameval.core.maturity import LabelMaturity
 from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome
 from streameval.core.pair import PairEvaluator
@@ -38,6 +47,7 @@ from streameval.records import (
     DriftAlarmRecord,
     FinalMetricsRecord,
     InitialMetricsRecord,
+    LabelMaturityRecord,
     Latency,
     PairMeasures,
     Record,
@@ -77,6 +87,9 @@ def _resolution_order(outcome: Outcome) -> tuple[int, str, str]:
     return outcome.due, outcome.instance_id, outcome.model_id
 
 
+_due = itemgetter(7)  # Outcome.due
+
+
 class Engine:
     """Join, evaluate, compare and publish, for every model seen in the events."""
 
@@ -87,15 +100,31 @@ class Engine:
         self.config = config
         j = config.join
         if join is None:
-            join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending)
+            join = Join(
+                j.label_grace_ms,
+                j.label_ttl_ms,
+                j.max_pending,
+                notices=config.maturity.enabled,
+            )
         self.joins = join if isinstance(join, list) else [join]
         self.join = self.joins[0]
+        for each in self.joins:  # the configuration says whether they count predictions
+            if config.maturity.enabled != (each.notices is not None):
+                each.notices = {} if config.maturity.enabled else None
         self.models: dict[str, ModelEvaluator] = {}
         specs = config.estimator_specs
         self.pairs = {f"{p.a}|{p.b}": PairEvaluator(p.a, p.b, specs) for p in config.comparisons}
         self._pair_last_ts: dict[str, int] = {}
         self._model_last_ts: dict[str, int] = {}
         self._published: dict[str, int] = {}  # model or pair -> n of its latest record
+        #: label maturity per model, and where the maturity tick (every_ms of event time) of
+        #: the model's latest outcome or notice begins: a record is due when its stream
+        #: enters a later tick
+        self.maturity: dict[str, LabelMaturity] = {}
+        self._tick: dict[str, int] = {}
+        #: whether every model's label maturity has been counted since its first outcome
+        #: (not so after a restore of a state that did not count it)
+        self._counted = True
         self._now = 0
         self.alarms = 0
         #: outcomes a model refused, by (model, reason), and the latest reasons as text
@@ -190,31 +219,50 @@ class Engine:
         """Feed outcomes (in resolution order) to the models and pairs; return records.
 
         Outcomes of one instance must not be split across two calls (the join returns them
-        together), so that comparisons can pair them.
+        together), so that comparisons can pair them. The join's notices of newly predicted
+        instances (:func:`~streameval.core.outcome.notice`) may come among them, in any
+        order: they go to the models' label maturity.
         """
         # Each record is tagged with the position of the outcome that caused it; sorting by it
         # (stable) makes the output one sequence in resolution order, the same however the
         # outcomes were cut into calls.
         if not outcomes:
             return []
-        models = next(zip(*outcomes, strict=True))  # the model_id column
-        first = models[0]
-        if models.count(first) == len(models):  # one model: the common case per partition
-            by_model = {first: outcomes}
+        rows = outcomes
+        notices: dict[str, list[Outcome]] = {}
+        if not all(o[3] for o in rows):  # Outcome.times: a notice has none
+            outcomes = []
+            for row in rows:
+                if row[3]:
+                    outcomes.append(row)
+                else:
+                    notices.setdefault(row[0], []).append(row)
+        by_model: dict[str, list[Outcome]]
+        if not outcomes:
+            by_model = {}
         else:
-            by_model = defaultdict(list)
-            for outcome, model_id in zip(outcomes, models, strict=True):
-                by_model[model_id].append(outcome)
-        caused: list[tuple[Outcome, int, dict[str, Any]]] = []
+            models = next(zip(*outcomes, strict=True))  # the model_id column
+            first = models[0]
+            if models.count(first) == len(models):  # one model: the common case per partition
+                by_model = {first: outcomes}
+            else:
+                by_model = defaultdict(list)
+                for outcome, model_id in zip(outcomes, models, strict=True):
+                    by_model[model_id].append(outcome)
+        caused: list[tuple[Outcome, int, Record]] = []
         for model_id, own in by_model.items():
-            for outcome, record in self._evaluate_model(model_id, own):
-                caused.append((outcome, 0, record))
+            for cause, order, record in self._evaluate_model(
+                model_id, own, notices.pop(model_id, ())
+            ):
+                caused.append((cause, order, record))
+        for model_id, own_notices in notices.items():  # models with notices alone
+            caused += self._evaluate_model(model_id, [], own_notices)
         for key, pair in self.pairs.items():
             for outcome, record in self._evaluate_pair(key, pair, outcomes):
                 caused.append((outcome, 1, record))
         if not caused:  # most calls: records are due every publish_every outcomes
             return []
-        position = {id(o): i for i, o in enumerate(outcomes)}
+        position = {id(o): i for i, o in enumerate(rows)}
         caused.sort(key=lambda t: (position[id(t[0])], t[1]))
         return [record for _, _, record in caused]
 
@@ -295,8 +343,93 @@ class Engine:
             "costs": cfg.model(model_id).cost_matrix or {},
         }
 
-    def _evaluate_model(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:
-        """(outcome that caused it, record) pairs."""
+    def _evaluate_model(
+        self, model_id: str, outcomes: list[Outcome], notices: Iterable[Outcome] = ()
+    ) -> list[tuple]:
+        """(row that caused it, order among the records of one row, record) triples: the
+        outcomes (in resolution order) through the model, in pieces cut where a metrics
+        record is due and where a label-maturity record is (before the first outcome due at
+        or after its boundary)."""
+        maturity = self._maturity(model_id, outcomes, notices)
+        if maturity is None:
+            return self._evaluate_outcomes(model_id, outcomes)
+        notices = list(notices)
+        if notices:
+            maturity.predicted(notices)
+        every = self.config.maturity.every_ms
+        dues = np.fromiter(map(_due, outcomes), dtype=np.int64, count=len(outcomes))
+        # the maturity ticks the model's stream enters here, and the first row of each
+        entered: dict[int, Outcome] = {}
+        ticks = dues // every
+        if ticks.size:
+            starts = np.flatnonzero(np.diff(ticks, prepend=ticks[0] - 1))
+            for i in starts.tolist():
+                entered[int(ticks[i])] = outcomes[i]
+        for row in notices:
+            entered.setdefault(row.due // every, row)
+        last = self._tick.get(model_id)  # where the latest tick the stream entered begins
+        if last is None:  # the model's first rows: nothing before them
+            last = min(entered) * every
+        records: list[tuple] = []
+        done = 0
+        for tick in sorted(t for t in entered if t * every > last):
+            boundary = tick * every
+            end = int(np.searchsorted(dues, boundary, side="left"))
+            if end > done:
+                records += self._evaluate_outcomes(model_id, outcomes[done:end])
+                maturity.labelled(outcomes[done:end])
+                done = end
+            records.append((entered[tick], -1, self._maturity_record(model_id, boundary)))
+            last = boundary
+        if done < len(outcomes):
+            records += self._evaluate_outcomes(model_id, outcomes[done:])
+            maturity.labelled(outcomes[done:])
+        self._tick[model_id] = last
+        self.touched.add(model_id)
+        return records
+
+    def _maturity(
+        self, model_id: str, outcomes: list[Outcome], notices: Iterable[Outcome]
+    ) -> LabelMaturity | None:
+        """A model's label maturity (made at its first rows), or None when it is off."""
+        m = self.config.maturity
+        if not m.enabled:
+            return None
+        maturity = self.maturity.get(model_id)
+        if maturity is None:
+            since = None
+            if model_id in self.models or not self._counted:
+                # a model evaluated before its maturity was counted: its cohorts count from
+                # the first that starts after its first rows here
+                first = min([o.due for o in outcomes[:1]] + [n.due for n in notices], default=0)
+                since = (first // m.cohort_ms + 1) * m.cohort_ms
+            maturity = self.maturity[model_id] = LabelMaturity(m.cohort_ms, m.cohorts, since)
+        return maturity
+
+    def _maturity_record(self, model_id: str, boundary: int) -> LabelMaturityRecord:
+        snapshot = self.maturity[model_id].snapshot(boundary)
+        model = self.models.get(model_id)
+        latency = None
+        if model is not None and model.n:
+            latency = _latency(model.label_delays(self.config.confidence))
+        return msgspec.convert(
+            {
+                "kind": "label_maturity",
+                "model_id": model_id,
+                "ts": boundary,
+                "n": 0 if model is None else model.n,
+                **snapshot,
+                "latency_ms": latency,
+            },
+            LabelMaturityRecord,
+            from_attributes=True,
+        )
+
+    def _evaluate_outcomes(self, model_id: str, outcomes: list[Outcome]) -> list[tuple]:
+        """(outcome that caused it, 0, record) triples: the model's outcomes in pieces cut
+        where a metrics record is due."""
+        if not outcomes:
+            return []
         model = self._model(model_id)
         self.touched.add(model_id)
         every = self.config.publish_every
@@ -311,12 +444,12 @@ class Engine:
             if not chunk:  # every outcome refused
                 continue
             for alarm in alarms:
-                records.append((chunk[alarm.index - before - 1], _alarm_record(model_id, alarm)))
+                records.append((chunk[alarm.index - before - 1], 0, _alarm_record(model_id, alarm)))
                 self.alarms += 1
             self._model_last_ts[model_id] = chunk[-1].t_label
             if model.n % every == 0:
                 for record in self._metrics_records(model_id, model, chunk[-1].t_label):
-                    records.append((chunk[-1], record))
+                    records.append((chunk[-1], 0, record))
         return records
 
     def _update(self, model_id: str, model: ModelEvaluator, chunk: list[Outcome]):
@@ -387,6 +520,7 @@ class Engine:
         return {
             "models": {m: ev.state() for m, ev in self.models.items()},
             "pairs": {k: p.state() for k, p in self.pairs.items()},
+            "maturity": {m: mat.state() for m, mat in self.maturity.items()},
             **self.scalars(),
         }
 
@@ -396,6 +530,8 @@ class Engine:
             "pair_last_ts": dict(self._pair_last_ts),
             "model_last_ts": dict(self._model_last_ts),
             "published": dict(self._published),
+            "maturity_tick": dict(self._tick),
+            "maturity_counted": self._counted and self.config.maturity.enabled,
             "now": self._now,
             "alarms": self.alarms,
             "rejected": [[m, r, c] for (m, r), c in self.rejected.items()],
@@ -422,6 +558,17 @@ class Engine:
         engine._pair_last_ts = dict(state["pair_last_ts"])
         engine._model_last_ts = dict(state["model_last_ts"])
         engine._published = dict(state["published"])
+        m = config.maturity
+        engine._counted = state.get("maturity_counted", False)
+        if m.enabled:  # (a state from before maturity was counted has none)
+            for model_id, s in state.get("maturity", {}).items():
+                if s["cohort_ms"] == m.cohort_ms:  # else it starts again from the next cohort
+                    engine.maturity[model_id] = LabelMaturity.from_state(s, m.cohorts)
+            engine._tick = {
+                model_id: tick
+                for model_id, tick in state.get("maturity_tick", {}).items()
+                if model_id in engine.maturity
+            }
         engine._now = state["now"]
         engine.alarms = state["alarms"]
         engine.rejected = Counter({(m, r): c for m, r, c in state["rejected"]})

@@ -124,6 +124,24 @@ class Exporter:
             ["model", "detector", "span"],
             registry=registry,
         )
+        # label maturity: the latest label-maturity record of each model
+        self.maturity = Gauge(
+            "streameval_label_maturity",
+            "Share of the instances a model first predicted in a cohort (cohort_ms of event "
+            "time; age 0 is the cohort in progress, age k the k-th before it) that have their "
+            "label so far, overall (class empty) and by class of the label; NaN for a cohort "
+            "without predictions.",
+            ["model", "age", "class"],
+            registry=registry,
+        )
+        self.maturity_instances = Gauge(
+            "streameval_label_maturity_instances",
+            "Instances a model predicted (state=predicted) and, of them, labelled so far "
+            "(state=labelled), every cohort since its maturity was first counted; "
+            "delta() of the two says whether labels still come.",
+            ["model", "state"],
+            registry=registry,
+        )
         self.dropped = Counter(
             "streameval_dropped_records",
             "Records the join dropped or found odd, by reason (and model where it has one).",
@@ -257,6 +275,8 @@ class Exporter:
                         self._first_seen(record.model_id)
                     self._child(self.alarms, record.model_id, record.detector).inc()
                     self._latest_alarm(record)
+                elif kind == "label_maturity":
+                    self._latest_maturity(record)
             with self._lock:  # swap in new dicts: a scrape sees one consistent snapshot
                 if metrics is not None:
                     self._metrics = metrics
@@ -280,6 +300,40 @@ class Exporter:
             self._child(self.alarm_estimate, model, detector, span).set(
                 float("nan") if value is None else value
             )
+
+    def _latest_maturity(self, record: Record) -> None:
+        """The cohorts of a label-maturity record by age (0: the cohort in progress at its
+        ``ts``): by default the share of ages 0 and 1, and that of age 1 (the latest whole
+        cohort) by class of the label; every cohort the record lists by class when the
+        selection lists ``label_maturity``. NaN for a cohort it does not list."""
+        model, width = record.model_id, record.cohort_ms
+        current = (record.ts - 1) // width * width
+        by_age = {(current - c.start) // width: c for c in record.cohorts}
+        selection = self.selection
+        every = selection.wants_measure("final", "label_maturity")
+        classes = sorted({name for c in record.cohorts for name in c.by_class})
+        if selection.classes is not None:
+            classes = classes[: selection.classes]
+        ages = max(by_age, default=-1) + 1 if every else 2
+        known = self._children.get(self.maturity._name, set())
+        for age in range(ages):
+            cohort = by_age.get(age)
+            share = None if cohort is None else cohort.share
+            self._child(self.maturity, model, str(age), "").set(_nan(share))
+            if not every and age != 1:
+                continue
+            for name in classes:
+                part = None if cohort is None else cohort.by_class.get(name)
+                if part is None and cohort is not None and cohort.predicted > 0:
+                    value = 0.0  # none of it labelled with that class yet
+                else:
+                    value = _nan(None if part is None else part.share)
+                self._child(self.maturity, model, str(age), name).set(value)
+        for labels in [c for c in known if c[0] == model and int(c[1]) >= ages]:
+            self.maturity.remove(*labels)  # cohorts the record no longer lists
+            known.discard(labels)
+        self._child(self.maturity_instances, model, "predicted").set(record.predicted)
+        self._child(self.maturity_instances, model, "labelled").set(record.labelled)
 
     def _first_seen(self, model_id: str) -> None:
         self._models.add(model_id)
@@ -363,6 +417,8 @@ class Exporter:
                 (self.alarm_outcome, 0),
                 (self.alarm_time, 0),
                 (self.alarm_estimate, 0),
+                (self.maturity, 0),
+                (self.maturity_instances, 0),
             ):
                 children = self._children.get(metric._name, set())
                 for labels in [c for c in children if c[position] in gone]:
@@ -376,3 +432,7 @@ class Exporter:
     def _snapshots(self):
         with self._lock:
             return self._metrics, self._comparisons
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else value

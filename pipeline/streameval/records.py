@@ -25,6 +25,8 @@ __all__ = [
     "MAX_TS",
     "MIN_TS",
     "SCHEMA_DEFS",
+    "Cohort",
+    "CohortClass",
     "ComparisonRecord",
     "DeadLetterHeaders",
     "DriftAlarmRecord",
@@ -32,6 +34,7 @@ __all__ = [
     "InitialMetricsRecord",
     "InstanceMessage",
     "InstanceRecord",
+    "LabelMaturityRecord",
     "LabelMessage",
     "LabelRecord",
     "Latency",
@@ -470,8 +473,65 @@ class DeadLetterHeaders(
     ] = ""
 
 
+Count = Annotated[int, msgspec.Meta(ge=0)]
+#: a share of a cohort: a count of it over its predicted instances (None while none was)
+Share = Annotated[float, msgspec.Meta(ge=0)] | None
+
+
+class CohortClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The instances of a cohort labelled so far with one class."""
+
+    labelled: Count
+    share: Share
+
+
+class Cohort(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The instances a model first predicted within ``cohort_ms`` from ``start``, and how many
+    of them have their label so far."""
+
+    start: Annotated[int, msgspec.Meta(ge=0, description="event time (ms) the cohort begins")]
+    predicted: Annotated[int, msgspec.Meta(description="instances the model first predicted")]
+    labelled: Annotated[int, msgspec.Meta(ge=0, description="of them, labelled so far")]
+    share: Annotated[Share, msgspec.Meta(description="labelled / predicted")]
+    by_class: Annotated[
+        dict[str, CohortClass], msgspec.Meta(description="the labelled ones by class of label")
+    ]
+
+
+class LabelMaturityRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How much of each prediction-time cohort of a model is labelled so far, by class, and
+    how late its labels come by class (docs/measures.md, "Label maturity"). One per model each
+    ``maturity.every_ms`` of event time while it has traffic. Key: model_id."""
+
+    kind: Literal["label_maturity"]
+    model_id: ModelId
+    ts: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="event time (ms) it is as of: the predictions and labels before it",
+        ),
+    ]
+    n: Annotated[int, msgspec.Meta(ge=0, description="outcomes of the model so far")]
+    cohort_ms: Annotated[int, msgspec.Meta(ge=1000, description="width of a cohort (ms)")]
+    predicted: Annotated[int, msgspec.Meta(description="instances predicted, every cohort")]
+    labelled: Annotated[int, msgspec.Meta(ge=0, description="of them, labelled so far")]
+    labelled_by_class: dict[str, Count]
+    cohorts: Annotated[list[Cohort], msgspec.Meta(description="the latest cohorts, oldest first")]
+    latency_ms: Annotated[
+        Latency | None,
+        msgspec.Meta(description="the label delays by class, as in the final metrics record"),
+    ]
+
+
 #: What the service publishes; every one has ``kind``, ``model_id`` or ``pair``, ``ts``, ``n``.
-Record = InitialMetricsRecord | FinalMetricsRecord | DriftAlarmRecord | ComparisonRecord
+Record = (
+    InitialMetricsRecord
+    | FinalMetricsRecord
+    | DriftAlarmRecord
+    | ComparisonRecord
+    | LabelMaturityRecord
+)
 
 
 # -- records -------------------------------------------------------------------------------
@@ -479,6 +539,7 @@ _RECORDS: dict[str, Any] = {
     "metrics": MetricsRecord,
     "drift_alarm": DriftAlarmRecord,
     "comparison": ComparisonRecord,
+    "label_maturity": LabelMaturityRecord,
 }
 _DECODERS = {kind: msgspec.json.Decoder(kind_type) for kind, kind_type in _RECORDS.items()}
 

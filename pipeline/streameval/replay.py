@@ -50,6 +50,7 @@ class ReplayResult:
     skipped_examples: list[tuple[int, str]] = field(default_factory=list)
     final_metrics: dict[tuple[str, str], Record] = field(default_factory=dict)
     final_comparisons: dict[str, Record] = field(default_factory=dict)
+    final_maturity: dict[str, Record] = field(default_factory=dict)
     alarms: list[Record] = field(default_factory=list)
     join_counters: dict[str, int] = field(default_factory=dict)
     pending: int = 0  # instances still waiting for a label at the end
@@ -129,7 +130,13 @@ def replay(
             DiskState.wipe(Path(state_dir) / f"join-{q}")
             stores.append(DiskState(Path(state_dir) / f"join-{q}"))
     joins = [
-        Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, stores[q] if stores else None)
+        Join(
+            j.label_grace_ms,
+            j.label_ttl_ms,
+            j.max_pending,
+            stores[q] if stores else None,
+            notices=config.maturity.enabled,
+        )
         for q in range(join_partitions)
     ]
     engine = Engine(config, joins)
@@ -181,6 +188,8 @@ def _emit(records, out, result: ReplayResult, on_records) -> None:
             result.final_metrics[record.model_id, record.view] = record
         elif kind == "comparison":
             result.final_comparisons[record.pair] = record
+        elif kind == "label_maturity":
+            result.final_maturity[record.model_id] = record
         else:
             result.alarms.append(record)
     if on_records is not None:

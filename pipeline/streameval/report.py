@@ -63,6 +63,29 @@ def describe_alarm(alarm: Any) -> str:
     return f"{head}; {change} (statistic {alarm.statistic:.1f} > {alarm.threshold:g})"
 
 
+def describe_maturity(record: Any, cohorts: int = 3) -> str:
+    """The latest cohorts of a label-maturity record in a line: how much of each is labelled,
+    and with which classes."""
+
+    def when(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+    parts = []
+    for c in record.cohorts[-cohorts:]:
+        classes = ", ".join(
+            f"{name} {_percent(v.share)}" for name, v in c.by_class.items() if v.share
+        )
+        parts.append(
+            f"{when(c.start)[11:]} {_percent(c.share)} of {c.predicted}"
+            + (f" ({classes})" if classes else "")
+        )
+    return f"labelled so far, by cohort (as of {when(record.ts)}): " + "; ".join(parts)
+
+
+def _percent(share: float | None) -> str:
+    return "–" if share is None else f"{100 * share:.0f} %"
+
+
 def print_summary(result: ReplayResult, console: Console, estimator: str) -> None:
     """Per model the key measures of the final view, then alarms, comparisons and skips."""
     table = Table(
@@ -123,6 +146,11 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             delays[f"(Kruskal-Wallis p = {test.p_value:.2g}): {said}"].append(model_id)
     for said, models in delays.items():
         console.print(f"{', '.join(models)}: label delay depends on the class {said}")
+    maturity: dict[str, list[str]] = defaultdict(list)
+    for model_id, record in sorted(result.final_maturity.items()):
+        maturity[describe_maturity(record)].append(model_id)
+    for said, models in maturity.items():
+        console.print(f"{', '.join(models)}: {said}", highlight=False)
     for alarm in result.alarms[:LISTED_ALARMS]:
         console.print(describe_alarm(alarm), highlight=False)
     if len(result.alarms) > LISTED_ALARMS:
@@ -159,7 +187,8 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
     console.print(
         f"{result.events} events from {result.lines} lines in {result.seconds:.2f} s; "
         f"{result.records['metrics']} metrics, {result.records['drift_alarm']} alarms, "
-        f"{result.records['comparison']} comparison records; {total_skipped} lines skipped"
+        f"{result.records['comparison']} comparison, {result.records['label_maturity']} "
+        f"label-maturity records; {total_skipped} lines skipped"
     )
     for reason, count in result.skipped.most_common():
         console.print(f"  skipped {count}: {reason}")

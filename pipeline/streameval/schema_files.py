@@ -19,6 +19,7 @@ from streameval.records import (
     DeadLetterHeaders,
     DriftAlarmRecord,
     InstanceMessage,
+    LabelMaturityRecord,
     LabelMessage,
     MetricsRecord,
     PredictionMessage,
@@ -34,6 +35,7 @@ SCHEMA_FILES: dict[str, tuple[Any, str]] = {
     "metrics.schema.json": (MetricsRecord, "metrics"),
     "drift-alarm.schema.json": (DriftAlarmRecord, "drift alarm"),
     "comparison.schema.json": (ComparisonRecord, "comparison"),
+    "label-maturity.schema.json": (LabelMaturityRecord, "label maturity"),
     "dead-letter.schema.json": (DeadLetterHeaders, "dead letter"),
 }
 _METRICS = (

@@ -102,6 +102,9 @@ EXPORTABLE_MEASURES = (
     *COST_MEASURES,  # of a model with a cost matrix
     "reliability",  # the calibration bins: streameval_reliability
     "label_delay",  # the label delay's quantiles by class, and the test: two families
+    # every cohort of a label-maturity record, by class (by default: the totals, the share of
+    # the cohort in progress and of the one before, and that one's by class)
+    "label_maturity",
 )
 #: What a selection lists to export every measure
 ALL = "all"

@@ -102,6 +102,7 @@ class Topics:
     metrics: str
     alarms: str
     comparisons: str
+    maturity: str
     dead_letters: str
 
     @classmethod
@@ -125,6 +126,7 @@ class Topics:
             metrics=name("metrics"),
             alarms=name("drift-alarms"),
             comparisons=name("comparisons"),
+            maturity=name("label-maturity"),
             dead_letters=name("dead-letters"),
         )
 

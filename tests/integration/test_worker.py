@@ -41,6 +41,10 @@ CONFIG = """
 publish_every = 500
 [join]
 label_grace_ms = 1000
+[maturity]
+cohort_ms = 5000
+every_ms = 1000
+cohorts = 4
 [models.champion]
 positive_label = "yes"
 costs = { yes = { no = 10 }, no = { yes = 1 } }

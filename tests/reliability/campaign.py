@@ -490,8 +490,9 @@ def _mismatch(got: dict, expected: dict) -> list[str]:
         for key in sorted(set(got[part]) | set(expected[part]), key=str):
             if got[part].get(key) != expected[part].get(key):
                 out.append(f"{part} {key}")
-    if got["alarms"] != expected["alarms"]:
-        out.append(f"alarms: {len(got['alarms'])} published, {len(expected['alarms'])} replayed")
+    for part in ("alarms", "maturity"):
+        if got[part] != expected[part]:
+            out.append(f"{part}: {len(got[part])} published, {len(expected[part])} replayed")
     return out
 
 

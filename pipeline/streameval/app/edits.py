@@ -31,9 +31,11 @@ from streameval.core.state import EVENT, MEMORY, META, RECORD, decode_value, enc
 
 from .evolve import model_shape_of
 from .statekeys import (
+    MATURITY,
     MODEL,
     OUTCOME,
     PAIR,
+    PARTS,
     RUN,
     STAGE,
     WHOLE,
@@ -110,10 +112,13 @@ def parts(items: Items) -> tuple[dict[str, dict], dict[str, dict]]:
 
 
 def reset_model(items: Items, model_id: str) -> Changes:
-    changes: Changes = {k: None for k in items if k[:1] == MODEL and owner_of(k) == model_id}
+    changes: Changes = {
+        k: None for k in items if k[:1] in (MODEL, MATURITY) and owner_of(k) == model_id
+    }
     meta = decode_value(items[STAGE])
     engine = meta["engine"]
     engine["model_last_ts"].pop(model_id, None)
+    engine.get("maturity_tick", {}).pop(model_id, None)
     engine["published"].pop(model_id, None)
     engine["rejected"] = [row for row in engine["rejected"] if row[0] != model_id]
     changes[STAGE] = encode_value(meta)
@@ -222,14 +227,16 @@ def move(
     pack = RUN.pack
     out_source: Changes = {}
     out_target: Changes = {
-        k: None for k in target if k[:1] in (MODEL, PAIR) and owner_of(k) in models | pairs
+        k: None for k in target if k[:1] in PARTS and owner_of(k) in models | pairs
     }
     for key, value in source.items():
-        if key[:1] in (MODEL, PAIR) and owner_of(key) in models | pairs:
+        if key[:1] in PARTS and owner_of(key) in models | pairs:
             out_source[key] = None
             out_target[key] = value
     src, dst = decode_value(source[STAGE]), decode_value(target[STAGE])
-    for field in ("model_last_ts", "pair_last_ts", "published"):
+    for field in ("model_last_ts", "pair_last_ts", "published", "maturity_tick"):
+        src["engine"].setdefault(field, {})
+        dst["engine"].setdefault(field, {})
         for part in list(src["engine"][field]):
             if part in models or part in pairs:
                 dst["engine"][field][part] = src["engine"][field].pop(part)

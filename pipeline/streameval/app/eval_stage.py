@@ -28,6 +28,7 @@ from .evolve import Refused, Stored, judge, model_shape_of
 from .statekeys import (
     BUFFER,
     CHUNK_INDEX,
+    MATURITY,
     MODEL,
     OUTCOME,
     PAIR,
@@ -210,11 +211,17 @@ class EvalStage:
         engine = self.engine
         parts: dict[bytes, bytes] = {}
         whole = self._whole = set(engine.touched)  # the models and pairs written whole
-        for tag, evaluators in ((MODEL, engine.models), (PAIR, engine.pairs)):
+        names = engine.touched | engine.models.keys() | engine.pairs.keys() | engine.maturity.keys()
+        for name in names - self._shown:
+            whole.add(name)
+            self._shown.add(name)
+        for tag, evaluators in (
+            (MODEL, engine.models),
+            (PAIR, engine.pairs),
+            (MATURITY, engine.maturity),  # a model's other part: written with it
+        ):
             for name, evaluator in evaluators.items():
-                if name in engine.touched or name not in self._shown:
-                    self._shown.add(name)
-                    whole.add(name)
+                if name in whole:
                     # JSON, as every state() is made to round-trip exactly through
                     parts.update(
                         state_chunks(tag + encode_name(name), orjson.dumps(evaluator.state()))
@@ -321,7 +328,7 @@ class EvalStage:
         for key, value in items.items():
             if key[:1] == OUTCOME:
                 waiting[RUN.unpack(key[1:])[0]] = decode_value(value)
-            elif key[:1] in (MODEL, PAIR, BUFFER):
+            elif key[:1] in (MODEL, PAIR, MATURITY, BUFFER):
                 head, index = key[:-4], CHUNK_INDEX.unpack(key[-4:])[0]
                 whole.setdefault(head, []).append((index, value))
         buffer: list = []
@@ -331,8 +338,8 @@ class EvalStage:
                 buffer = decode_value(data)
             else:
                 value = orjson.loads(data)
-                kind = "models" if head[:1] == MODEL else "pairs"
-                engine_state[kind][head[3:].decode()] = value
+                kind = {MODEL: "models", PAIR: "pairs", MATURITY: "maturity"}[head[:1]]
+                engine_state.setdefault(kind, {})[head[3:].decode()] = value
         models, pairs = engine_state["models"], engine_state["pairs"]
         stored = Stored(
             models={m: model_shape_of(s["config"]) for m, s in models.items() if s["n"]},

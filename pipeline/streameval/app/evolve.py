@@ -71,6 +71,12 @@ SETTINGS = {
     "join.max_future_ms": "free",
     "time.ts_unit": "free",  # how input is read: every stored time is milliseconds either way
     "time.ts_source": "free",
+    # label maturity restarts its cohorts from the next one when it is turned on or their
+    # width changes; how often it publishes and how many it lists decide only what is read
+    "maturity.enabled": "free",
+    "maturity.cohort_ms": "free",
+    "maturity.every_ms": "free",
+    "maturity.cohorts": "free",
     "estimators": "adds",
     "detectors": "adds",
     "models.*.detectors": "adds",

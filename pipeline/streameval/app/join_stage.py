@@ -63,7 +63,8 @@ class JoinStage:
         j = config.join
         self.partition = partition
         self.grace = j.label_grace_ms
-        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, state)
+        notices = config.maturity.enabled
+        self.join = Join(j.label_grace_ms, j.label_ttl_ms, j.max_pending, state, notices)
         self.inputs = set(inputs)
         self.slice_events = slice_events
         self.progress: dict[TopicPartition, tuple[int, bool]] = {}
@@ -195,7 +196,7 @@ class JoinStage:
         stage = cls(meta["partition"], config, inputs, state, slice_events)
         stage._take(meta)
         join_meta = _adopt(decode_value(scalars[META]), config, meta["partition"])
-        stage.join = Join.resume(join_meta, state, state.waiting())
+        stage.join = Join.resume(join_meta, state, state.waiting(), config.maturity.enabled)
         return stage
 
     def _take(self, meta: dict[str, Any]) -> None:
@@ -224,7 +225,7 @@ class JoinStage:
             decode_value(next(v for k, v in items if k == META)), config, meta["partition"]
         )
         items = [(k, encode_value(join_meta) if k == META else v) for k, v in items if k != STAGE]
-        stage.join = Join.restore(items, state)
+        stage.join = Join.restore(items, state, config.maturity.enabled)
         return stage
 
 

@@ -32,7 +32,7 @@ from streameval.codec import encode_record
 from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
 from streameval.logs import KAFKA_LOG
-from streameval.records import ComparisonRecord, DriftAlarmRecord, Record
+from streameval.records import ComparisonRecord, DriftAlarmRecord, LabelMaturityRecord, Record
 from streameval.store import StoreError
 from streameval.topics import Topics
 
@@ -346,6 +346,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         for record in records:
             if isinstance(record, ComparisonRecord):
                 topic, key = t.comparisons, record.pair
+            elif isinstance(record, LabelMaturityRecord):
+                topic, key = t.maturity, record.model_id
             elif isinstance(record, DriftAlarmRecord):
                 topic, key = t.alarms, record.model_id
                 log.warning(

@@ -1,8 +1,9 @@
 """The keys a stage's checkpoint writes besides the join's own (streameval.core.state).
 
 Both stages keep their scalars under :data:`STAGE`. An evaluation partition writes each
-model's and pair's state as JSON cut into chunks of :data:`STATE_CHUNK` bytes, under
-:data:`MODEL` or :data:`PAIR`, the name and the chunk's number (so a checkpoint writes only the
+model's and pair's state, and a model's label maturity, as JSON cut into chunks of
+:data:`STATE_CHUNK` bytes, under :data:`MODEL`, :data:`PAIR` or :data:`MATURITY`, the name and
+the chunk's number (so a checkpoint writes only the
 chunks that changed), and each run of outcomes waiting for the frontiers under :data:`OUTCOME`
 and the run's number (:data:`RUN`). :mod:`~streameval.app.eval_stage` writes and reads them;
 :mod:`~streameval.app.edits` rewrites them.
@@ -16,9 +17,11 @@ from collections.abc import Iterable
 __all__ = [
     "BUFFER",
     "CHUNK_INDEX",
+    "MATURITY",
     "MODEL",
     "OUTCOME",
     "PAIR",
+    "PARTS",
     "RUN",
     "STAGE",
     "STATE_CHUNK",
@@ -33,6 +36,10 @@ STAGE = b"t"
 #: keys of an evaluation stage's checkpoint: a model's, a pair's state, a run of waiting
 #: outcomes (by the arrival number of its first); the waiting outcomes in chunks, before that
 MODEL, PAIR, OUTCOME, BUFFER = b"M", b"P", b"O", b"B"
+#: ... a model's label maturity (streameval.core.maturity): its owner is the model
+MATURITY = b"L"
+#: the tags of the parts an owner (a model or a pair) has
+PARTS = (MODEL, PAIR, MATURITY)
 #: a run's number, after :data:`OUTCOME`
 RUN = struct.Struct(">Q")
 #: bytes per chunk of a model's encoded state
@@ -52,7 +59,7 @@ def encode_name(name: str) -> bytes:
 
 def owner_of(key: bytes) -> str | None:
     """The model or pair a chunk key belongs to."""
-    if key[:1] not in (MODEL, PAIR):
+    if key[:1] not in PARTS:
         return None
     return key[3:-4].decode()
 

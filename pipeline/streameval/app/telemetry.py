@@ -85,7 +85,9 @@ class Telemetry:
             self.exporter.count_skipped_batch(stage)
 
     def released(self, outcomes: list[Outcome]) -> None:
-        """Outcomes an evaluation stage took in: their count, and their label latency."""
+        """Outcomes an evaluation stage took in: their count, and their label latency (the
+        join's notices of newly predicted instances among them are not outcomes)."""
+        outcomes = [o for o in outcomes if o.times]
         self.stats.outcomes += len(outcomes)
         if self.exporter is not None:
             latencies: dict[str, list[int]] = defaultdict(list)

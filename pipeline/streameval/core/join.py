@@ -99,6 +99,10 @@ class Join(JoinRules):
         Bound on the number of instances held (and of resolved instances remembered).
     state
         Where the instances live (default: :class:`~streameval.core.state.MemoryState`).
+    notices
+        Whether the outcomes it returns also count, as
+        :func:`~streameval.core.outcome.notice` rows after each call's outcomes, the instances
+        each model predicts for the first time (label maturity: streameval.core.maturity).
 
     Examples
     --------
@@ -129,6 +133,7 @@ class Join(JoinRules):
         label_ttl: int = 7 * 86_400_000,
         max_pending: int = 100_000_000,
         state: Any = None,
+        notices: bool = False,
     ) -> None:
         for name, value, low in (
             ("label_grace", label_grace, 0),
@@ -138,7 +143,7 @@ class Join(JoinRules):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} is not allowed; use an integer >= {low}")
         self.label_grace = label_grace
-        super().__init__(label_ttl, max_pending, state)
+        super().__init__(label_ttl, max_pending, state, notices)
         self._target = self._clock  # where the clock goes once the due events are applied
         self._waiting = WaitingEvents()
         self._seq = 0
@@ -254,10 +259,12 @@ class Join(JoinRules):
         if waiting.due:
             self._apply(waiting.step(budget), out)
             if waiting.due:
+                self._notify(out)
                 return out  # behind: the rest comes with the next calls
         if self._next <= target + 1:
             self._rules(target + 1, out)
         self._clock = target
+        self._notify(out)
         return out
 
     def flush(self) -> list[Outcome]:
@@ -329,19 +336,24 @@ class Join(JoinRules):
         self._waiting.committed()
 
     @classmethod
-    def resume(cls, meta: dict[str, Any], state: Any, waiting: Iterable[list]) -> Join:
+    def resume(
+        cls, meta: dict[str, Any], state: Any, waiting: Iterable[list], notices: bool = False
+    ) -> Join:
         """A join over a ``state`` that holds its instances already (a disk store), with its
-        scalars (:meth:`meta`) and the events that were waiting for the clock."""
-        join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state)
+        scalars (:meth:`meta`) and the events that were waiting for the clock; ``notices``
+        as the constructor's (a setting, not state: none are held between calls)."""
+        join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state, notices)
         join.restore_meta(meta, waiting)
         return join
 
     @classmethod
-    def restore(cls, items: Iterable[tuple[bytes, bytes]], state: Any = None) -> Join:
+    def restore(
+        cls, items: Iterable[tuple[bytes, bytes]], state: Any = None, notices: bool = False
+    ) -> Join:
         """A join from the latest value of every key its checkpoints wrote (in any order)."""
         items = [(k, v) for k, v in items if v is not None]
         meta = next(decode_value(v) for k, v in items if k == META)
-        join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state)
+        join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state, notices)
         join.state.load(items, join.queue_entries, PREDICTIONS)
         join.restore_meta(meta, [decode_value(v) for k, v in items if k[:1] == EVENT])
         join.commit()

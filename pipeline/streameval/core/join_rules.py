@@ -13,7 +13,8 @@ import sys
 from collections import Counter, deque
 from typing import Any
 
-from streameval.core.outcome import Label, Outcome, Scores, scores_order
+from streameval.core.maturity import SECOND
+from streameval.core.outcome import Label, Outcome, Scores, notice, scores_order
 from streameval.core.pending import (
     CREATED,
     DUE,
@@ -59,9 +60,12 @@ class JoinRules:
     and a label that comes at or before it is due at its next tick.
     """
 
-    def __init__(self, label_ttl: int, max_pending: int, state: Any) -> None:
+    def __init__(self, label_ttl: int, max_pending: int, state: Any, notices: bool) -> None:
         self.label_ttl = label_ttl
         self.max_pending = max_pending
+        #: the newly predicted instances counted for :func:`~streameval.core.outcome.notice`
+        #: rows, by (model, second of the prediction, second applied), or None when off
+        self.notices: dict[tuple[str, int, int], int] | None = {} if notices else None
         self.state = state = MemoryState() if state is None else state
         #: whether a queue entry still stands (the state drops stale ones when it compacts)
         state.valid = {"expiry": self._expiry_valid, "forget": self._forget_valid}
@@ -171,17 +175,47 @@ class JoinRules:
             model_id = _intern(model_id)
         if type(label) is str:
             label = _intern(label)
+        earliest = None  # the model's earliest prediction of the instance so far
         for i in range(PREDICTIONS, len(record), 3):
-            if record[i] == model_id and record[i + 1] == ts and plain(record[i + 2]) == label:
-                self._count("duplicate_prediction", model_id)
-                # of repeats that differ in their scores, the one greater in content order
-                # stays, whichever came first
-                if scores_order(scores) > scores_order(scores_of(record[i + 2])):
-                    record[i + 2] = [label, scores]
-                    self._touch(instance_id)
-                return
+            if record[i] == model_id:
+                if record[i + 1] == ts and plain(record[i + 2]) == label:
+                    self._count("duplicate_prediction", model_id)
+                    # of repeats that differ in their scores, the one greater in content
+                    # order stays, whichever came first
+                    if scores_order(scores) > scores_order(scores_of(record[i + 2])):
+                        record[i + 2] = [label, scores]
+                        self._touch(instance_id)
+                    return
+                if earliest is None or record[i + 1] < earliest:
+                    earliest = record[i + 1]
         record += (model_id, ts, label if scores is None else [label, scores])
         self._touch(instance_id)
+        if self.notices is not None:
+            self._predicted(model_id, ts, earliest)
+
+    def _predicted(self, model_id: str, ts: int, earliest: int | None) -> None:
+        """Count a prediction of ``model_id`` stamped ``ts`` in the notices (its earliest
+        before it: None if it is the model's first of the instance)."""
+        clock = self._clock
+        applied = (ts if ts > clock else clock + 1) // SECOND * SECOND + SECOND - 1
+        second = ts // SECOND * SECOND
+        notices = self.notices
+        if earliest is None:
+            key = (model_id, second, applied)
+            notices[key] = notices.get(key, 0) + 1
+        elif ts < earliest and second != earliest // SECOND * SECOND:
+            # a late prediction earlier than the model's first: the instance changes second
+            key = (model_id, second, applied)
+            notices[key] = notices.get(key, 0) + 1
+            key = (model_id, earliest // SECOND * SECOND, applied)
+            notices[key] = notices.get(key, 0) - 1
+
+    def _notify(self, out: list[Outcome]) -> None:
+        """Append the notices counted since the last call to ``out``."""
+        notices = self.notices
+        if notices:
+            out += [notice(m, second, count, due) for (m, second, due), count in notices.items()]
+            notices.clear()
 
     def _label(self, instance_id: str, ts: int, label: Label, out: list[Outcome]) -> None:
         known = self._memory.get(instance_id)

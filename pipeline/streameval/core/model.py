@@ -241,9 +241,7 @@ class ModelEvaluator:
                     views["final"][name].update(_normalized(snapshot, positive))
         if self.costs is not None:
             self._add_costs(views, normal_quantile(confidence))
-        count, total, longest = self._latency
-        latency = {"mean": total / count if count else float("nan"), "max": longest}
-        latency.update(self._delays.measures(self._labels.classes, alpha=1.0 - confidence))
+        latency = self.label_delays(confidence)
         delayed = self._delayed.measures()
         for name, values in self._psi.measures().items():
             delayed[name].update(values)
@@ -253,6 +251,16 @@ class ModelEvaluator:
             "delayed": delayed,
             "latency_ms": latency,
         }
+
+    def label_delays(self, confidence: float = DEFAULT_CONFIDENCE) -> dict[str, Any]:
+        """The ``latency_ms`` of :meth:`measures`: the mean and longest label delay, their
+        quantiles overall and by true class, and whether the delay depends on the class
+        (:class:`~streameval.core.label_delay.LabelDelays`, significant below
+        1 − ``confidence``)."""
+        count, total, longest = self._latency
+        latency = {"mean": total / count if count else float("nan"), "max": longest}
+        latency.update(self._delays.measures(self._labels.classes, alpha=1.0 - confidence))
+        return latency
 
     def _add_costs(self, views: dict[str, dict[str, dict[str, Any]]], z: float) -> None:
         """The cost measures (:mod:`streameval.core.cost`) of every view and estimator."""

@@ -12,7 +12,9 @@ __all__ = [
     "EventRow",
     "Outcome",
     "Scores",
+    "is_notice",
     "label_order",
+    "notice",
     "scores_order",
 ]
 
@@ -58,6 +60,27 @@ class Outcome(NamedTuple):
     @property
     def final(self) -> Label:
         return self.labels[-1]
+
+
+def notice(model_id: str, second: int, count: int, due: int) -> Outcome:
+    """A *notice*: ``count`` instances that the join saw ``model_id`` predict for the first
+    time, their first prediction in the second starting at ``second`` (ms), applied by the join
+    in the second that ends at ``due``. It travels and is ordered as an outcome (by ``due``,
+    and an empty ``instance_id`` no instance has), so the evaluation counts exactly the
+    predictions applied before a time (streameval.core.maturity); its empty timeline tells it
+    from an outcome. A count may be negative: a late prediction that moved an instance's
+    first prediction to another second takes it from the old one.
+
+    >>> n = notice("m", 5_000, 3, 7_999)
+    >>> is_notice(n), n.y_true, n.t_instance, n.due
+    (True, 3, 5000, 7999)
+    """
+    return Outcome(model_id, "", count, (), (), second, due, due, ())
+
+
+def is_notice(outcome: Outcome) -> bool:
+    """Whether a row of an outcome stream is a :func:`notice` (an outcome has a prediction)."""
+    return not outcome.times
 
 
 def label_order(label: Label) -> tuple[int, Label]:
