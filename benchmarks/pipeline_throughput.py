@@ -5,6 +5,7 @@ side with the raw consume ceiling and the pipeline a user would write without st
     .venv/bin/python benchmarks/pipeline_throughput.py --events 200000 --rounds 1 --skip latency
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-scores 3   # scores' cost
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-guarantees 3  # exactly-once's
+    .venv/bin/python benchmarks/pipeline_throughput.py --compare-features 3  # slices', maturity's
 
 Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`);
 phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
@@ -215,7 +216,11 @@ def phase_worker(
     processes: int = 1,
     scored: float = 0.0,
     env: dict[str, str] | None = None,
+    features: str = "",
+    countries: int = 0,
 ) -> dict:
+    """``features``: evaluation settings added to the configuration (TOML tables);
+    ``countries``: the instances' ``attributes.country`` takes that many values."""
     instances = events // 5
     stream = ScriptedStream(
         instances=instances,
@@ -225,6 +230,7 @@ def phase_worker(
         interval_ms=2,
         mean_delay_ms=2000,
         scored=scored,  # the share of predictions with scores
+        countries=countries,
         seed=3,
     )
     prefix = make_topics(boot, partitions)
@@ -232,7 +238,7 @@ def phase_worker(
     n = produce(boot, prefix, stream.records())
     print(f"  produced {n:,} events in {time.perf_counter() - started:.1f} s", flush=True)
     config = tmp / "worker.toml"
-    config.write_text(CONFIG.format(grace=1000, snapshot=5.0, processes=processes))
+    config.write_text(features + CONFIG.format(grace=1000, snapshot=5.0, processes=processes))
     ports = [free_port() for _ in range(workers)]
     log = tmp / "worker-throughput.log"
     processes = [
@@ -270,7 +276,11 @@ def phase_worker(
     seconds = (last - first) / 1000.0
     finals = [orjson.loads(value) for _, value in records]
     return {
-        "outcomes": sum(max(r["n"] for r in finals if r["model_id"] == m) for m in MODELS),
+        "outcomes": sum(
+            max(r["n"] for r in finals if r["model_id"] == m and "slice" not in r) for m in MODELS
+        ),
+        "slice_records": sum(1 for r in finals if "slice" in r),
+        "maturity_records": len(read_topic(boot, prefix + "label-maturity")),
         "copies": len(records) - len(set(value for _, value in records)),
         "events": n,
         "seconds": seconds,
@@ -670,6 +680,12 @@ def main() -> None:
         "half the at-least-once median; --skip latency: phase 1 only)",
     )  # fmt: skip
     parser.add_argument(
+        "--compare-features", type=int, default=0, metavar="ROUNDS",
+        help="only phase 1 on a stream whose instances have a country (30 values), "
+        "alternating: label maturity and slices off, maturity on (the default), slices on "
+        "(top_k 20) with maturity off, both on; ROUNDS times each",
+    )  # fmt: skip
+    parser.add_argument(
         "--compare-scores", type=int, default=0, metavar="ROUNDS",
         help="only phase 1, alternating the stream without scores and with scores on every "
         "prediction, ROUNDS times each",
@@ -679,6 +695,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
     if args.compare_scores:
         compare_scores(boot, args, tmp)
+        return
+    if args.compare_features:
+        compare_features(boot, args, tmp)
         return
     if args.compare_guarantees:
         compare_guarantees(boot, args, tmp)
@@ -788,6 +807,41 @@ def compare_scores(boot: str, args: argparse.Namespace, tmp: Path) -> None:
               f"events/s (min / median / max of {len(values)})")  # fmt: skip
     ratio = medians["with scores"] / medians["without scores"]
     print(f"with scores / without, medians: {ratio:.2f} (target >= 0.80)")
+
+
+#: the evaluation settings of each variant of ``--compare-features``
+OFF = "[maturity]\nenabled = false\n"
+SLICES = '[slices]\nby = "attributes.country"\ntop_k = 20\n'
+FEATURES = {
+    "neither": OFF,
+    "maturity": "",
+    "slices": SLICES + OFF,
+    "both": SLICES,
+}
+
+
+def compare_features(boot: str, args: argparse.Namespace, tmp: Path) -> None:
+    """Phase 1 with label maturity and slices on and off, alternated on the same events (each
+    instance with one of 30 countries, Zipf-distributed): what each costs of the throughput."""
+    rates: dict[str, list[float]] = {name: [] for name in FEATURES}
+    for _ in range(args.compare_features):
+        for name, features in FEATURES.items():
+            run = phase_worker(
+                boot, args.events, args.partitions, tmp, args.workers, args.processes,
+                features=features, countries=30,
+            )  # fmt: skip
+            rates[name].append(run["rate"])
+            print(f"  {name}: {run['rate']:,.0f} events/s ({run['events']:,} events, "
+                  f"{run['outcomes']:,} outcomes, {run['slice_records']:,} slice records, "
+                  f"{run['maturity_records']:,} label-maturity records)", flush=True)  # fmt: skip
+    medians = {}
+    for name, values in rates.items():
+        low, medians[name], high = _spread(values)
+        print(f"{name:<9} {low:>9,.0f} / {medians[name]:>9,.0f} / {high:>9,.0f} events/s "
+              f"(min / median / max of {len(values)})")  # fmt: skip
+    for name in ("maturity", "slices", "both"):
+        ratio = medians[name] / medians["neither"]
+        print(f"{name} / neither, medians: {ratio:.2f} (target >= 0.75 for each of the two)")
 
 
 def _spread(values: list[float]) -> tuple[float, float, float]:

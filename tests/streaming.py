@@ -60,6 +60,7 @@ def replay_finals(
         "comparisons": {k: _canon(v) for k, v in result.final_comparisons.items()},
         "alarms": sorted(_canon(a) for a in result.alarms),
         "maturity": sorted({_canon(r) for r in maturity if r["kind"] == "label_maturity"}),
+        "slices": {k: _canon(v) for k, v in result.final_slices.items()},
     }
 
 
@@ -67,11 +68,15 @@ def finals(records: list[Any]) -> dict[str, Any]:
     """The same summary from a worker's published records (in publication order). Records
     re-published after a restart carry the same identity and values: alarms are compared as
     a set."""
-    metrics, comparisons, alarms, maturity = {}, {}, set(), set()
+    metrics, comparisons, alarms, maturity, slices = {}, {}, set(), set(), {}
     for record in map(_as_dict, records):
         kind = record["kind"]
         if kind == "label_maturity":  # every one: each is as of a time, not a latest value
             maturity.add(_canon(record))
+        elif kind == "metrics" and "slice" in record:
+            key = (record["model_id"], record["slice"], record["view"])
+            if key not in slices or slices[key]["n"] <= record["n"]:
+                slices[key] = record
         elif kind == "metrics":
             key = (record["model_id"], record["view"])
             if key not in metrics or metrics[key]["n"] <= record["n"]:
@@ -86,6 +91,7 @@ def finals(records: list[Any]) -> dict[str, Any]:
         "comparisons": {k: _canon(v) for k, v in comparisons.items()},
         "alarms": sorted(alarms),
         "maturity": sorted(maturity),
+        "slices": {k: _canon(v) for k, v in slices.items()},
     }
 
 
@@ -184,5 +190,28 @@ def evolved_finals(
     last._pair_last_ts = {key: found[pair_at[key] - 1][1].t_label
                           for key, (ev, found) in pairs.items() if ev.n}  # fmt: skip
     result = finals(last.latest_records())
-    del result["alarms"], result["maturity"]  # (the caller's: they do not depend on estimators)
+    # (the caller's: they do not depend on estimators; slices are off in these tests)
+    del result["alarms"], result["maturity"], result["slices"]
     return result
+
+
+def run_engine(config, events, cuts: int = 1, seed: int = 0, restore_at: int | None = None):
+    """Every record of an Engine on ``events`` given in ``cuts`` random pieces — its state,
+    and its join's, round-tripped through JSON before event ``restore_at`` — and the engine."""
+    import json
+    import random
+
+    from streameval.core.join import Join
+    from streameval.engine import Engine
+
+    rng = random.Random(seed)
+    bounds = sorted(rng.sample(range(1, len(events)), min(cuts - 1, max(len(events) - 1, 0))))
+    engine, records = Engine(config), []
+    for lo, hi in zip([0, *bounds], [*bounds, len(events)], strict=True):
+        if restore_at is not None and lo <= restore_at < hi:
+            records += engine.process(events[lo:restore_at])
+            join = Join.restore(engine.join.changes().items())
+            engine = Engine.from_state(config, json.loads(json.dumps(engine.state())), join)
+            lo = restore_at
+        records += engine.process(events[lo:hi])
+    return records + engine.finish(), engine

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.app.router import Router
 from streameval.app.wire import (
+    INSTANCE,
     LABEL,
     PREDICTION,
     WIRE_VERSION,
@@ -176,7 +177,7 @@ def test_an_internal_batch_decodes_or_raises_wire_error(data):
 
 
 def test_the_wire_layout_of_events_and_outcomes_is_fixed():
-    """Version 2 of the internal batches, byte for byte: a change of the core's tuples that
+    """Version 3 of the internal batches, byte for byte: a change of the core's tuples that
     would change these bytes must come with a new WIRE_VERSION (wire.py refuses to load)."""
     import msgspec
     from streameval.app.wire import EVENT_LAYOUT, OUTCOME_LAYOUT, OutcomeBatch
@@ -184,29 +185,39 @@ def test_the_wire_layout_of_events_and_outcomes_is_fixed():
 
     scores = ("cat", 0.75, "dog", 0.25)
     event = (PREDICTION, "i1", "m", 5, "cat", 0, 17, scores)
-    outcome = Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5, (None, scores))
-    events = encode(EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)], [event]))
+    instance = (INSTANCE, "i1", "", 3, "fr", 1, 9, None)  # its label: its slice value
+    outcome = Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5, (None, scores), "fr")
+    events = encode(EventBatch(WIRE_VERSION, [Source("labels", 0, 5, False)], [event, instance]))
     outcomes = encode(OutcomeBatch(WIRE_VERSION, 1, 17, 5, [outcome], 2))
     assert msgspec.msgpack.decode(events) == [
-        2,
+        3,
         [["labels", 0, 5, False]],
-        [[1, "i1", "m", 5, "cat", 0, 17, ["cat", 0.75, "dog", 0.25]]],
+        [
+            [1, "i1", "m", 5, "cat", 0, 17, ["cat", 0.75, "dog", 0.25]],
+            [0, "i1", "", 3, "fr", 1, 9, None],
+        ],
     ]
     assert msgspec.msgpack.decode(outcomes) == [
-        2,
+        3,
         1,
         17,
         5,
-        [["m", "i1", "cat", [3, 4], ["dog", "cat"], 3, 5, 5, [None, ["cat", 0.75, "dog", 0.25]]]],
+        [
+            [
+                *["m", "i1", "cat", [3, 4], ["dog", "cat"], 3, 5, 5],
+                *[[None, ["cat", 0.75, "dog", 0.25]], "fr"],
+            ]
+        ],
         2,
     ]
     assert len(EVENT_LAYOUT) == len(event) and OUTCOME_LAYOUT == Outcome._fields
     assert decode_outcomes(outcomes).outcomes == [outcome]
-    assert decode_events(events).events == [event]
+    assert decode_events(events).events == [event, instance]
 
 
-def test_batches_of_wire_version_1_read_as_batches_without_scores():
-    """What an upgrade may find on the internal topics: version 1, before scores."""
+def test_batches_of_wire_versions_1_and_2_read_as_batches_without_scores_or_slices():
+    """What an upgrade may find on the internal topics: version 1, before scores; version
+    2, before slices."""
     import msgspec
     from streameval.core.outcome import Outcome
 
@@ -220,8 +231,14 @@ def test_batches_of_wire_version_1_read_as_batches_without_scores():
     assert decode_outcomes(outcomes).outcomes == [
         Outcome("m", "i1", "cat", (3, 4), ("dog", "cat"), 3, 5, 5)
     ]
-    with pytest.raises(WireError, match="wire version 3"):
-        decode_events(msgspec.msgpack.encode([3, [], []]))
+    events = msgspec.msgpack.encode([2, [], [[0, "i1", "", 5, "", 0, 17, None]]])
+    outcomes = msgspec.msgpack.encode(
+        [2, 1, 17, 5, [["m", "i1", "cat", [3], ["dog"], 3, 5, 5, []]], 2]
+    )
+    assert decode_events(events).events == [(INSTANCE, "i1", "", 5, "", 0, 17, None)]
+    assert decode_outcomes(outcomes).outcomes[0].slice is None
+    with pytest.raises(WireError, match="wire version 4, this worker reads 3"):
+        decode_events(msgspec.msgpack.encode([4, [], []]))
 
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 2_000, 200_000])

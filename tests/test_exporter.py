@@ -808,3 +808,48 @@ def test_two_writers_at_once_lose_no_record():
     for prefix in ("a", "b"):
         for i in range(300):
             assert f'model="{prefix}-{i:03d}",view="final"' in text, (prefix, i)
+
+
+def test_slices_have_series_of_their_own_and_lose_them_when_they_leave():
+    """A slice's final record: its selected measures in streameval_slice_measure (the
+    defaults: accuracy, kappa_temporal and n of every estimator); its initial record nothing;
+    a model's record that no longer names a slice removes the slice's series."""
+    initial, final = _latest()
+    registry = CollectorRegistry()
+    exporter = Exporter(registry)
+    exporter.observe([
+        initial,
+        msgspec.structs.replace(final, slices=["fr", "de", "(other)"]),
+        *(msgspec.structs.replace(r, slice=s) for r in (initial, final)
+          for s in ("fr", "de", "(other)")),
+    ])  # fmt: skip
+
+    def slices():
+        return {
+            (labels["slice"], labels["estimator"], labels["measure"])
+            for name, labels in ((k[0], dict(k[1])) for k in _series(registry))
+            if name == "streameval_slice_measure"
+        }
+
+    expected = {
+        (s, e, m)
+        for s in ("fr", "de", "(other)")
+        for e in ("cumulative", "window_1000", "fading_0.999")
+        for m in ("accuracy", "kappa_temporal", "n")
+    }
+    assert slices() == expected
+    value = _series(registry)[
+        "streameval_slice_measure",
+        (("estimator", "window_1000"), ("measure", "accuracy"), ("model", "champion"),
+         ("slice", "fr")),
+    ]  # fmt: skip
+    assert value == final.estimators["window:1000"]["accuracy"]
+    # the whole model's series are the same as without slices
+    plain = CollectorRegistry()
+    Exporter(plain).observe([initial, final])
+    ours = {k: v for k, v in _series(registry).items() if k[0] != "streameval_slice_measure"}
+    assert ours.keys() == _series(plain).keys()
+    exporter.observe([msgspec.structs.replace(final, slices=["de", "(other)"])])  # fr left
+    assert {s for s, _, _ in slices()} == {"de", "(other)"}
+    # /metrics serves what the client library would render, in another order of families
+    assert sorted(exporter.scrape().splitlines()) == sorted(generate_latest(registry).splitlines())

@@ -67,7 +67,8 @@ def test_a_bad_export_setting_is_named_with_its_value_and_what_is_allowed(
 
 def test_every_measure_a_record_carries_can_be_chosen():
     """The names a setting may list are those of an estimate in the records' schema, and no
-    others but ``label_delay``, which selects the quantiles of the final record's latency."""
+    others but ``label_delay``, which selects the quantiles of the final record's latency, and
+    ``label_maturity``, every cohort of the label-maturity record."""
     import re
     import typing
 
@@ -78,7 +79,7 @@ def test_every_measure_a_record_carries_can_be_chosen():
     for pattern in schema["patternProperties"]:
         names |= {m for m in EXPORTABLE_MEASURES if re.fullmatch(pattern, m)}
         names |= {m for m in EXPORTABLE_MEASURES if re.fullmatch(pattern, f"{m}[c]")}
-    assert names | {"label_delay"} == set(EXPORTABLE_MEASURES)
+    assert names | {"label_delay", "label_maturity"} == set(EXPORTABLE_MEASURES)
 
 
 @pytest.mark.parametrize("bins", [1, 10, 100, 999, 1000, 12345])

@@ -103,7 +103,10 @@ class Harness:
             for p in range(inputs):
                 self.inputs.setdefault((topic, p), [])
         tps = sorted(self.inputs)
-        self.routers = [Router(INPUT_KINDS, joins, idle_ms=100) for _ in range(routers)]
+        self.routers = [
+            Router(INPUT_KINDS, joins, idle_ms=100, slices=config.slices.field)
+            for _ in range(routers)
+        ]
         self.owner = {tp: i % routers for i, tp in enumerate(tps)}
         for tp, i in self.owner.items():
             self.routers[i].assign([tp])
@@ -405,6 +408,91 @@ def test_limits_that_bind_mean_what_they_mean_in_replay(stream, limit):
     assert expected["metrics"] != unlimited["metrics"]  # the limit does bind
     harness = Harness(stream, config, joins=4, seed=3)
     assert harness.run(crashes=0.03) == expected
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_slices_give_replays_numbers_through_crashes(stream, seed):
+    """Every model per country (a few countries large, a tail of small ones, some instances
+    without one): each slice's records — those due at its publish_every counts and its last —
+    and the models' lists of their slices are replay's, through crashes and restores, the
+    slices' gathered outcomes checkpointed in pieces."""
+    sliced = replace(stream, countries=15)
+    config = make_config(
+        slices={"by": "attributes.country", "top_k": 4, "window": 300, "hysteresis": 0.2}
+    )
+    expected = replay_finals(sliced, config)
+    assert len({s for _, s, _ in expected["slices"]}) >= 4  # the top ones and the rest
+    harness = Harness(sliced, config, seed=300 + seed)
+    assert harness.run(crashes=0.05) == expected
+
+
+def _no_stale_slice_parts(harness) -> int:
+    """That every part of a slice in each evaluation changelog is of a slice its stage has
+    (and a piece of gathered outcomes one its index names); how many parts there are."""
+    from streameval.app.statekeys import GATHERED, SLICE, SLICES, owner_of
+    from streameval.core.sliced import slice_key
+
+    count = 0
+    for r, stage in enumerate(harness.evals):
+        restorer = Restorer()
+        for key, value in harness.changelogs[("eval", r)]:
+            restorer.add(key, value)
+        items = dict(live(restorer.finish()))
+        slices = stage.engine.slices
+        live_slices = {slice_key(m, name) for m, s in slices.items() for name in s.evaluators}
+        pieces = {
+            (slice_key(m, name), number)
+            for m, s in slices.items()
+            for name, numbers in s.written_pieces().items()
+            for number in numbers
+        }
+        for key in items:
+            if key[:1] in (SLICE, GATHERED):
+                assert owner_of(key) in live_slices, key
+                count += 1
+            if key[:1] == GATHERED:  # the pieces the index names, no other
+                assert (owner_of(key), int.from_bytes(key[-4:], "big")) in pieces, key
+            elif key[:1] == SLICES:
+                assert owner_of(key) in slices, key
+        for s in slices.values():
+            assert len(s.tracker.tracked) <= s.tracker.top_k
+    return count
+
+
+def test_slices_start_over_when_their_settings_change_and_leave_nothing_behind(stream):
+    """Another top_k at a restart: every model's slices start over (the whole models go on
+    exactly), and no part of the old slices stays in a changelog for a later one to read as
+    its own; so too after `state reset --estimator`, which the slices' evaluators had."""
+    sliced = replace(stream, countries=15)
+
+    def config(top_k, estimators=("cumulative", "window:1000", "fading:0.999")):
+        by = {"by": "attributes.country", "top_k": top_k, "window": 300}
+        return make_config(slices=by, estimators=list(estimators))
+
+    harness = Harness(sliced, config(4), seed=11)
+    harness.run(crashes=0.03, until=0.5)
+    harness.stop()
+    assert _no_stale_slice_parts(harness) > 0
+    harness.restart(config(3))
+    harness.stop()  # a checkpoint at once: the old slices' parts are gone from it
+    assert _no_stale_slice_parts(harness) == 0
+    harness.run(crashes=0.03, until=0.8)
+    harness.stop()
+    assert _no_stale_slice_parts(harness) > 0
+    fewer = config(3, ("cumulative", "fading:0.999"))
+    harness.restart(fewer, reset_estimators=["window:1000"])
+    harness.stop()
+    assert _no_stale_slice_parts(harness) == 0
+    got = harness.run(crashes=0.03)
+    harness.stop()
+    _no_stale_slice_parts(harness)
+    # the whole models' numbers: what never changed is replay's under the first settings
+    first = replay_finals(sliced, config(4))
+    for key, record in got["metrics"].items():
+        ours = orjson.loads(record)["estimators"]
+        theirs = orjson.loads(first["metrics"][key])["estimators"]
+        assert ours["cumulative"] == theirs["cumulative"]
+    assert got["maturity"] == first["maturity"]
 
 
 def test_one_partition_each(stream, expected):

@@ -129,6 +129,14 @@ def _simulation_options(function):
             show_default=True,
             help="Instances per second (event time; and real time with --realtime).",
         ),
+        click.option(
+            "--segments",
+            default="",
+            metavar="NAME,NAME,...",
+            help="Instances carry attributes.segment, one of these (the first the most "
+            "frequent); at a drift each segment moves to a concept of its own. Evaluate per "
+            'segment with [slices] by = "attributes.segment".',
+        ),
         click.option("--seed", type=int, default=42, show_default=True),
     ]
     for option in reversed(options):
@@ -151,6 +159,7 @@ def _simulation_config(
     repredict_every,
     rate,
     seed,
+    segments="",
     start_ms=None,
 ):
     from streameval.simulate.system import LEARNERS, SimulationConfig
@@ -176,6 +185,7 @@ def _simulation_config(
         repredict_every=repredict_every,
         rate=rate,
         seed=seed,
+        segments=[s.strip() for s in segments.split(",") if s.strip()],
     )
     if start_ms is not None:
         config.start_ms = start_ms

@@ -40,6 +40,7 @@ __all__ = [
     "canonical_scores",
     "decode_event",
     "encode_record",
+    "slice_value",
 ]
 
 
@@ -164,6 +165,33 @@ def _event_decoder(unit: str) -> Any:
         decode = msgspec.json.Decoder(Union[tuple(canonical)]).decode  # noqa: UP007
         _event_decoders[unit] = _in_unit(decode, unit, canonical)
     return _event_decoders[unit]
+
+
+def slice_value(instance: InstanceRecord, field: tuple[str, str] | None) -> str:
+    """The instance's slice (``slices.by``: ``field`` is ("attributes" or "features", name)):
+    the value as text, "" for none — no such field, null, or a list or an object, which name
+    no slice. ``true``/``false`` for booleans, a number as Python writes it.
+
+    >>> record = InstanceRecord("i1", 1_767_225_600_000, attributes={"country": "fr", "n": 3})
+    >>> slice_value(record, ("attributes", "country")), slice_value(record, ("attributes", "n"))
+    ('fr', '3')
+    >>> slice_value(record, ("features", "country")), slice_value(record, None)
+    ('', '')
+    """
+    if field is None:
+        return ""
+    source, name = field
+    values = instance.attributes if source == "attributes" else instance.features
+    if not values:
+        return ""
+    value = values.get(name)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value[:512]
+    if isinstance(value, int | float):
+        return str(value)
+    return ""
 
 
 def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:

@@ -148,6 +148,48 @@ class MaturityConfig(_Strict):
         return _whole_seconds("every_ms", value)
 
 
+class SlicesConfig(_Strict):
+    """Per-slice evaluation (docs/measures.md, "Slices"): the top-K values of an attribute of
+    the instance by volume, each model evaluated per value."""
+
+    by: str | None = Field(
+        None,
+        description='the instance field a slice is named by: "attributes.<name>" or '
+        '"features.<name>" (none: no slices)',
+    )
+    top_k: int = Field(20, ge=1, le=1000, description="slices evaluated apart, per model")
+    window: int = Field(
+        10_000, ge=1, description="outcomes of a model between two choices of its top slices"
+    )
+    hysteresis: float = Field(
+        0.2,
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
+        description="how much larger than the smallest tracked slice a new one must be",
+    )
+
+    @field_validator("by")
+    @classmethod
+    def _by(cls, value: str | None) -> str | None:
+        if value is not None:
+            source, _, name = value.partition(".")
+            if source not in ("attributes", "features") or not name:
+                raise ValueError(
+                    f"by={value!r} is not allowed; name a field of the instance record: "
+                    '"attributes.<name>" (e.g. "attributes.country") or "features.<name>"'
+                )
+        return value
+
+    @property
+    def field(self) -> tuple[str, str] | None:
+        """(``attributes`` or ``features``, the name), or None without slices."""
+        if self.by is None:
+            return None
+        source, _, name = self.by.partition(".")
+        return source, name
+
+
 class ModelConfig(_Strict):
     positive_label: str | int | None = None
     detectors: list[dict[str, Any]] | None = None
@@ -192,6 +234,7 @@ class EvaluationConfig(_Strict):
     delayed: DelayedConfig = Field(default_factory=DelayedConfig)
     scores: ScoresConfig = Field(default_factory=ScoresConfig)
     maturity: MaturityConfig = Field(default_factory=MaturityConfig)
+    slices: SlicesConfig = Field(default_factory=SlicesConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     comparisons: list[ComparisonConfig] = Field(default_factory=list)
 

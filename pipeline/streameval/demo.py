@@ -37,6 +37,12 @@ WORKER_CONFIG = f"""
 publish_every = 500
 [join]
 label_grace_ms = 1000
+[slices]
+by = "attributes.segment"
+[maturity]
+cohort_ms = 10000
+every_ms = 1000
+cohorts = 6
 [models.hoeffding_tree]
 positive_label = 1
 costs = {{ 1 = {{ 0 = 5 }}, 0 = {{ 1 = 1 }} }}
@@ -57,6 +63,8 @@ a = "{CHAMPION}"
 b = "{CHALLENGER}"
 """
 WINDOW, FADING = "window:1000", "fading:0.999"
+#: the demo's instances come from three segments; only the first one's concept changes
+SEGMENTS = ("web", "app", "store")
 
 
 def _count(value: int) -> str:
@@ -173,9 +181,12 @@ class _View:
             topics.metrics: "metrics",
             topics.alarms: "drift_alarm",
             topics.comparisons: "comparison",
+            topics.maturity: "label_maturity",
         }
         self.consumer.subscribe(list(self.kinds))
         self.metrics: dict[str, dict[str, Any]] = {}
+        self.slices: dict[tuple[str, str], Any] = {}  # the latest final record of each slice
+        self.maturity: dict[str, Any] = {}
         self.alarms: deque[DriftAlarmRecord] = deque(maxlen=8)
         self.all_alarms: list[DriftAlarmRecord] = []
         self.comparison: ComparisonRecord | None = None
@@ -187,8 +198,12 @@ class _View:
                 continue
             kind = self.kinds[message.topic()]
             record = decode_record(kind, message.value())
-            if kind == "metrics" and record.view == "final":
+            if kind == "metrics" and record.view == "final" and record.slice is not None:
+                self.slices[record.model_id, record.slice] = record
+            elif kind == "metrics" and record.view == "final":
                 self.metrics[record.model_id] = record
+            elif kind == "label_maturity":
+                self.maturity[record.model_id] = record
             elif kind == "drift_alarm":
                 self.alarms.append(record)
                 self.all_alarms.append(record)
@@ -213,6 +228,8 @@ class _View:
             "Ψ₂ acc",
             "final acc",
             "label latency",
+            "worst segment",
+            "labelled 0 / 1",
         ):
             table.add_column(column, justify="left" if column == "model" else "right")
         for model, record in sorted(self.metrics.items()):
@@ -232,8 +249,40 @@ class _View:
                 _fmt(delayed["psi_accuracy"]),
                 _fmt(delayed["accuracy_final"]),
                 f"{(record.latency_ms.mean or 0.0) / 1000:.1f} s",
+                self._worst_slice(model, record),
+                self._labelled(model),
             )
         return table
+
+    def _worst_slice(self, model: str, record: Any) -> str:
+        """The model's segment with the lowest window accuracy, and that accuracy."""
+        worst = None
+        for name in record.slices or ():
+            own = self.slices.get((model, name))
+            if own is None:
+                continue
+            accuracy = own.estimators[WINDOW]["accuracy"]
+            if accuracy is not None and (worst is None or accuracy < worst[0]):
+                worst = (accuracy, name)
+        return "–" if worst is None else f"{worst[1]} {worst[0]:.3f}"
+
+    def _labelled(self, model: str) -> str:
+        """Of the last whole cohort (10 s of first predictions), the share of each class's
+        instances labelled so far: class 1's labels come three times as late."""
+        record = self.maturity.get(model)
+        if record is None or len(record.cohorts) < 2:
+            return "–"
+        cohort = record.cohorts[-2]
+        final = record.labelled_by_class
+        total = sum(final.values())
+        shares = []
+        for name in ("0", "1"):  # labelled of the class, against its share of all labels
+            part = cohort.by_class.get(name)
+            expected = final.get(name, 0) / total * cohort.predicted if total else 0
+            shares.append(
+                "–" if part is None or not expected else f"{part.labelled / expected:.0%}"
+            )
+        return " / ".join(shares)
 
     def close(self) -> None:
         self.consumer.close()
@@ -268,6 +317,7 @@ def demo_stream(
         drifts=[drift_at],
         rate=rate,
         seed=seed,
+        segments=list(SEGMENTS),
         **({} if start_ms is None else {"start_ms": start_ms}),
     )
 

@@ -18,6 +18,7 @@ had an outcome or a newly predicted instance: as of the boundary ``B`` its strea
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from operator import itemgetter
@@ -32,6 +33,7 @@ from streameval.codec import (
     LabelEvent,
     PredictionEvent,
     canonical_scores,
+    slice_value,
 )
 from streameval.config import EvaluationConfig
 from streameval.core.alarm import Alarm
@@ -40,6 +42,8 @@ from streameval.core.maturity import LabelMaturity
 from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome
 from streameval.core.pair import PairEvaluator
+from streameval.core.sliced import OTHER, SlicedModel, slice_key
+from streameval.core.slices import SliceTracker
 from streameval.records import (
     ClassDelay,
     ComparisonRecord,
@@ -122,6 +126,8 @@ class Engine:
         #: enters a later tick
         self.maturity: dict[str, LabelMaturity] = {}
         self._tick: dict[str, int] = {}
+        #: each model's slices (``slices.by``)
+        self.slices: dict[str, SlicedModel] = {}
         #: whether every model's label maturity has been counted since its first outcome
         #: (not so after a restore of a state that did not count it)
         self._counted = True
@@ -161,6 +167,28 @@ class Engine:
                 )
         return out
 
+    def unsliced(self, least: int = 1) -> list[str]:
+        """A sentence for each model none of whose first ``least`` or more outcomes had a
+        slice value: every one is the rest's, which a misspelt ``slices.by`` would do.
+
+        >>> from streameval.config import load_config
+        >>> from streameval.codec import InstanceEvent, LabelEvent, PredictionEvent
+        >>> engine = Engine(load_config(slices={"by": "attributes.contry"}))
+        >>> _ = engine.process([InstanceEvent("i", 10**12, attributes={"country": "fr"}),
+        ...     PredictionEvent("i", "m", 10**12, "a"), LabelEvent("i", 10**12 + 5, "a")])
+        >>> _ = engine.finish()
+        >>> print(engine.unsliced()[0][:75])
+        model 'm': slices.by = 'attributes.contry' named no value in its 1 outcomes
+        """
+        by = self.config.slices.by
+        return [
+            f"model {model_id!r}: slices.by = {by!r} named no value in its {s.tracker.n} "
+            f"outcomes, so all are in {OTHER}; check the name against the instances' "
+            "attributes (or features)"
+            for model_id, s in self.slices.items()
+            if s.tracker.n >= least and not s.tracker.tracked
+        ]
+
     # -- input ---------------------------------------------------------------------------
     def process(self, events: Iterable[Event]) -> list[Record]:
         """Run events in order; return the records they caused (metrics, alarms, comparisons)."""
@@ -175,6 +203,7 @@ class Engine:
         """
         joins = self.joins
         partitions = len(joins)
+        field = self.config.slices.field
         outcomes: list[Outcome] = []
         for event in events:
             if event.ts > self._now:
@@ -196,8 +225,17 @@ class Engine:
                 )
             elif kind is LabelEvent:
                 row = (LABEL, event.instance_id, "", event.ts, event.label, 0, 0, None)
-            elif kind is InstanceEvent:
-                row = (INSTANCE, event.instance_id, "", event.ts, "", 0, 0, None)
+            elif kind is InstanceEvent:  # an instance row's label is its slice value
+                row = (
+                    INSTANCE,
+                    event.instance_id,
+                    "",
+                    event.ts,
+                    slice_value(event, field),
+                    0,
+                    0,
+                    None,
+                )
             else:
                 raise TypeError(f"not an event: {event!r}")
             now = self._now - 1
@@ -266,12 +304,15 @@ class Engine:
         caused.sort(key=lambda t: (position[id(t[0])], t[1]))
         return [record for _, _, record in caused]
 
-    def finish(self, flush: bool = True) -> list[Record]:
-        """Final records: at the end of a replay, or when a worker shuts down.
+    def finish(self, flush: bool = True, slices: bool = True) -> list[Record]:
+        """Final records: at the end of a replay, or when a worker shuts down (and the latest
+        ones of what changed, at a worker's every ``publish_interval``).
 
         With ``flush`` (the end of a finite stream) labels still waiting out their grace are
         resolved first, since nothing more can arrive. A final record is not repeated when the
-        last periodic one already covered the same outcomes.
+        last periodic one already covered the same outcomes. With ``slices``, every slice's
+        evaluator first takes the outcomes it gathered (streameval.core.sliced), for records
+        of its latest numbers too.
         """
         if flush:
             out = [o for join in self.joins for o in join.flush()]
@@ -281,6 +322,13 @@ class Engine:
         else:
             records = []
         for model_id, model in self.models.items():
+            sliced = self.slices.get(model_id) if slices else None
+            if sliced is not None:
+                sliced.flush()
+                for name, evaluator in sliced.records_due():
+                    if self._published.get(slice_key(model_id, name)) != evaluator.n:
+                        ts = sliced.latest[name]
+                        records += self._slice_records(model_id, name, evaluator, ts)
             if self._published.get(model_id) != model.n:
                 records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
         for key, pair in self.pairs.items():
@@ -300,6 +348,10 @@ class Engine:
                     self._published.pop(model_id, None)
                 else:
                     self._published[model_id] = published
+            sliced = self.slices.get(model_id)
+            for name, evaluator in () if sliced is None else sliced.records_due():
+                ts = sliced.latest[name]
+                records += self._metrics_records(model_id, evaluator, ts, name)
         for key, pair in self.pairs.items():
             if key in self._pair_last_ts:
                 published = self._published.get(key)
@@ -314,22 +366,49 @@ class Engine:
     def _model(self, model_id: str) -> ModelEvaluator:
         model = self.models.get(model_id)
         if model is None:
-            cfg, d = self.config, self.config.delayed
-            model = self.models[model_id] = ModelEvaluator(
-                model_id,
-                estimators=cfg.estimator_specs,
-                positive_label=cfg.model(model_id).positive_label,
-                max_classes=cfg.max_classes,
-                bins=d.bins,
-                alpha=d.alpha,
-                bin_rule=d.bin_rule,
-                detectors=cfg.detectors_of(model_id),
-                normalize_max_count=cfg.normalize_max_count,
-                ece_bins=cfg.scores.ece_bins,
-                auc_max_values=cfg.scores.auc_max_values,
-                costs=cfg.model(model_id).cost_matrix,
-            )
+            model = self.models[model_id] = self._new_evaluator(model_id)
         return model
+
+    def _new_evaluator(self, model_id: str, detectors: bool = True) -> ModelEvaluator:
+        """An evaluator with a model's settings (a slice's has no detectors)."""
+        cfg, d = self.config, self.config.delayed
+        return ModelEvaluator(
+            model_id,
+            estimators=cfg.estimator_specs,
+            positive_label=cfg.model(model_id).positive_label,
+            max_classes=cfg.max_classes,
+            bins=d.bins,
+            alpha=d.alpha,
+            bin_rule=d.bin_rule,
+            detectors=cfg.detectors_of(model_id) if detectors else [],
+            normalize_max_count=cfg.normalize_max_count,
+            ece_bins=cfg.scores.ece_bins,
+            auc_max_values=cfg.scores.auc_max_values,
+            costs=cfg.model(model_id).cost_matrix,
+        )
+
+    def _sliced(self, model_id: str) -> SlicedModel | None:
+        """A model's slices (made at its first outcome), or None without ``slices.by``."""
+        s = self.config.slices
+        if s.field is None:
+            return None
+        sliced = self.slices.get(model_id)
+        if sliced is None:
+            sliced = self.slices[model_id] = SlicedModel(
+                SliceTracker(s.top_k, s.window, s.hysteresis),
+                functools.partial(self._new_evaluator, model_id, False),
+                self.config.publish_every,
+            )
+        return sliced
+
+    def _restore_slice(self, model_id: str, state: dict[str, Any]) -> ModelEvaluator:
+        """A slice's evaluator from its state, continued under the model's settings."""
+        return ModelEvaluator.from_state(state, **{**self._continued(model_id), "detectors": []})
+
+    def _slice_records(self, model_id: str, name: str, evaluator: ModelEvaluator, ts: int):
+        """The initial and final metrics records of one slice of a model."""
+        self._published[slice_key(model_id, name)] = evaluator.n
+        return self._metrics_records(model_id, evaluator, ts, name)
 
     def _continued(self, model_id: str) -> dict[str, Any]:
         """The settings a model's state continues under (the others are the state's)."""
@@ -431,6 +510,7 @@ class Engine:
         if not outcomes:
             return []
         model = self._model(model_id)
+        sliced = self._sliced(model_id)
         self.touched.add(model_id)
         every = self.config.publish_every
         records = []
@@ -443,6 +523,10 @@ class Engine:
             alarms, chunk = self._update(model_id, model, taken)
             if not chunk:  # every outcome refused
                 continue
+            if sliced is not None:
+                for cause, name, evaluator, ts in sliced.add(chunk):
+                    for record in self._slice_records(model_id, name, evaluator, ts):
+                        records.append((cause, 0, record))
             for alarm in alarms:
                 records.append((chunk[alarm.index - before - 1], 0, _alarm_record(model_id, alarm)))
                 self.alarms += 1
@@ -490,16 +574,32 @@ class Engine:
             start += len(chunk)
         return records
 
-    def _metrics_records(self, model_id: str, model: ModelEvaluator, ts: int) -> list[Record]:
-        self._published[model_id] = model.n
+    def _metrics_records(
+        self, model_id: str, model: ModelEvaluator, ts: int, slice_: str | None = None
+    ) -> list[Record]:
+        """A model's two records (or, with ``slice_``, those of one of its slices)."""
+        if slice_ is None:
+            self._published[model_id] = model.n
         cfg = self.config
         measures = model.measures(cfg.confidence, cfg.min_n)
         views, n = measures["views"], measures["n"]
         latency = _latency(measures["latency_ms"])
+        tracked = None
+        if slice_ is None and model_id in self.slices:  # which slices have records of their own
+            sliced = self.slices[model_id]
+            tracked = [*sliced.tracker.tracked] + ([OTHER] if OTHER in sliced.evaluators else [])
         return [
-            InitialMetricsRecord("metrics", model_id, ts, n, views["initial"]),
+            InitialMetricsRecord("metrics", model_id, ts, n, views["initial"], slice_),
             FinalMetricsRecord(
-                "metrics", model_id, ts, n, views["final"], measures["delayed"], latency
+                "metrics",
+                model_id,
+                ts,
+                n,
+                views["final"],
+                slice_,
+                delayed=measures["delayed"],
+                latency_ms=latency,
+                slices=tracked,
             ),
         ]
 
@@ -521,6 +621,7 @@ class Engine:
             "models": {m: ev.state() for m, ev in self.models.items()},
             "pairs": {k: p.state() for k, p in self.pairs.items()},
             "maturity": {m: mat.state() for m, mat in self.maturity.items()},
+            "slices": {m: sliced.state() for m, sliced in self.slices.items()},
             **self.scalars(),
         }
 
@@ -532,6 +633,8 @@ class Engine:
             "published": dict(self._published),
             "maturity_tick": dict(self._tick),
             "maturity_counted": self._counted and self.config.maturity.enabled,
+            # what the slices' state was made under: another value starts them over
+            "slices_config": self.config.slices.model_dump(),
             "now": self._now,
             "alarms": self.alarms,
             "rejected": [[m, r, c] for (m, r), c in self.rejected.items()],
@@ -569,6 +672,23 @@ class Engine:
                 for model_id, tick in state.get("maturity_tick", {}).items()
                 if model_id in engine.maturity
             }
+        if state.get("slices_config") == config.slices.model_dump() and config.slices.field:
+            for model_id, s in state.get("slices", {}).items():
+                if model_id not in engine.models or "tracker" not in s:
+                    continue
+                try:
+                    engine.slices[model_id] = SlicedModel.from_state(
+                        s,
+                        functools.partial(engine._new_evaluator, model_id, False),
+                        functools.partial(engine._restore_slice, model_id),
+                        config.publish_every,
+                    )
+                except (KeyError, ValueError):  # a part missing, or settings it cannot take
+                    pass  # its slices start over
+        kept = {slice_key(m, name) for m, s in engine.slices.items() for name in s.evaluators}
+        engine._published = {  # the marks of slices that start over go
+            k: v for k, v in engine._published.items() if "\x00" not in k or k in kept
+        }
         engine._now = state["now"]
         engine.alarms = state["alarms"]
         engine.rejected = Counter({(m, r): c for m, r, c in state["rejected"]})

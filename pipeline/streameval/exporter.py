@@ -263,9 +263,18 @@ class Exporter:
                 if kind == "metrics":
                     if metrics is None:
                         metrics = dict(self._metrics)
+                    if record.slice is not None:  # a slice's: under its own key
+                        metrics[record.model_id, record.view, record.slice] = record
+                        continue
                     metrics[record.model_id, record.view] = record
                     if record.model_id not in self._models:
                         self._first_seen(record.model_id)
+                    slices = getattr(record, "slices", None)
+                    if slices is not None:  # the model's slices now: the others' series go
+                        live = set(slices)
+                        for key in [k for k in metrics if len(k) == 3 and k[0] == record.model_id]:
+                            if key[2] not in live:
+                                del metrics[key]
                 elif kind == "comparison":
                     if comparisons is None:
                         comparisons = dict(self._comparisons)

@@ -80,9 +80,9 @@ class SeriesText:
         walk = self._collector
         self._escaped = {}
         rendered: dict[tuple, dict[str, str]] = {}
-        for (model, view), record in metrics.items():
-            key = ("metrics", model, view)
-            rendered[key] = self._lines(key, record, walk.record_series(model, view, record))
+        for where, record in metrics.items():  # (model, view), a slice's (model, view, slice)
+            key = ("metrics", *where)
+            rendered[key] = self._lines(key, record, walk.record_series(*where[:2], record))
         for pair, record in comparisons.items():
             key = ("comparison", pair)
             rendered[key] = self._lines(key, record, walk.comparison_series(pair, record))

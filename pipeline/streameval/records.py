@@ -71,12 +71,27 @@ ClassLabel = (
 
 
 # -- inputs -----------------------------------------------------------------------------------
+#: an attribute's value: what a slice is named by (docs/measures.md, "Slices")
+AttributeValue = Annotated[str, msgspec.Meta(max_length=512)] | int | float | bool | None
+
+
 class InstanceRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """An instance became available; its ts starts the latency period. Key: instance_id."""
 
     instance_id: Id
     ts: Timestamp
     features: dict[str, Any] | None = None
+    attributes: (
+        Annotated[
+            dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)], AttributeValue],
+            msgspec.Meta(
+                max_length=256,
+                description="what the instance is (a country, a device type, a model version): "
+                "slices.by names one of them to evaluate every model per value",
+            ),
+        ]
+        | None
+    ) = None
 
 
 #: A prediction's probability per class (the decoder also checks what a schema cannot say:
@@ -290,15 +305,31 @@ class Latency(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class InitialMetricsRecord(
-    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="view", tag="initial"
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    tag_field="view",
+    tag="initial",
+    omit_defaults=True,
 ):
-    """Every measure of one model's first predictions, under every estimator."""
+    """Every measure of one model's first predictions, under every estimator; with ``slice``,
+    of the model's outcomes in that slice."""
 
     kind: Literal["metrics"]
     model_id: ModelId
     ts: Annotated[int, msgspec.Meta(ge=0, description="event time (ms) of the latest label")]
-    n: Annotated[int, msgspec.Meta(ge=1, description="outcomes of the model so far")]
+    n: Annotated[int, msgspec.Meta(ge=1, description="outcomes of the model (of its slice) so far")]
     estimators: Annotated[dict[EstimatorName, Measures], msgspec.Meta(min_length=1)]
+    slice: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                description="the slice (slices.by) these numbers are of: one of the model's top "
+                'slices, or "(other)" for the rest; absent: the whole model'
+            ),
+        ]
+        | None
+    ) = None
 
     @property
     def view(self) -> str:
@@ -306,12 +337,22 @@ class InitialMetricsRecord(
         return self.__struct_config__.tag
 
 
-class FinalMetricsRecord(InitialMetricsRecord, frozen=True, tag="final"):
+class FinalMetricsRecord(InitialMetricsRecord, frozen=True, tag="final", kw_only=True):
     """Every measure of one model's predictions in force at the label, under every estimator;
     with the delayed-label block and the label latency."""
 
     delayed: dict[EstimatorName, DelayedBlock]
     latency_ms: Latency
+    slices: (
+        Annotated[
+            list[str],
+            msgspec.Meta(
+                description="the whole model's record, when slices are on: the slices that have "
+                'records of their own now (the top slices, then "(other)")'
+            ),
+        ]
+        | None
+    ) = None
 
 
 #: Key: model_id; null where a measure is undefined.

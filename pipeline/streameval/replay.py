@@ -51,6 +51,8 @@ class ReplayResult:
     final_metrics: dict[tuple[str, str], Record] = field(default_factory=dict)
     final_comparisons: dict[str, Record] = field(default_factory=dict)
     final_maturity: dict[str, Record] = field(default_factory=dict)
+    #: the latest metrics record of each slice of each model: (model, slice, view) -> record
+    final_slices: dict[tuple[str, str, str], Record] = field(default_factory=dict)
     alarms: list[Record] = field(default_factory=list)
     join_counters: dict[str, int] = field(default_factory=dict)
     pending: int = 0  # instances still waiting for a label at the end
@@ -161,7 +163,7 @@ def replay(
     for store in stores:
         store.close()
     result.rejected = dict(engine.rejected)
-    result.problems = engine.unmatched_comparisons() + list(engine.problems)
+    result.problems = engine.unmatched_comparisons() + engine.unsliced() + list(engine.problems)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -185,7 +187,10 @@ def _emit(records, out, result: ReplayResult, on_records) -> None:
         kind = record.kind
         result.records[kind] += 1
         if kind == "metrics":
-            result.final_metrics[record.model_id, record.view] = record
+            if record.slice is None:
+                result.final_metrics[record.model_id, record.view] = record
+            else:
+                result.final_slices[record.model_id, record.slice, record.view] = record
         elif kind == "comparison":
             result.final_comparisons[record.pair] = record
         elif kind == "label_maturity":

@@ -82,6 +82,29 @@ def describe_maturity(record: Any, cohorts: int = 3) -> str:
     return f"labelled so far, by cohort (as of {when(record.ts)}): " + "; ".join(parts)
 
 
+def describe_slices(result: ReplayResult, model_id: str, record: Any, estimator: str) -> str:
+    """The model's slices with the lowest and the highest accuracy under ``estimator``, beside
+    the model's (those it tracks now; "" without slices)."""
+    if not record.slices:
+        return ""
+    scored = []
+    for name in record.slices:
+        own = result.final_slices.get((model_id, name, "final"))
+        if own is not None:
+            accuracy = own.estimators.get(estimator, {}).get("accuracy")
+            if accuracy is not None:
+                scored.append((accuracy, name, own.n))
+    if not scored:
+        return ""
+    scored.sort()
+    (low, worst, n_worst), (high, best, n_best) = scored[0], scored[-1]
+    whole = record.estimators.get(estimator, {}).get("accuracy")
+    return (
+        f"accuracy ({estimator}) by slice: worst {worst} {_fmt(low)} (n={n_worst}), best "
+        f"{best} {_fmt(high)} (n={n_best}), the model {_fmt(whole)}; {len(record.slices)} slices"
+    )
+
+
 def _percent(share: float | None) -> str:
     return "–" if share is None else f"{100 * share:.0f} %"
 
@@ -146,6 +169,10 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             delays[f"(Kruskal-Wallis p = {test.p_value:.2g}): {said}"].append(model_id)
     for said, models in delays.items():
         console.print(f"{', '.join(models)}: label delay depends on the class {said}")
+    for model_id, record in finals:  # sliced: the worst and the best slice beside the model
+        said = describe_slices(result, model_id, record, estimator)
+        if said:
+            console.print(f"{model_id}: {said}", highlight=False)
     maturity: dict[str, list[str]] = defaultdict(list)
     for model_id, record in sorted(result.final_maturity.items()):
         maturity[describe_maturity(record)].append(model_id)

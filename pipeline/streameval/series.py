@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_CLASSES",
     "DEFAULT_INITIAL_MEASURES",
     "DEFAULT_MEASURES",
+    "DEFAULT_SLICE_MEASURES",
     "DELAYED_MEASURES",
     "EXPORTABLE_MEASURES",
     "FAMILIES",
@@ -147,6 +148,8 @@ DEFAULT_INITIAL_MEASURES = ("accuracy",)
 DEFAULT_CLASSES = 2
 #: Bins of the latency period per delayed estimate, evenly spread, the first and last included
 DEFAULT_BINS = 10
+#: The final view's measures of each slice of a model (slices.by): top_k + 1 slices each
+DEFAULT_SLICE_MEASURES = ("accuracy", "kappa_temporal", "n")
 
 
 def estimator_label(name: str) -> str:
@@ -204,11 +207,13 @@ class Selection:
     estimators: frozenset[str] | None = None
     classes: int | None = DEFAULT_CLASSES
     bins: int | None = DEFAULT_BINS
+    #: the final view's scalar measures (and ``n``) of each slice of a model
+    slice_measures: frozenset[str] | None = frozenset(DEFAULT_SLICE_MEASURES)
 
     @classmethod
     def everything(cls) -> Selection:
         """Every number of every record (what the exporter showed before it had a budget)."""
-        return cls(None, None, None, None, None)
+        return cls(None, None, None, None, None, None)
 
     @classmethod
     def of(
@@ -218,6 +223,7 @@ class Selection:
         estimators: Sequence[str] | None,
         classes: int,
         bins: int,
+        slice_measures: Sequence[str] = DEFAULT_SLICE_MEASURES,
     ) -> Selection:
         """From the worker's settings, where ``["all"]`` lists every measure."""
 
@@ -225,7 +231,9 @@ class Selection:
             return None if ALL in listed else frozenset(listed)
 
         chosen = None if estimators is None else frozenset(estimators)
-        return cls(names(measures), names(initial_measures), chosen, classes, bins)
+        return cls(
+            names(measures), names(initial_measures), chosen, classes, bins, names(slice_measures)
+        )
 
     def of_view(self, view: str) -> frozenset[str] | None:
         return self.measures if view == "final" else self.initial_measures
@@ -330,6 +338,12 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "(small: the delay depends on the class).",
         ("model",),
     ),
+    "slice_measure": (
+        "streameval_slice_measure",
+        "Latest value of a measure of a model's outcomes in one of its slices (slices.by; "
+        '"(other)": the rest), in the final view (NaN: undefined; n: outcomes covered).',
+        ("model", "slice", "estimator", "measure"),
+    ),
     "comparison": (
         "streameval_comparison",
         "Q statistic, signed McNemar and significance (0 or 1) of model_a vs model_b.",
@@ -384,6 +398,14 @@ class SnapshotCollector(Collector):
         self._psi_scores = tuple(m for m in PSI_SCORES if final is None or m in final)
         self._bins = "accuracy" in self._delayed and selection.bins != 0
         self._label_delay = final is None or "label_delay" in final
+        listed = selection.slice_measures
+        self._slice_measures = tuple(
+            n
+            for n in EXPORTABLE_MEASURES
+            if n not in CLASS_MEASURES
+            and n not in ("reliability", "label_delay", "label_maturity")
+            and (listed is None or n in listed)
+        )
         self._spread: dict[int, list[tuple[int, str]]] = {}
         self._skip = threading.local()
 
@@ -399,8 +421,9 @@ class SnapshotCollector(Collector):
             self._spread[bins] = labels
         return labels
 
-    def latest(self) -> tuple[dict[tuple[str, str], Any], dict[str, Any]]:
-        """The latest metrics records by (model, view) and comparison records by pair."""
+    def latest(self) -> tuple[dict[tuple[str, ...], Any], dict[str, Any]]:
+        """The latest metrics records by (model, view), a slice's by (model, view, slice), and
+        comparison records by pair."""
         return self._snapshots()
 
     @contextlib.contextmanager
@@ -421,7 +444,7 @@ class SnapshotCollector(Collector):
                 key: GaugeMetricFamily(name, help_text, labels=list(labels))
                 for key, (name, help_text, labels) in FAMILIES.items()
             }
-            for (model, view), record in metrics.items():
+            for (model, view, *_), record in metrics.items():
                 for key, labels, value in self.record_series(model, view, record):
                     families[key].add_metric(labels, value)
             for pair, record in comparisons.items():
@@ -443,6 +466,10 @@ class SnapshotCollector(Collector):
     def record_series(self, model: str, view: str, record: Any) -> Iterator[Series]:
         """The selected series of one metrics record: (family key of :data:`FAMILIES`, label
         values, value)."""
+        if record.slice is not None:  # a slice's: a few measures of its final view
+            if view == "final":
+                yield from self._slice_series(model, record)
+            return
         selection = self.selection
         chosen = self._views[view]
         estimates = [
@@ -495,6 +522,18 @@ class SnapshotCollector(Collector):
                 accuracy = block["binned_accuracy"]
                 for i, label in self._bin_labels(len(accuracy)):
                     yield "binned", (model, est, label), _value(accuracy[i])
+
+    def _slice_series(self, model: str, record: Any) -> Iterator[Series]:
+        """The selected measures of a slice's final-view record."""
+        for name, values in record.estimators.items():
+            if not self.selection.wants_estimator(name):
+                continue
+            est = estimator_label(name)
+            get = values.get
+            for measure in self._slice_measures:
+                value = get(measure, _ABSENT)
+                if value is not _ABSENT:
+                    yield "slice_measure", (model, record.slice, est, measure), _value(value)
 
     def _label_delay_series(self, model: str, latency: Any) -> Iterator[Series]:
         """The label delay's quantiles, overall and for the first ``classes`` classes, and the

@@ -4,7 +4,6 @@ boundary, for any cut of the stream into calls; the join's notices; state round 
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter
 
 import pytest
@@ -16,6 +15,8 @@ from streameval.core.join import Join
 from streameval.core.maturity import LabelMaturity
 from streameval.core.outcome import Outcome, is_notice, notice
 from streameval.engine import Engine
+
+from tests.streaming import run_engine
 
 T0 = 1_767_225_600_000  # 2026-01-01, a whole hour
 MODELS = ("a", "b")
@@ -151,21 +152,8 @@ def summary(records) -> dict[str, list[dict]]:
 
 
 def run(rows, config, cuts: int = 1, seed: int = 0, restore_at: int | None = None):
-    """The engine's records, the events given in ``cuts`` random pieces (and its state, and
-    its join's, round-tripped through JSON before event ``restore_at``)."""
-    events = as_events(rows)
-    rng = random.Random(seed)
-    bounds = sorted(rng.sample(range(1, len(events)), min(cuts - 1, len(events) - 1)))
-    engine = Engine(config)
-    records = []
-    for lo, hi in zip([0, *bounds], [*bounds, len(events)], strict=True):
-        if restore_at is not None and lo <= restore_at < hi:
-            records += engine.process(events[lo:restore_at])
-            join = Join.restore(engine.join.changes().items())
-            engine = Engine.from_state(config, json.loads(json.dumps(engine.state())), join)
-            lo = restore_at
-        records += engine.process(events[lo:hi])
-    return records + engine.finish(), engine
+    """The engine's records and the engine (tests.streaming.run_engine) on the rows."""
+    return run_engine(config, as_events(rows), cuts, seed, restore_at)
 
 
 @settings(max_examples=150, deadline=None)

@@ -486,7 +486,7 @@ def conduct(root: Path, plan: Plan, log=print) -> tuple[Campaign, dict]:
 
 def _mismatch(got: dict, expected: dict) -> list[str]:
     out = []
-    for part in ("metrics", "comparisons"):
+    for part in ("metrics", "comparisons", "slices"):
         for key in sorted(set(got[part]) | set(expected[part]), key=str):
             if got[part].get(key) != expected[part].get(key):
                 out.append(f"{part} {key}")

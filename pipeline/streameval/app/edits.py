@@ -31,15 +31,18 @@ from streameval.core.state import EVENT, MEMORY, META, RECORD, decode_value, enc
 
 from .evolve import model_shape_of
 from .statekeys import (
-    MATURITY,
+    GATHERED,
     MODEL,
     OUTCOME,
     PAIR,
     PARTS,
     RUN,
+    SLICE,
+    SLICES,
     STAGE,
     WHOLE,
     encode_name,
+    model_of,
     owner_of,
     state_chunks,
 )
@@ -113,12 +116,16 @@ def parts(items: Items) -> tuple[dict[str, dict], dict[str, dict]]:
 
 def reset_model(items: Items, model_id: str) -> Changes:
     changes: Changes = {
-        k: None for k in items if k[:1] in (MODEL, MATURITY) and owner_of(k) == model_id
+        k: None
+        for k in items
+        if k[:1] in (*PARTS, GATHERED) and k[:1] != PAIR and model_of(owner_of(k)) == model_id
     }
     meta = decode_value(items[STAGE])
     engine = meta["engine"]
     engine["model_last_ts"].pop(model_id, None)
     engine.get("maturity_tick", {}).pop(model_id, None)
+    for key in [k for k in engine["published"] if model_of(k) == model_id]:
+        del engine["published"][key]  # the model's and its slices' marks
     engine["published"].pop(model_id, None)
     engine["rejected"] = [row for row in engine["rejected"] if row[0] != model_id]
     changes[STAGE] = encode_value(meta)
@@ -146,6 +153,8 @@ def reset_estimator(items: Items, name: str) -> tuple[Changes, list[str]]:
             if without_estimator(state, name):
                 touched.append(f"{kind} {part}")
                 changes.update(_rewrite(items, tag, part, state))
+    # every model's slices start over (streameval.core.sliced): their evaluators had it too
+    changes.update({k: None for k in items if k[:1] in (SLICES, SLICE, GATHERED)})
     return changes, touched
 
 
@@ -226,11 +235,16 @@ def move(
     Returns the changes of the source and of the target."""
     pack = RUN.pack
     out_source: Changes = {}
-    out_target: Changes = {
-        k: None for k in target if k[:1] in PARTS and owner_of(k) in models | pairs
-    }
+
+    def moving(key: bytes) -> bool:  # a part of a model (its slices too) or a pair moved
+        if key[:1] not in (*PARTS, GATHERED):
+            return False
+        owner = owner_of(key)
+        return owner in pairs if key[:1] == PAIR else model_of(owner) in models
+
+    out_target: Changes = {k: None for k in target if moving(k)}
     for key, value in source.items():
-        if key[:1] in PARTS and owner_of(key) in models | pairs:
+        if moving(key):
             out_source[key] = None
             out_target[key] = value
     src, dst = decode_value(source[STAGE]), decode_value(target[STAGE])
@@ -238,7 +252,7 @@ def move(
         src["engine"].setdefault(field, {})
         dst["engine"].setdefault(field, {})
         for part in list(src["engine"][field]):
-            if part in models or part in pairs:
+            if model_of(part) in models or part in pairs:
                 dst["engine"][field][part] = src["engine"][field].pop(part)
     moved_rejected = [row for row in src["engine"]["rejected"] if row[0] in models]
     src["engine"]["rejected"] = [row for row in src["engine"]["rejected"] if row[0] not in models]

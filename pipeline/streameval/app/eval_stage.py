@@ -10,14 +10,15 @@ Outcomes wait until every join partition's frontier has passed them, and are the
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from streameval.config import EvaluationConfig
-from streameval.core.outcome import Outcome
+from streameval.core.outcome import Outcome, outcome_of
+from streameval.core.sliced import slice_key
 from streameval.core.state import decode_value, encode_value
 from streameval.core.waiting import take_runs
 from streameval.engine import Engine
@@ -28,23 +29,31 @@ from .evolve import Refused, Stored, judge, model_shape_of
 from .statekeys import (
     BUFFER,
     CHUNK_INDEX,
+    GATHERED,
     MATURITY,
     MODEL,
     OUTCOME,
     PAIR,
+    PARTS,
     RUN,
+    SLICE,
+    SLICES,
     STAGE,
     WHOLE,
     encode_name,
+    model_of,
     owner_of,
     state_chunks,
 )
 from .wire import OutcomeBatch
 
-__all__ = ["EVALUATE_CHUNK", "RELEASE_MIN", "EvalCut", "EvalStage"]
+__all__ = ["EVALUATE_CHUNK", "RELEASE_MIN", "SLICE_TICKS", "EvalCut", "EvalStage"]
 
 #: Outcomes handed to the evaluators at a time (memory, not results: they are split-invariant)
 EVALUATE_CHUNK = 4096
+#: Every how many periodic ticks (``publish_interval``) a stage's slices publish their latest
+#: numbers between the records due at their ``publish_every`` counts
+SLICE_TICKS = 10
 #: Outcomes an evaluation stage gathers before it evaluates them, unless its :meth:`tick`
 #: comes first: the models' numpy updates cost per call, and a join that applies its due
 #: events in steps sends them a few dozen at a time. The numbers do not depend on it.
@@ -91,9 +100,14 @@ class EvalStage:
         self._runs: dict[int, list[tuple[int, str, str, int, Outcome]]] = {}
         self._waiting = 0
         self._seq = 0
+        self._ticks = 0
         self._limit = NO_TS  # everything with due below it has been released
         self._written: dict[bytes, bytes] = {}  # every key's value at the last checkpoint
         self._pending: dict[bytes, bytes] = {}  # the parts of the checkpoint being written
+        #: per model, the pieces of gathered outcomes :meth:`changes` gave (for :meth:`cut`)
+        self._pieces: dict[str, tuple[dict, list]] = {}
+        #: keys a restore found of slices that did not come back: deleted by the next cut
+        self._stale: list[bytes] = []
         # each run is under a key of its own in the checkpoints: those that came or shrank
         # since the last one, those a checkpoint has, and those gone from it since
         self._dirty: set[int] = set()
@@ -126,7 +140,7 @@ class EvalStage:
             else:
                 self._moved = None
         if outcomes:
-            models, instances, *_, dues, _ = zip(*outcomes, strict=True)  # columns, at C speed
+            models, instances, *_, dues, _, _ = zip(*outcomes, strict=True)  # columns, in C
             run = list(
                 zip(
                     dues,
@@ -195,12 +209,21 @@ class EvalStage:
                 self._gone.append(number)
         return taken
 
-    def tick(self) -> tuple[list[Record], list[Outcome]]:
+    def tick(self, periodic: bool = False) -> tuple[list[Record], list[Outcome]]:
         """Evaluate every outcome due, however few; then the latest records of every model
         and pair that changed since its last record (every ``publish_interval``, and at
-        shutdown). Returns (records, outcomes released)."""
+        shutdown). Returns (records, outcomes released).
+
+        The slices' evaluators take what they gathered, and publish, at every
+        :data:`SLICE_TICKS`-th ``periodic`` tick and at every other: each update costs a
+        model's evaluation call and then a checkpoint of its state (streameval.core.sliced),
+        so a slice's latest numbers lag its outcomes by up to that many ticks."""
         records, released = self._release(1)
-        return records + self.engine.finish(flush=False), released
+        slices = True
+        if periodic:
+            self._ticks += 1
+            slices = self._ticks % SLICE_TICKS == 0
+        return records + self.engine.finish(flush=False, slices=slices), released
 
     # -- checkpoints ------------------------------------------------------------------------
     def changes(self) -> dict[bytes, bytes | None]:
@@ -211,21 +234,27 @@ class EvalStage:
         engine = self.engine
         parts: dict[bytes, bytes] = {}
         whole = self._whole = set(engine.touched)  # the models and pairs written whole
-        names = engine.touched | engine.models.keys() | engine.pairs.keys() | engine.maturity.keys()
+        states: dict[bytes, dict[str, Callable[[], Any]]] = {
+            MODEL: {name: ev.state for name, ev in engine.models.items()},
+            PAIR: {name: pair.state for name, pair in engine.pairs.items()},
+            # a model's other parts, written with it
+            MATURITY: {name: m.state for name, m in engine.maturity.items()},
+            SLICES: {name: sliced.index for name, sliced in engine.slices.items()},
+            SLICE: {},  # a slice's evaluator, written when it changed
+        }
+        for model_id, sliced in engine.slices.items():
+            for name, evaluator in sliced.evaluators.items():
+                states[SLICE][slice_key(model_id, name)] = evaluator.state
+            whole.update(slice_key(model_id, name) for name in sliced.updated | sliced.left)
+        names = engine.touched.union(*states.values())
         for name in names - self._shown:
             whole.add(name)
             self._shown.add(name)
-        for tag, evaluators in (
-            (MODEL, engine.models),
-            (PAIR, engine.pairs),
-            (MATURITY, engine.maturity),  # a model's other part: written with it
-        ):
-            for name, evaluator in evaluators.items():
+        for tag, of_tag in states.items():
+            for name, state in of_tag.items():
                 if name in whole:
                     # JSON, as every state() is made to round-trip exactly through
-                    parts.update(
-                        state_chunks(tag + encode_name(name), orjson.dumps(evaluator.state()))
-                    )
+                    parts.update(state_chunks(tag + encode_name(name), orjson.dumps(state())))
         parts[STAGE] = encode_value(
             {
                 "partition": self.partition,
@@ -251,6 +280,18 @@ class EvalStage:
             changes[OUTCOME + pack(number)] = None
         for number in self._dirty:
             changes[OUTCOME + pack(number)] = encode_value([(e[3], *e[4]) for e in runs[number]])
+        for key in self._stale:  # parts of slices that did not come back from a restore
+            changes[key] = None
+        # what each slice gathered, a piece per checkpoint: written once, deleted once given
+        self._pieces = {}
+        piece = CHUNK_INDEX.pack
+        for model_id, sliced in engine.slices.items():
+            new, gone = self._pieces[model_id] = sliced.pieces()
+            for name, number in gone:
+                changes[GATHERED + encode_name(slice_key(model_id, name)) + piece(number)] = None
+            for (name, number), rows in new.items():
+                key = GATHERED + encode_name(slice_key(model_id, name)) + piece(number)
+                changes[key] = encode_value([tuple(o) for o in rows])
         self._pending = parts
         return changes
 
@@ -267,6 +308,13 @@ class EvalStage:
         self.engine.touched.clear()
         self._pending = {}
         self._runs_written()
+        for model_id, (new, _) in self._pieces.items():
+            sliced = self.engine.slices.get(model_id)
+            if sliced is not None:
+                sliced.pieces_written(new)
+                sliced.taken()
+        self._pieces = {}
+        self._stale = []
         return cut
 
     def written(self, cut: EvalCut) -> None:
@@ -325,10 +373,14 @@ class EvalStage:
         engine_state["models"], engine_state["pairs"] = {}, {}
         whole: dict[bytes, list[tuple[int, bytes]]] = {}
         waiting = {}
+        gathered: dict[str, list[tuple[int, list]]] = {}
         for key, value in items.items():
             if key[:1] == OUTCOME:
                 waiting[RUN.unpack(key[1:])[0]] = decode_value(value)
-            elif key[:1] in (MODEL, PAIR, MATURITY, BUFFER):
+            elif key[:1] == GATHERED:
+                number = CHUNK_INDEX.unpack(key[-4:])[0]
+                gathered.setdefault(owner_of(key), []).append((number, decode_value(value)))
+            elif key[:1] in (*PARTS, BUFFER):
                 head, index = key[:-4], CHUNK_INDEX.unpack(key[-4:])[0]
                 whole.setdefault(head, []).append((index, value))
         buffer: list = []
@@ -336,10 +388,29 @@ class EvalStage:
             data = b"".join(v for _, v in sorted(chunks))
             if head[:1] == BUFFER:
                 buffer = decode_value(data)
+            elif head[:1] == SLICE:  # a slice's evaluator, in its model's slices
+                model_id, _, name = head[3:].decode().partition("\x00")
+                sliced = engine_state.setdefault("slices", {}).setdefault(model_id, {})
+                sliced.setdefault("evaluators", {})[name] = orjson.loads(data)
+            elif head[:1] == SLICES:
+                sliced = engine_state.setdefault("slices", {}).setdefault(head[3:].decode(), {})
+                sliced.update(orjson.loads(data))
             else:
                 value = orjson.loads(data)
                 kind = {MODEL: "models", PAIR: "pairs", MATURITY: "maturity"}[head[:1]]
                 engine_state.setdefault(kind, {})[head[3:].decode()] = value
+        for model_id, sliced in list(engine_state.get("slices", {}).items()):
+            # each slice's gathered outcomes: the pieces its index names, in order (a piece
+            # of slices that started over since is no one's); one missing, and the model's
+            # slices start over rather than go on without those outcomes
+            found = dict(zip(sliced.get("slices", ()), sliced.get("pieces", ()), strict=True))
+            buffers = sliced["buffers"] = {}
+            for name, numbers in found.items():
+                pieces = dict(gathered.get(slice_key(model_id, name), ()))
+                if not all(n in pieces for n in numbers):
+                    engine_state["slices"][model_id] = {}
+                    break
+                buffers[name] = [row for n in numbers for row in pieces[n]]
         models, pairs = engine_state["models"], engine_state["pairs"]
         stored = Stored(
             models={m: model_shape_of(s["config"]) for m, s in models.items() if s["n"]},
@@ -353,7 +424,29 @@ class EvalStage:
         if verdict.refusals:
             raise Refused(verdict, f"evaluation partition {meta['partition']}")
         stage.engine = engine = Engine.from_state(config, engine_state)
-        stage._written = {k: v for k, v in items.items() if k[:1] != OUTCOME}
+        stage._written = {k: v for k, v in items.items() if k[:1] not in (OUTCOME, GATHERED)}
+        # the parts of slices that did not come back (another slicing, a reset, started
+        # over) go with the next checkpoint, so that no later slice reads them as its own
+        live = {slice_key(m, name) for m, s in engine.slices.items() for name in s.evaluators}
+        for key in items:
+            tag = key[:1]
+            stale = (tag == SLICES and owner_of(key) not in engine.slices) or (
+                tag in (SLICE, GATHERED) and owner_of(key) not in live
+            )
+            if stale:
+                stage._stale.append(key)
+                stage._written.pop(key, None)
+        for model_id, sliced in engine.slices.items():  # and pieces its index no longer names
+            listed = {
+                GATHERED + encode_name(slice_key(model_id, name)) + CHUNK_INDEX.pack(number)
+                for name, numbers in sliced.written_pieces().items()
+                for number in numbers
+            }
+            stage._stale += [
+                k
+                for k in items
+                if k[:1] == GATHERED and model_of(owner_of(k)) == model_id and k not in listed
+            ]
         # what continues under other settings is written whole by the next checkpoint
         stage._shown = {
             m
@@ -376,21 +469,8 @@ class EvalStage:
         for number, rows in waiting.items():
             run = []
             for seq, *fields in rows:
-                model_id, instance_id, y_true, times, labels, t_instance, t_label, due = fields[:8]
-                # (a row of a checkpoint from before scores were kept has none)
-                scores = tuple(fields[8]) if len(fields) > 8 else ()
-                outcome = Outcome(
-                    model_id,
-                    instance_id,
-                    y_true,
-                    tuple(times),
-                    tuple(labels),
-                    t_instance,
-                    t_label,
-                    due,
-                    scores,
-                )
-                run.append((due, instance_id, model_id, seq, outcome))
+                outcome = outcome_of(fields)
+                run.append((outcome.due, outcome.instance_id, outcome.model_id, seq, outcome))
             stage._runs[number] = run
             stage._waiting += len(run)
         stage._stored = set(waiting) - stage._dirty

@@ -77,6 +77,12 @@ SETTINGS = {
     "maturity.cohort_ms": "free",
     "maturity.every_ms": "free",
     "maturity.cohorts": "free",
+    # the slices of every model start over when any of these changes (their tracker and
+    # evaluators were made under the old values); the whole models go on
+    "slices.by": "free",
+    "slices.top_k": "free",
+    "slices.window": "free",
+    "slices.hysteresis": "free",
     "estimators": "adds",
     "detectors": "adds",
     "models.*.detectors": "adds",

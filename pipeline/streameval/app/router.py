@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from streameval.codec import BatchDecoder, KafkaTimeDecoder, canonical_scores
+from streameval.codec import BatchDecoder, KafkaTimeDecoder, canonical_scores, slice_value
 from streameval.config import EvaluationConfig
 from streameval.event_time import NO_TS, TimeRules
 from streameval.messages import DeadLetter, EventError, Message
@@ -49,8 +49,12 @@ class Router:
         partitions: int,
         idle_ms: int = 1000,
         rules: TimeRules | None = None,
+        slices: tuple[str, str] | None = None,
     ) -> None:
+        """``slices``: the instance field a slice is named by (``slices.by``, as
+        :attr:`~streameval.config.SlicesConfig.field` gives it), None without slices."""
         self.rules = EvaluationConfig().time_rules() if rules is None else rules
+        self.slices = slices
         kafka_time = self.rules.ts_source == "kafka"
         self.decoder = (KafkaTimeDecoder if kafka_time else BatchDecoder)(
             topics, ts_unit=self.rules.ts_unit
@@ -138,6 +142,7 @@ class Router:
         letters: list[DeadLetter] = []
         explain, max_bytes = self.decoder.decode_message, self.decoder.max_bytes
         max_future, max_age = self.rules.max_future_ms, self.rules.max_age_ms
+        slices = self.slices
         index, src_kinds, src_decoders = self._index, self._kinds, self._decoders
         partitions = self.partitions
         crc32 = zlib.crc32
@@ -192,8 +197,8 @@ class Router:
                     row = (PREDICTION, iid, record.model_id, ts, record.label, src, offset, scores)
                 elif kind == "label":
                     row = (LABEL, iid, "", ts, record.label, src, offset, None)
-                else:
-                    row = (INSTANCE, iid, "", ts, "", src, offset, None)
+                else:  # an instance row's label is its slice value
+                    row = (INSTANCE, iid, "", ts, slice_value(record, slices), src, offset, None)
                 out[crc32(iid.encode()) % partitions].append(row)
             except Exception as err:  # a defect, not the message's fault: it never stops us
                 log.exception("input %s[%d]@%d", message.topic(), message.partition(), offset)

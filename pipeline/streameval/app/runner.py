@@ -139,7 +139,11 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.eval_partitions = counts[t.outcomes]
         self.topology = Topology(self.config, self.eval_partitions)
         self.router = Router(
-            t.inputs, self.join_partitions, idle_ms=s.idle_ms, rules=self.config.time_rules()
+            t.inputs,
+            self.join_partitions,
+            idle_ms=s.idle_ms,
+            rules=self.config.time_rules(),
+            slices=self.config.slices.field,
         )
         if self.eo:
             transactional_id, self._id_lock = claim_transactional_id(s)
@@ -251,7 +255,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             if wall >= next_publish:
                 next_publish = wall + s.publish_interval_s
                 for r, stage in list(self.evals.items()):
-                    self._evaluated(*stage.tick(), r)
+                    self._evaluated(*stage.tick(periodic=True), r)
                     self._unmatched(stage)
                 self.telemetry.gauges(stage.join for stage in self.joins.values())
                 if self.eo and self._wrote:  # the records go out now
@@ -373,7 +377,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
     def _unmatched(self, stage: EvalStage) -> None:
         """Say once per comparison that one of its models has no outcome while the other has
         had ``publish_every`` (a misspelt model id in [[comparisons]], most often)."""
-        for message in stage.engine.unmatched_comparisons(least=self.config.publish_every):
+        engine, least = stage.engine, self.config.publish_every
+        for message in engine.unmatched_comparisons(least) + engine.unsliced(least):
             if message.split(":")[0] not in self._said_unmatched:
                 self._said_unmatched.add(message.split(":")[0])
                 log.warning("%s", message)

@@ -39,6 +39,7 @@ from streameval.series import (
     DEFAULT_CLASSES,
     DEFAULT_INITIAL_MEASURES,
     DEFAULT_MEASURES,
+    DEFAULT_SLICE_MEASURES,
     EXPORTABLE_MEASURES,
     Selection,
 )
@@ -203,8 +204,13 @@ class WorkerSettings(BaseSettings):
         le=100_000,
         description="bins of the latency period exported per delayed estimate, evenly spread",
     )
+    export_slice_measures: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SLICE_MEASURES),
+        description="measures of the final view of each slice of a model (slices.by) exported "
+        'to Prometheus, n its count; ["all"]: every one',
+    )
 
-    @field_validator("export_measures", "export_initial_measures")
+    @field_validator("export_measures", "export_initial_measures", "export_slice_measures")
     @classmethod
     def _measures(cls, value: list[str]) -> list[str]:
         if ALL in value and value != [ALL]:
@@ -225,6 +231,7 @@ class WorkerSettings(BaseSettings):
             self.export_estimators,
             self.export_classes,
             self.export_bins,
+            self.export_slice_measures,
         )
 
     @field_validator("transaction_timeout_ms")

@@ -17,16 +17,20 @@ from collections.abc import Iterable
 __all__ = [
     "BUFFER",
     "CHUNK_INDEX",
+    "GATHERED",
     "MATURITY",
     "MODEL",
     "OUTCOME",
     "PAIR",
     "PARTS",
     "RUN",
+    "SLICE",
+    "SLICES",
     "STAGE",
     "STATE_CHUNK",
     "WHOLE",
     "encode_name",
+    "model_of",
     "owner_of",
     "state_chunks",
 ]
@@ -38,8 +42,12 @@ STAGE = b"t"
 MODEL, PAIR, OUTCOME, BUFFER = b"M", b"P", b"O", b"B"
 #: ... a model's label maturity (streameval.core.maturity): its owner is the model
 MATURITY = b"L"
-#: the tags of the parts an owner (a model or a pair) has
-PARTS = (MODEL, PAIR, MATURITY)
+#: ... a model's slices (streameval.core.sliced): their tracker and index (owner: the model),
+#: a slice's evaluator (owner: the model and the slice, :func:`slice_owner`), and the pieces
+#: of the outcomes a slice gathered (the same owner; the piece's number where a chunk's is)
+SLICES, SLICE, GATHERED = b"S", b"E", b"G"
+#: the tags of the parts an owner has, written whole (in chunks) when it changed
+PARTS = (MODEL, PAIR, MATURITY, SLICES, SLICE)
 #: a run's number, after :data:`OUTCOME`
 RUN = struct.Struct(">Q")
 #: bytes per chunk of a model's encoded state
@@ -58,10 +66,15 @@ def encode_name(name: str) -> bytes:
 
 
 def owner_of(key: bytes) -> str | None:
-    """The model or pair a chunk key belongs to."""
-    if key[:1] not in PARTS:
+    """The model or pair a chunk key belongs to (a slice's parts: the model, NUL, the slice)."""
+    if key[:1] not in PARTS and key[:1] != GATHERED:
         return None
     return key[3:-4].decode()
+
+
+def model_of(owner: str) -> str:
+    """The model an owner is or belongs to (a model, a slice of it; a pair is its own)."""
+    return owner.partition("\x00")[0]
 
 
 def state_chunks(head: bytes, data: bytes) -> Iterable[tuple[bytes, bytes]]:

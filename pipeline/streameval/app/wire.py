@@ -16,11 +16,12 @@ per-message cost of Kafka and of the framework is paid once per batch:
 
 A batch whose ``v`` is not :data:`WIRE_VERSION` is refused with a clear error: the stages of
 one application must run the same version — but for batches of version 1, written before
-predictions carried their scores, which read as batches without scores (an upgrade may leave
-some on the internal topics). The layout of an event and of an outcome inside a batch is fixed
-here (:data:`EVENT_LAYOUT`, :data:`OUTCOME_LAYOUT`): the core's tuples are encoded as they are,
-for speed, and this module refuses to load if the core's ``Outcome`` no longer has this layout
-— a change of it is a new wire version, never a silent one.
+predictions carried their scores, which read as batches without scores, and of version 2,
+written before outcomes carried their instance's slice, which read as batches without slices
+(an upgrade may leave some on the internal topics). The layout of an event and of an outcome
+inside a batch is fixed here (:data:`EVENT_LAYOUT`, :data:`OUTCOME_LAYOUT`): the core's tuples
+are encoded as they are, for speed, and this module refuses to load if the core's ``Outcome``
+no longer has this layout — a change of it is a new wire version, never a silent one.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ __all__ = [
     "encode",
 ]
 
-WIRE_VERSION = 2
-#: An event on the wire (version 2): a msgpack array of these, in this order.
+WIRE_VERSION = 3
+#: An event on the wire (version 3): a msgpack array of these, in this order; an instance's
+#: ``label`` is its slice value ("" for none: so are all of version 2)
 EVENT_LAYOUT = ("kind", "instance_id", "model_id", "ts", "label", "source", "offset", "scores")
-#: An outcome on the wire (version 2): a msgpack array of these, in this order.
+#: An outcome on the wire (version 3): a msgpack array of these, in this order.
 OUTCOME_LAYOUT = (
     "model_id",
     "instance_id",
@@ -59,6 +61,7 @@ OUTCOME_LAYOUT = (
     "t_label",
     "due",
     "scores",
+    "slice",
 )
 if Outcome._fields != OUTCOME_LAYOUT:
     raise ImportError(
@@ -137,7 +140,7 @@ def decode_events(data: bytes) -> EventBatch:
         except Exception:
             raise WireError(f"not an event batch of wire version {WIRE_VERSION}: {err}") from None
         return EventBatch(WIRE_VERSION, old.sources, [(*row, None) for row in old.events])
-    return _check(batch)
+    return _check(batch, readable=(2, WIRE_VERSION))  # version 2: no instance had a slice
 
 
 def decode_outcomes(data: bytes) -> OutcomeBatch:
@@ -145,5 +148,5 @@ def decode_outcomes(data: bytes) -> OutcomeBatch:
         batch = _outcomes.decode(data)
     except Exception as err:  # any bytes: WireError and nothing else
         raise WireError(f"not an outcome batch of wire version {WIRE_VERSION}: {err}") from None
-    # an outcome of version 1 has no scores (Outcome.scores defaults to none)
-    return _check(batch, readable=(1, WIRE_VERSION))
+    # an outcome of version 1 has no scores, of version 2 no slice (their defaults: none)
+    return _check(batch, readable=(1, 2, WIRE_VERSION))

@@ -170,8 +170,11 @@ class Join(JoinRules):
         wait for more calls of :meth:`advance` (it was given a ``budget``)."""
         return self._clock < self._target
 
-    def add_instance(self, instance_id: str, ts: int, now: int) -> list[Outcome]:
-        return self.add_events([(INSTANCE, instance_id, "", ts, "", 0, 0, None)], now)[0]
+    def add_instance(
+        self, instance_id: str, ts: int, now: int, slice_value: str = ""
+    ) -> list[Outcome]:
+        row = (INSTANCE, instance_id, "", ts, slice_value, 0, 0, None)
+        return self.add_events([row], now)[0]
 
     def add_prediction(
         self,
@@ -301,7 +304,7 @@ class Join(JoinRules):
             elif kind == LABEL:
                 label_(instance_id, ts, label, out)
             else:
-                instance(instance_id, ts, out)
+                instance(instance_id, ts, label, out)  # an instance row's label: its slice
             if pending() > max_pending:  # the bound holds after every event
                 self._limit(out)
 

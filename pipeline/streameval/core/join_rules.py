@@ -125,7 +125,9 @@ class JoinRules:
         return queue_entries(record, self.label_ttl)
 
     # -- one event ----------------------------------------------------------------------------
-    def _new(self, instance_id: str, ts: int, t_instance: int | None, has_record: bool) -> list:
+    def _new(
+        self, instance_id: str, ts: int, t_instance: int | None, has_record: bool | str
+    ) -> list:
         record = [ts, t_instance, has_record, None, None, None]
         expiry = ts + self.label_ttl + 1
         self.state.create(instance_id, record, expiry)
@@ -133,17 +135,20 @@ class JoinRules:
             self._next = expiry
         return record
 
-    def _instance(self, instance_id: str, ts: int, out: list[Outcome]) -> None:
+    def _instance(self, instance_id: str, ts: int, part: Label, out: list[Outcome]) -> None:
+        """An instance record; ``part``: its slice value ("" without one)."""
         if self._memory.get(instance_id) is not None:
             self._count("late_instance")
             return
+        # what the record keeps: its slice, or True (an instance row's label is its slice)
+        has = _intern(part) if type(part) is str and part else True
         record = self._records.get(instance_id)
         if record is None:
-            self._new(instance_id, ts, ts, True)
+            self._new(instance_id, ts, ts, has)
         elif record[HAS_RECORD]:
             self._count("duplicate_instance")
         else:
-            record[HAS_RECORD] = True
+            record[HAS_RECORD] = has
             record[T_INSTANCE] = ts
             self._touch(instance_id)
 

@@ -167,7 +167,7 @@ class ModelEvaluator:
         if n == 0:
             return []
         # the outcomes' fields as columns, transposed at C speed (Outcome is a named tuple)
-        _, ids, y_trues, timelines, labels, t_instances, t_labels, _, scores = zip(
+        _, ids, y_trues, timelines, labels, t_instances, t_labels, _, scores, _ = zip(
             *outcomes, strict=True
         )
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)

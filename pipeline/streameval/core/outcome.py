@@ -3,7 +3,8 @@ which it breaks ties between records alike but for their label."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 __all__ = [
     "INSTANCE",
@@ -15,6 +16,7 @@ __all__ = [
     "is_notice",
     "label_order",
     "notice",
+    "outcome_of",
     "scores_order",
 ]
 
@@ -24,8 +26,8 @@ Label = str | int
 Scores = tuple[Label | float, ...]
 #: The kinds of event, as :class:`EventRow` and the worker's wire format carry them
 INSTANCE, PREDICTION, LABEL = 0, 1, 2
-#: (kind, instance_id, model_id or "", ts, label or "", source index, source offset, a
-#: prediction's scores or None)
+#: (kind, instance_id, model_id or "", ts, label or "" — an instance's slice value, "" for
+#: none —, source index, source offset, a prediction's scores or None)
 EventRow = tuple[int, str, str, int, Label, int, int, Scores | None]
 
 
@@ -52,6 +54,8 @@ class Outcome(NamedTuple):
     due: int = 0
     #: the scores of each prediction of the timeline (None: it had none), or () when none had
     scores: tuple[Scores | None, ...] = ()
+    #: the instance's slice (``slices.by`` of its instance record), None without one
+    slice: str | None = None
 
     @property
     def initial(self) -> Label:
@@ -81,6 +85,30 @@ def notice(model_id: str, second: int, count: int, due: int) -> Outcome:
 def is_notice(outcome: Outcome) -> bool:
     """Whether a row of an outcome stream is a :func:`notice` (an outcome has a prediction)."""
     return not outcome.times
+
+
+def outcome_of(row: Sequence[Any]) -> Outcome:
+    """An outcome from its fields as a checkpoint gives them back (lists for tuples); a row
+    written before scores, or slices, were kept has none.
+
+    >>> outcome_of(["m", "i1", "a", [3], ["b"], 3, 5, 5]).times
+    (3,)
+    """
+    model_id, instance_id, y_true, times, labels, t_instance, t_label, due = row[:8]
+    scores = tuple(None if s is None else tuple(s) for s in row[8]) if len(row) > 8 else ()
+    part = row[9] if len(row) > 9 else None
+    return Outcome(
+        model_id,
+        instance_id,
+        y_true,
+        tuple(times),
+        tuple(labels),
+        t_instance,
+        t_label,
+        due,
+        scores,
+        part,
+    )
 
 
 def label_order(label: Label) -> tuple[int, Label]:

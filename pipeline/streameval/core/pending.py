@@ -5,12 +5,13 @@ One flat list per instance, the fewest objects per instance::
     [created, t_instance, has_record, label, label_ts, due, model, ts, label, model, ts, ...]
 
 ``created`` is the time of its first event (its expiry and eviction order); ``t_instance`` is
-None until the instance record or a prediction gives it; ``label``, ``label_ts`` and ``due`` are
-set when the label comes, which resolves the instance at once (its events up to then are all
-in). The predictions follow as (model_id, ts, label) triples; a prediction with scores has
-``[label, scores]`` in its label's place (a record written before scores were kept is one
-without any). Model ids and string labels are interned, so a pending instance shares them with
-every other one.
+None until the instance record or a prediction gives it; ``has_record`` whether its instance
+record came, and then its slice value (``slices.by``) when it had one, else True; ``label``,
+``label_ts`` and ``due`` are set when the label comes, which resolves the instance at once (its
+events up to then are all in). The predictions follow as (model_id, ts, label) triples; a
+prediction with scores has ``[label, scores]`` in its label's place (a record written before
+scores were kept is one without any). Model ids and string labels are interned, so a pending
+instance shares them with every other one.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def resolve_outcomes(
     label before its instance)."""
     label, label_ts = record[LABEL_], record[LABEL_TS]
     models = record[PREDICTIONS::3]
+    part = record[HAS_RECORD]
+    part = part if type(part) is str else None  # the instance's slice
     if models and len(set(models)) == len(models):
         times = record[PREDICTIONS + 1 :: 3]
         if max(times) <= label_ts:  # the common case: one prediction per model, in time
@@ -92,6 +95,7 @@ def resolve_outcomes(
                     label_ts,
                     due,
                     scores,
+                    part,
                 )
                 out.append(_new_outcome(Outcome, fields))
             return
@@ -127,7 +131,19 @@ def _resolve_timelines(
         scores = tuple(map(scores_of, entries))
         if not any(s is not None for s in scores):
             scores = ()
-        fields = (model_id, instance_id, label, times, labels, t_instance, label_ts, due, scores)
+        part = record[HAS_RECORD]
+        fields = (
+            model_id,
+            instance_id,
+            label,
+            times,
+            labels,
+            t_instance,
+            label_ts,
+            due,
+            scores,
+            part if type(part) is str else None,
+        )
         out.append(_new_outcome(Outcome, fields))
 
 

@@ -58,6 +58,10 @@ class ScriptedStream:
     #: fraction of predictions that carry scores (the predicted class's probability higher
     #: when it is right), drawn apart so that the rest of the stream does not change
     scored: float = 0.0
+    #: distinct values of the instances' ``attributes.country`` (0: no attributes), drawn
+    #: apart like the scores, c0 the most frequent (Zipf, exponent 1.2); one instance in 20
+    #: has none
+    countries: int = 0
     seed: int = 1
 
     def events(self) -> list[tuple[float, int, dict]]:
@@ -73,12 +77,21 @@ class ScriptedStream:
         t_label = ts + delay
         labelled = rng.random(n) >= self.unlabelled
         scoring = np.random.default_rng([self.seed, 1]) if self.scored else None
+        country = None
+        if self.countries:
+            places = np.random.default_rng([self.seed, 2])
+            weights = 1.0 / np.arange(1, self.countries + 1) ** 1.2
+            country = places.choice(self.countries, size=n, p=weights / weights.sum())
+            country = np.where(places.random(n) < 0.05, -1, country)
         out: list[tuple[float, int, dict]] = []
         seq = 0
         for i in range(n):
             iid = f"i{i:08d}"
             t = int(ts[i])
-            out.append((t, seq, {"type": "instance", "instance_id": iid, "ts": t}))
+            instance = {"type": "instance", "instance_id": iid, "ts": t}
+            if country is not None and country[i] >= 0:
+                instance["attributes"] = {"country": f"c{country[i]}"}
+            out.append((t, seq, instance))
             seq += 1
             y = int(truth[i])
             for model, (before, after) in self.models.items():

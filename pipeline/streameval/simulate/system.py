@@ -12,7 +12,12 @@ learner or a baseline. Following Grzenda et al.'s Algorithm 1 (IJCNN 2020, and t
   delayed labels);
 * labels come ``delay`` after their instance: fixed (instances or milliseconds), exponential, or
   never for a fraction of instances; ``class_delay`` makes the labels of some classes later or
-  earlier (frauds confirmed days after non-frauds) by a factor on the delay.
+  earlier (frauds confirmed days after non-frauds) by a factor on the delay;
+* with ``segments``, every instance belongs to one (``attributes.segment``, the first the most
+  frequent: weights 1, 1/2, 1/3 …) and the segments drift differently: where the stream
+  drifts to concept c, segment k's instances drift to concept c + k (cyclically: with as many
+  segments as concepts, the last one returns to the first), so a model's numbers per segment
+  part at a drift.
 
 Event times follow ``rate`` instances per second from ``start_ms``. The output is a sequence of
 events in time order — to a JSON-lines file for ``streameval replay`` or to the input topics —
@@ -60,6 +65,9 @@ class SimulationConfig:
     rate: float = 200.0  # instances per second of event time
     #: predictions carry the model's probabilities (River's predict_proba_one) as ``scores``
     scores: bool = True
+    #: names of the instances' ``attributes.segment`` (none: no attributes); at a drift each
+    #: segment moves to a concept of its own
+    segments: list[str] = field(default_factory=list)
     start_ms: int = 1_767_225_600_000
     seed: int = 42
 
@@ -91,6 +99,8 @@ class SimulationConfig:
             problems.append(f"repredict_every={self.repredict_every}: use an integer >= 0")
         if not (self.rate > 0 and math.isfinite(self.rate)):
             problems.append(f"rate={self.rate}: use instances per second > 0")
+        if len(set(self.segments)) != len(self.segments) or not all(self.segments):
+            problems.append(f"segments={self.segments}: use distinct, non-empty names")
         if problems:
             raise ValueError("invalid simulation settings:\n  " + "\n  ".join(problems))
         return self
@@ -116,8 +126,14 @@ def _concepts(name: str, seed: int) -> list[Any]:
     raise ValueError(name)
 
 
-def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any]]:
+def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any, str | None]]:
+    """(features, class, segment or None) of each instance, in order."""
     rng = np.random.default_rng(config.seed)
+    segments = config.segments
+    if segments:  # a segment for each instance, drawn apart (the rest is as without them)
+        places = np.random.default_rng([config.seed, 3])
+        weights = 1.0 / np.arange(1, len(segments) + 1)
+        weights /= weights.sum()
     if config.generator == "phishing":  # a real data set bundled with River (1250 rows)
         from river import datasets
 
@@ -125,7 +141,8 @@ def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any]]:
         while True:
             for i in rng.permutation(len(rows)):
                 x, y = rows[int(i)]
-                yield x, int(y)
+                k = int(places.choice(len(segments), p=weights)) if segments else 0
+                yield x, int(y), segments[k] if segments else None
     concepts = [iter(c) for c in _concepts(config.generator, config.seed)]
     drifts = sorted(config.drifts)
     position = 0
@@ -136,6 +153,9 @@ def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any]]:
         if concept and position - start < config.drift_width:
             if rng.random() >= (position - start + 1) / config.drift_width:
                 concept -= 1
+        k = int(places.choice(len(segments), p=weights)) if segments else 0
+        if concept:  # segment k drifts to the concept k further (back to the first, maybe)
+            concept += k
         stream = concepts[concept % len(concepts)]
         x, y = next(stream)
         if config.positive_share is not None:
@@ -147,7 +167,7 @@ def _instances(config: SimulationConfig) -> Iterator[tuple[dict, Any]]:
                 x, y = next(stream)
         y = int(y) if isinstance(y, bool | np.bool_) else y
         position += 1
-        yield x, y
+        yield x, y, segments[k] if segments else None
 
 
 # -- models ------------------------------------------------------------------------------
@@ -244,11 +264,14 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
             labels_seen += 1
 
     for i in range(config.instances):
-        x, y = next(source)
+        x, y, segment = next(source)
         ts = config.start_ms + int(i * interval)
         yield from deliver_labels_until(ts)
         iid = f"sim-{config.seed}-{i:08d}"
-        yield {"type": "instance", "instance_id": iid, "ts": ts}
+        instance: dict[str, Any] = {"type": "instance", "instance_id": iid, "ts": ts}
+        if segment is not None:
+            instance["attributes"] = {"segment": segment}
+        yield instance
         for name, model in models.items():
             yield _prediction(iid, name, ts, _predict(model, x, scored))
         if rng.random() < config.unlabelled:
