@@ -238,7 +238,7 @@ def phase_worker(
     n = produce(boot, prefix, stream.records())
     print(f"  produced {n:,} events in {time.perf_counter() - started:.1f} s", flush=True)
     config = tmp / "worker.toml"
-    config.write_text(features + CONFIG.format(grace=1000, snapshot=5.0, processes=processes))
+    config.write_text(CONFIG.format(grace=1000, snapshot=5.0, processes=processes) + features)
     ports = [free_port() for _ in range(workers)]
     log = tmp / "worker-throughput.log"
     processes = [

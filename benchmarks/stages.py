@@ -13,6 +13,11 @@ alone).
     .venv/bin/python benchmarks/stages.py                     # 1M events
     .venv/bin/python benchmarks/stages.py --events 300000 --profile 25
     .venv/bin/python benchmarks/stages.py --compare-scores 3   # without and with scores
+    .venv/bin/python benchmarks/stages.py --compare-features 3   # label maturity, slices
+    .venv/bin/python benchmarks/stages.py --features slices --profile 25
+
+The configuration has label maturity off unless ``--features`` says otherwise, so that the
+records digest stays comparable with the runs before it existed (it adds records).
 """
 
 from __future__ import annotations
@@ -54,9 +59,12 @@ from streameval.topics import INPUT_KINDS  # noqa: E402
 MODELS = {"champion": (0.88, 0.6), "challenger": (0.84, 0.82), "baseline": (0.7, 0.7)}
 
 
-def messages(events: int, partitions: int, scored: float = 0.0) -> list[StoredMessage]:
+def messages(
+    events: int, partitions: int, scored: float = 0.0, countries: int = 0
+) -> list[StoredMessage]:
     """The benchmark's stream as input messages, in delivery order (``scored``: the share of
-    predictions that carry scores)."""
+    predictions that carry scores; ``countries``: values of the instances'
+    ``attributes.country``, none without)."""
     instances = events // 5
     stream = ScriptedStream(
         instances=instances,
@@ -66,6 +74,7 @@ def messages(events: int, partitions: int, scored: float = 0.0) -> list[StoredMe
         interval_ms=2,
         mean_delay_ms=2000,
         scored=scored,
+        countries=countries,
         seed=3,
     )
     offsets: dict[tuple[str, int], int] = defaultdict(int)
@@ -79,14 +88,26 @@ def messages(events: int, partitions: int, scored: float = 0.0) -> list[StoredMe
     return out
 
 
-def run(msgs: list[StoredMessage], partitions: int, chunk: int) -> tuple[dict[str, float], str]:
+#: the evaluation settings of each ``--features`` choice
+FEATURES = {
+    "neither": {"maturity": {"enabled": False}},
+    "maturity": {},
+    "slices": {"maturity": {"enabled": False}, "slices": {"by": "attributes.country"}},
+    "both": {"slices": {"by": "attributes.country"}},
+}
+
+
+def run(
+    msgs: list[StoredMessage], partitions: int, chunk: int, features: str = "neither"
+) -> tuple[dict[str, float], str]:
     config = load_config(
         publish_every=100_000,
         join={"label_grace_ms": 1000},
         comparisons=[{"a": "champion", "b": "challenger"}],
+        **FEATURES[features],
     )
     inputs = sorted((t, p) for t in INPUT_KINDS for p in range(partitions))
-    router = Router(INPUT_KINDS, partitions, idle_ms=200)
+    router = Router(INPUT_KINDS, partitions, idle_ms=200, slices=config.slices.field)
     router.assign(inputs)
     joins = [JoinStage(q, config, inputs) for q in range(partitions)]
     evals = [EvalStage(r, config, partitions) for r in range(partitions)]
@@ -152,6 +173,19 @@ def main() -> None:
         "--scored", type=float, default=0.0, help="share of predictions with scores (0 to 1)"
     )
     parser.add_argument(
+        "--features",
+        choices=list(FEATURES),
+        default="neither",
+        help="label maturity and slices (top 20 of 30 countries) on or off",
+    )
+    parser.add_argument(
+        "--compare-features",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="alternate the four --features on one stream whose instances have a country",
+    )
+    parser.add_argument(
         "--compare-scores",
         type=int,
         default=0,
@@ -162,7 +196,11 @@ def main() -> None:
     if args.compare_scores:
         compare_scores(args)
         return
-    msgs = messages(args.events, args.partitions, args.scored)
+    if args.compare_features:
+        compare_features(args)
+        return
+    countries = 30 if args.features != "neither" else 0
+    msgs = messages(args.events, args.partitions, args.scored, countries)
     gc.freeze()  # the input, held here, is not the worker's: keep it out of its collections
     gc.set_threshold(*GC_THRESHOLDS)  # as the worker does
     collections = [0, 0, 0]  # per generation, during the run
@@ -176,7 +214,7 @@ def main() -> None:
     started = time.perf_counter()
     if profiler:
         profiler.enable()
-    seconds, digest = run(msgs, args.partitions, args.chunk)
+    seconds, digest = run(msgs, args.partitions, args.chunk, args.features)
     if profiler:
         profiler.disable()
     total = time.perf_counter() - started
@@ -220,6 +258,33 @@ def compare_scores(args: argparse.Namespace) -> None:
         )
     ratio = rates["with scores"][len(values) // 2] / rates["without scores"][len(values) // 2]
     print(f"with scores / without, medians: {ratio:.2f} (target >= 0.80)")
+
+
+def compare_features(args: argparse.Namespace) -> None:
+    """The data path's rate with label maturity and slices off and on, alternated
+    ``args.compare_features`` times on one stream (each instance with one of 30 countries)."""
+    msgs = messages(args.events, args.partitions, args.scored, countries=30)
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    rates: dict[str, list[float]] = {name: [] for name in FEATURES}
+    outcomes = {}
+    for _ in range(args.compare_features):
+        for name in FEATURES:
+            started = time.perf_counter()
+            seconds, _ = run(msgs, args.partitions, args.chunk, name)
+            rates[name].append(len(msgs) / (time.perf_counter() - started))
+            outcomes[name] = int(seconds["outcomes"])
+    medians = {}
+    for name, values in rates.items():
+        values.sort()
+        low, medians[name], high = values[0], values[len(values) // 2], values[-1]
+        print(
+            f"{name:<9} {low:>10,.0f} / {medians[name]:>10,.0f} / {high:>10,.0f} events/s "
+            f"(min / median / max of {len(values)}; {len(msgs):,} events, "
+            f"{outcomes[name]:,} outcomes)"
+        )
+    for name in ("maturity", "slices", "both"):
+        print(f"{name} / neither, medians: {medians[name] / medians['neither']:.2f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ A model evaluator costs about as much per call as per few hundred outcomes (nump
 small arrays), and a model's outcomes spread over K + 1 slices come a few dozen per slice per
 call. So each slice's outcomes are *gathered* and given to its evaluator only when a record of
 the slice is due — at every ``publish_every``-th outcome of the slice, exactly, as the whole
-model's — or when its numbers are read (:meth:`SlicedModel.flush`). Every estimate is the same
+model's — when it has gathered :data:`GATHER_MAX`, or when its numbers are read
+(:meth:`SlicedModel.flush`). Every estimate is the same
 for any split of its outcomes, so this changes no number, only when it is computed.
 """
 
@@ -25,7 +26,12 @@ from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import Outcome, outcome_of
 from streameval.core.slices import OTHER, SliceTracker
 
-__all__ = ["OTHER", "SlicedModel", "slice_key"]
+__all__ = ["GATHER_MAX", "OTHER", "SlicedModel", "slice_key"]
+
+#: Most outcomes a slice gathers before its evaluator takes them, record due or not: what one
+#: update call amortizes well (a larger batch saves little and costs memory: the delayed
+#: block is (n, bins + 2)); it bounds what a model's slices hold to (top_k + 1) times it
+GATHER_MAX = 2048
 
 #: (the outcome at which it is due, slice, the slice's evaluator, the label time of the
 #: slice's latest outcome) of a record that is due
@@ -209,13 +215,15 @@ class SlicedModel:
             k = 0
             while k < len(places):
                 missing = every - (evaluator.n + len(gathered)) % every
-                take = places[k : k + missing]
+                take = places[k : k + min(missing, GATHER_MAX - len(gathered))]
                 gathered += [outcomes[i] for i in take]
                 k += len(take)
                 if (evaluator.n + len(gathered)) % every == 0:  # a record is due
                     self._update(name)
                     cause = outcomes[take[-1]]
                     due.append((take[-1], (cause, name, evaluator, cause.t_label)))
+                elif len(gathered) >= GATHER_MAX:
+                    self._update(name)
 
     # -- state -------------------------------------------------------------------------------
     def index(self) -> dict[str, Any]:
