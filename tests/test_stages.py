@@ -410,7 +410,7 @@ def test_limits_that_bind_mean_what_they_mean_in_replay(stream, limit):
     assert harness.run(crashes=0.03) == expected
 
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(8))
 def test_slices_give_replays_numbers_through_crashes(stream, seed):
     """Every model per country (a few countries large, a tail of small ones, some instances
     without one): each slice's records — those due at its publish_every counts and its last —
@@ -424,6 +424,133 @@ def test_slices_give_replays_numbers_through_crashes(stream, seed):
     assert len({s for _, s, _ in expected["slices"]}) >= 4  # the top ones and the rest
     harness = Harness(sliced, config, seed=300 + seed)
     assert harness.run(crashes=0.05) == expected
+
+
+def _sliced_stage(top_k: int = 2):
+    """An evaluation stage whose model m has slices fr and de, and what its checkpoints
+    write (applied to a dict as a compacted changelog holds them)."""
+    config = make_config(
+        publish_every=1000,
+        maturity={"enabled": False},
+        slices={"by": "attributes.c", "top_k": top_k, "window": 10_000},
+    )
+    stage = EvalStage(0, config, 1)
+    stage.release_min = 1
+    return stage, config, {}
+
+
+def _sliced_outcomes(lo: int, hi: int) -> list[Outcome]:
+    return [
+        Outcome("m", f"i{i:06d}", "a", (i,), ("a" if i % 3 else "b",), i, i + 1, i + 1, (),
+                "fr" if i % 2 else "de")
+        for i in range(lo, hi)
+    ]  # fmt: skip
+
+
+def _checkpoint_into(stage: EvalStage, store: dict) -> None:
+    cut = stage.cut()
+    for key, value in cut.changes.items():
+        if value is None:
+            store.pop(key, None)
+        else:
+            store[key] = value
+    stage.written(cut)
+
+
+def _gathered(stage: EvalStage) -> dict:
+    sliced = stage.engine.slices["m"]
+    return {
+        name: (ev.n, [o.instance_id for o in sliced.buffers[name]])
+        for name, ev in sliced.evaluators.items()
+    }
+
+
+def test_a_restore_gives_back_every_outcome_the_slices_gathered():
+    """Outcomes gathered over several checkpoints, and after a flush on a quiet model (a
+    worker's tenth tick), all come back from the changelog, and the stage goes on exactly."""
+    stage, config, store = _sliced_stage()
+    stage.apply(1, OutcomeBatch(WIRE_VERSION, 0, 1, 500, _sliced_outcomes(0, 100)))
+    _checkpoint_into(stage, store)
+    stage.apply(2, OutcomeBatch(WIRE_VERSION, 0, 2, 900, _sliced_outcomes(100, 200)))
+    _checkpoint_into(stage, store)
+    restored = EvalStage.restore(store.items(), config, 1)
+    assert _gathered(restored) == _gathered(stage)
+    assert _gathered(stage)["fr"] == (0, [f"i{i:06d}" for i in range(1, 200, 2)])
+    for _ in range(10):  # the model quiet, its slices take what they gathered
+        stage.tick(periodic=True)
+    _checkpoint_into(stage, store)
+    restored = EvalStage.restore(store.items(), config, 1)
+    restored.release_min = 1
+    assert _gathered(restored) == _gathered(stage) == {"de": (100, []), "fr": (100, [])}
+    batch = OutcomeBatch(WIRE_VERSION, 0, 3, 2000, _sliced_outcomes(200, 1900))
+    assert repr(restored.apply(3, batch)) == repr(stage.apply(3, batch))
+    assert repr(restored.tick()) == repr(stage.tick())
+
+
+def test_slices_started_over_write_their_parts_anew_over_the_old_ones():
+    """Another top_k at a restart: the old slices' parts are deleted by the first checkpoint,
+    but not those the new slices of the same names wrote in it."""
+    stage, _, store = _sliced_stage(top_k=2)
+    stage.apply(1, OutcomeBatch(WIRE_VERSION, 0, 1, 500, _sliced_outcomes(0, 100)))
+    _checkpoint_into(stage, store)
+    _, config, _ = _sliced_stage(top_k=3)
+    stage = EvalStage.restore(store.items(), config, 1)
+    stage.release_min = 1
+    assert not stage.engine.slices  # they start over
+    stage.apply(2, OutcomeBatch(WIRE_VERSION, 0, 2, 900, _sliced_outcomes(100, 200)))
+    for _ in range(10):
+        stage.tick(periodic=True)
+    _checkpoint_into(stage, store)
+    restored = EvalStage.restore(store.items(), config, 1)
+    assert _gathered(restored) == _gathered(stage) == {"de": (50, []), "fr": (50, [])}
+
+
+def test_a_model_reset_counts_its_maturity_from_the_next_cohort():
+    """`state reset --model`: instances it predicted before are pending in the join; their
+    labels must not count against predictions made since (the share would pass 1)."""
+    from streameval.app import edits
+    from streameval.codec import LabelEvent, PredictionEvent
+
+    config = make_config(
+        join={"label_grace_ms": 0},
+        maturity={"cohort_ms": 10_000, "every_ms": 1000, "cohorts": 3},
+    )
+    t0 = 1_767_225_600_000
+    engine = Engine(config)
+    engine.process([PredictionEvent(f"i{i}", "m", t0 + i * 100, "a") for i in range(20)])
+    stage = EvalStage(0, config, 1)
+    stage.engine = engine
+    items = {}
+    _checkpoint_into(stage, items)
+    items = edits.apply(items, edits.reset_model(items, "m"))
+    restored = EvalStage.restore(items.items(), config, 1)
+    # (the join keeps its pending instances)
+    restored.engine.joins, restored.engine.join = engine.joins, engine.join
+    labels = [LabelEvent(f"i{i}", t0 + 3000 + i * 100, "a") for i in range(20)]
+    records = restored.engine.process([*labels, PredictionEvent("z", "m", t0 + 25_000, "b")])
+    assert [r for r in records if r.kind == "label_maturity"]
+    for record in [r for r in records if r.kind == "label_maturity"]:
+        assert record.labelled <= record.predicted and not record.cohorts, record
+
+
+def test_a_model_with_predictions_and_no_label_yet_moves_with_its_maturity():
+    """A model whose labels have not come yet has only its label maturity in a partition:
+    the seal's summary names it, so that a move takes it along (streameval.app.stateops)."""
+    from streameval.app import edits
+    from streameval.app.stateops import Survey, _plan_moves
+
+    config = make_config(publish_every=1000)
+    stage = EvalStage(2, config, 1)  # model "late" belongs in partition 1 of 4
+    notices = [Outcome("late", "", 3, (), (), 0, 999, 999, ())]
+    stage.apply(1, OutcomeBatch(WIRE_VERSION, 0, 1, 5_000, notices))
+    stage.tick()
+    assert stage.summary()["pending_models"] == ["late"]
+    items: dict = {}
+    _checkpoint_into(stage, items)
+    assert edits.summarize_eval(items)["pending_models"] == ["late"]
+    found = Survey("app", None, eval_partitions=4)
+    found.evals = {2: {"n": 0, "summary": edits.summarize_eval(items)}}
+    assert _plan_moves(found, config) == {(2, 1): ({"late"}, set())}
 
 
 def _no_stale_slice_parts(harness) -> int:

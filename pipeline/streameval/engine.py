@@ -128,9 +128,12 @@ class Engine:
         self._tick: dict[str, int] = {}
         #: each model's slices (``slices.by``)
         self.slices: dict[str, SlicedModel] = {}
-        #: whether every model's label maturity has been counted since its first outcome
-        #: (not so after a restore of a state that did not count it)
-        self._counted = True
+        #: since when (event time) label maturity has been counted: None, from the start; -1,
+        #: from the first row after a restore of a state that did not count it (set then)
+        self._counted_from: int | None = None
+        #: models whose maturity must count from the next cohort when it starts again (its
+        #: state was reset while predictions of it were pending)
+        self._late: set[str] = set()
         self._now = 0
         self.alarms = 0
         #: outcomes a model refused, by (model, reason), and the latest reasons as text
@@ -324,7 +327,8 @@ class Engine:
         for model_id, model in self.models.items():
             sliced = self.slices.get(model_id) if slices else None
             if sliced is not None:
-                sliced.flush()
+                if sliced.flush():  # its slices' evaluators and gathered outcomes changed
+                    self.touched.add(model_id)
                 for name, evaluator in sliced.records_due():
                     if self._published.get(slice_key(model_id, name)) != evaluator.n:
                         ts = sliced.latest[name]
@@ -398,16 +402,23 @@ class Engine:
                 SliceTracker(s.top_k, s.window, s.hysteresis),
                 functools.partial(self._new_evaluator, model_id, False),
                 self.config.publish_every,
+                functools.partial(self._slice_left, model_id),
             )
         return sliced
+
+    def _slice_left(self, model_id: str, name: str) -> None:
+        """A slice left its model's top: its next stay, if any, publishes from scratch."""
+        self._published.pop(slice_key(model_id, name), None)
 
     def _restore_slice(self, model_id: str, state: dict[str, Any]) -> ModelEvaluator:
         """A slice's evaluator from its state, continued under the model's settings."""
         return ModelEvaluator.from_state(state, **{**self._continued(model_id), "detectors": []})
 
     def _slice_records(self, model_id: str, name: str, evaluator: ModelEvaluator, ts: int):
-        """The initial and final metrics records of one slice of a model."""
-        self._published[slice_key(model_id, name)] = evaluator.n
+        """The initial and final metrics records of one slice of a model (marked published
+        while the slice is tracked: one that left keeps no mark)."""
+        if self.slices[model_id].evaluators.get(name) is evaluator:
+            self._published[slice_key(model_id, name)] = evaluator.n
         return self._metrics_records(model_id, evaluator, ts, name)
 
     def _continued(self, model_id: str) -> dict[str, Any]:
@@ -476,13 +487,22 @@ class Engine:
             return None
         maturity = self.maturity.get(model_id)
         if maturity is None:
+            first = min([o.due for o in outcomes[:1]] + [n.due for n in notices], default=0)
+            if self._counted_from == -1:
+                self._counted_from = first
             since = None
-            if model_id in self.models or not self._counted:
-                # a model evaluated before its maturity was counted: its cohorts count from
-                # the first that starts after its first rows here
-                first = min([o.due for o in outcomes[:1]] + [n.due for n in notices], default=0)
+            started = self._counted_from
+            # a model evaluated before its maturity was counted (or reset since), or one that
+            # may have had predictions pending from before it was counted: its cohorts count
+            # from the first that starts after its first rows here
+            if (
+                model_id in self.models
+                or model_id in self._late
+                or (started is not None and first < started + self.config.join.label_ttl_ms)
+            ):
                 since = (first // m.cohort_ms + 1) * m.cohort_ms
             maturity = self.maturity[model_id] = LabelMaturity(m.cohort_ms, m.cohorts, since)
+            self._late.discard(model_id)
         return maturity
 
     def _maturity_record(self, model_id: str, boundary: int) -> LabelMaturityRecord:
@@ -632,7 +652,9 @@ class Engine:
             "model_last_ts": dict(self._model_last_ts),
             "published": dict(self._published),
             "maturity_tick": dict(self._tick),
-            "maturity_counted": self._counted and self.config.maturity.enabled,
+            "maturity_counted": self.config.maturity.enabled,
+            "maturity_from": self._counted_from,
+            "maturity_late": sorted(self._late),
             # what the slices' state was made under: another value starts them over
             "slices_config": self.config.slices.model_dump(),
             "now": self._now,
@@ -662,8 +684,10 @@ class Engine:
         engine._model_last_ts = dict(state["model_last_ts"])
         engine._published = dict(state["published"])
         m = config.maturity
-        engine._counted = state.get("maturity_counted", False)
-        if m.enabled:  # (a state from before maturity was counted has none)
+        counted = state.get("maturity_counted", False)
+        engine._counted_from = state.get("maturity_from") if counted else -1
+        engine._late = set(state.get("maturity_late", ()))
+        if m.enabled and counted:  # (a state that did not count it has none to go on with)
             for model_id, s in state.get("maturity", {}).items():
                 if s["cohort_ms"] == m.cohort_ms:  # else it starts again from the next cohort
                     engine.maturity[model_id] = LabelMaturity.from_state(s, m.cohorts)
@@ -682,6 +706,7 @@ class Engine:
                         functools.partial(engine._new_evaluator, model_id, False),
                         functools.partial(engine._restore_slice, model_id),
                         config.publish_every,
+                        functools.partial(engine._slice_left, model_id),
                     )
                 except (KeyError, ValueError):  # a part missing, or settings it cannot take
                     pass  # its slices start over

@@ -19,6 +19,7 @@ from streameval.codec import (
 )
 from streameval.config import load_config
 from streameval.core.model import ModelEvaluator
+from streameval.core.outcome import Outcome
 from streameval.core.slices import OTHER, SliceTracker
 from streameval.engine import Engine
 from streameval.replay import replay
@@ -205,6 +206,23 @@ def test_a_hundred_thousand_distinct_values_keep_memory_bounded():
         assert rest > 0.9 * instances  # nearly all of it is the rest's
         sizes.append(len(orjson.dumps(sliced.state())))
     assert sizes[1] < 1.2 * sizes[0], sizes
+
+
+def test_slices_that_left_keep_no_mark():
+    """Values that take the seats in turn (each of 50 for two windows): the engine's marks of
+    what each slice published go with the slice, so its scalars stay small."""
+    config = _config(top_k=20, window=1000, every=100)
+    engine = Engine(config)
+    value = [f"u{i // 2000 * 50 + i % 50}" for i in range(60_000)]
+    rows = [
+        Outcome("m", f"i{i:07d}", "a", (i,), ("a",), i, i + 1, i + 1, (), value[i])
+        for i in range(60_000)
+    ]
+    for lo in range(0, len(rows), 4096):
+        engine.evaluate(rows[lo : lo + 4096])
+    marks = [k for k in engine._published if "\x00" in k]
+    assert len(marks) <= 21, len(marks)
+    assert len(orjson.dumps(engine.scalars())) < 5_000
 
 
 def test_settings_are_checked():

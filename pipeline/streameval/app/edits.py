@@ -32,6 +32,7 @@ from streameval.core.state import EVENT, MEMORY, META, RECORD, decode_value, enc
 from .evolve import model_shape_of
 from .statekeys import (
     GATHERED,
+    MATURITY,
     MODEL,
     OUTCOME,
     PAIR,
@@ -126,6 +127,9 @@ def reset_model(items: Items, model_id: str) -> Changes:
     engine.get("maturity_tick", {}).pop(model_id, None)
     for key in [k for k in engine["published"] if model_of(k) == model_id]:
         del engine["published"][key]  # the model's and its slices' marks
+    # its label maturity starts again from the next cohort: its instances pending now were
+    # predicted, and counted, before (streameval.core.maturity)
+    engine["maturity_late"] = sorted({*engine.get("maturity_late", ()), model_id})
     engine["published"].pop(model_id, None)
     engine["rejected"] = [row for row in engine["rejected"] if row[0] != model_id]
     changes[STAGE] = encode_value(meta)
@@ -254,6 +258,11 @@ def move(
         for part in list(src["engine"][field]):
             if model_of(part) in models or part in pairs:
                 dst["engine"][field][part] = src["engine"][field].pop(part)
+    late = set(src["engine"].get("maturity_late", ()))
+    src["engine"]["maturity_late"] = sorted(late - models)
+    dst["engine"]["maturity_late"] = sorted(
+        {*dst["engine"].get("maturity_late", ()), *late & models}
+    )
     moved_rejected = [row for row in src["engine"]["rejected"] if row[0] in models]
     src["engine"]["rejected"] = [row for row in src["engine"]["rejected"] if row[0] not in models]
     dst["engine"]["rejected"] += moved_rejected
@@ -297,11 +306,14 @@ def summarize_eval(items: Items) -> dict[str, Any]:
             shapes.append(shape)
         summary_models[name] = [state["n"], index[key]]
     waiting = sum(len(run) for run in waiting_outcomes(items).values())
+    maturity = {owner_of(k) for k in items if k[:1] == MATURITY}
+    pending = sorted(maturity - {m for m, s in models.items() if s["n"]})
     return {
         "offset": meta.get("offset", -1),
         "applied": meta.get("applied", []),
         "waiting": waiting,
         "models": summary_models,
+        **({"pending_models": pending} if pending else {}),
         "pairs": {
             k: [s["n"], s["model_a"], s["model_b"], list(s["estimators"])]
             for k, s in pairs.items()

@@ -280,8 +280,8 @@ class EvalStage:
             changes[OUTCOME + pack(number)] = None
         for number in self._dirty:
             changes[OUTCOME + pack(number)] = encode_value([(e[3], *e[4]) for e in runs[number]])
-        for key in self._stale:  # parts of slices that did not come back from a restore
-            changes[key] = None
+        for key in self._stale:  # parts of slices that did not come back from a restore,
+            changes.setdefault(key, None)  # unless a part of the same key was written anew
         # what each slice gathered, a piece per checkpoint: written once, deleted once given
         self._pieces = {}
         piece = CHUNK_INDEX.pack
@@ -340,11 +340,14 @@ class EvalStage:
             if pair.n
         }
         applied = [[q, o, part] for q, (o, part) in self.applied.items()]
+        # models with label maturity and no outcome yet (labels late): a move takes them too
+        pending = sorted(self.engine.maturity.keys() - self.engine.models.keys())
         return {
             "offset": self.offset,
             "applied": applied,
             "waiting": self._waiting,
             "models": models,
+            **({"pending_models": pending} if pending else {}),
             "pairs": pairs,
             "shapes": shapes,
         }
@@ -400,17 +403,22 @@ class EvalStage:
                 kind = {MODEL: "models", PAIR: "pairs", MATURITY: "maturity"}[head[:1]]
                 engine_state.setdefault(kind, {})[head[3:].decode()] = value
         for model_id, sliced in list(engine_state.get("slices", {}).items()):
-            # each slice's gathered outcomes: the pieces its index names, in order (a piece
-            # of slices that started over since is no one's); one missing, and the model's
-            # slices start over rather than go on without those outcomes
-            found = dict(zip(sliced.get("slices", ()), sliced.get("pieces", ()), strict=True))
-            buffers = sliced["buffers"] = {}
-            for name, numbers in found.items():
-                pieces = dict(gathered.get(slice_key(model_id, name), ()))
-                if not all(n in pieces for n in numbers):
+            # each slice's gathered outcomes: after the n its evaluator has, the pieces that
+            # follow on without a gap (a piece before n was given to it since; one after a
+            # gap is of a slice of the same name that started over: no one's)
+            buffers, taken = sliced["buffers"], sliced["pieces"] = {}, {}
+            for name in sliced.get("slices", ()):
+                state = sliced.get("evaluators", {}).get(name)
+                if state is None:  # a part missing: the model's slices start over
                     engine_state["slices"][model_id] = {}
                     break
-                buffers[name] = [row for n in numbers for row in pieces[n]]
+                rows, numbers, at = [], [], state["n"]
+                for number, piece in sorted(gathered.get(slice_key(model_id, name), ())):
+                    if number == at:
+                        rows += piece
+                        numbers.append(number)
+                        at += len(piece)
+                buffers[name], taken[name] = rows, numbers
         models, pairs = engine_state["models"], engine_state["pairs"]
         stored = Stored(
             models={m: model_shape_of(s["config"]) for m, s in models.items() if s["n"]},
@@ -436,7 +444,7 @@ class EvalStage:
             if stale:
                 stage._stale.append(key)
                 stage._written.pop(key, None)
-        for model_id, sliced in engine.slices.items():  # and pieces its index no longer names
+        for model_id, sliced in engine.slices.items():  # and pieces no slice took back
             listed = {
                 GATHERED + encode_name(slice_key(model_id, name)) + CHUNK_INDEX.pack(number)
                 for name, numbers in sliced.written_pieces().items()

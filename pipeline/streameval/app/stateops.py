@@ -198,7 +198,7 @@ def _plan_moves(
     partition_of = model_partitioner(config, found.eval_partitions)
     moves: dict[tuple[int, int], tuple[set[str], set[str]]] = {}
     for r, summary in found.eval_summaries():
-        for name in summary["models"]:
+        for name in [*summary["models"], *summary.get("pending_models", ())]:
             if partition_of(name) != r:
                 moves.setdefault((r, partition_of(name)), (set(), set()))[0].add(name)
         for key, (_, a, _, _) in summary["pairs"].items():

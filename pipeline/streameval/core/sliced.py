@@ -61,7 +61,8 @@ class SlicedModel:
     ...                 (), "fr" if i % 2 else "de") for i in range(6)]
     >>> [(slice_, ev.n) for _, slice_, ev, _ in model.add(rows)]
     [('de', 2), ('(other)', 2)]
-    >>> model.flush()
+    >>> model.flush()  # they had gathered some
+    True
     >>> {name: ev.n for name, ev in model.evaluators.items()}
     {'de': 3, '(other)': 3}
 
@@ -72,11 +73,17 @@ class SlicedModel:
     """
 
     def __init__(
-        self, tracker: SliceTracker, make: Callable[[], ModelEvaluator], every: int
+        self,
+        tracker: SliceTracker,
+        make: Callable[[], ModelEvaluator],
+        every: int,
+        on_leave: Callable[[str], None] | None = None,
     ) -> None:
         self.tracker = tracker
         self.make = make
         self.every = every
+        #: told the name of every slice that leaves, as it leaves
+        self.on_leave = on_leave
         #: every slice's evaluator, the tracked ones in order of entry, then OTHER
         self.evaluators: dict[str, ModelEvaluator] = {}
         #: the outcomes each slice has gathered since its evaluator was last updated
@@ -87,12 +94,13 @@ class SlicedModel:
         self.updated: set[str] = set()
         #: slices that left since :meth:`taken` (their parts go from a checkpoint)
         self.left: set[str] = set()
-        # the gathered outcomes in a checkpoint: each slice's pieces (numbers, in order) and
-        # how many of its buffer they hold; the pieces to delete; the next piece's number
+        # the gathered outcomes in checkpoints: each slice's pieces, each numbered by the
+        # position of its first outcome among the slice's (its evaluator's n when it was
+        # written, plus the outcomes written before it), how many of the buffer they hold,
+        # and the pieces to delete
         self._pieces: dict[str, list[int]] = {}
         self._in_pieces: dict[str, int] = {}
         self._gone: list[tuple[str, int]] = []
-        self._next_piece = 0
 
     def add(self, outcomes: Sequence[Outcome]) -> list[Due]:
         """Route a batch of the model's outcomes (in resolution order) to their slices; return
@@ -119,26 +127,29 @@ class SlicedModel:
         due.sort(key=lambda item: item[0])
         return [item for _, item in due]
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
         """Give every slice's evaluator the outcomes it gathered (before its numbers are read):
-        no record is due by it."""
+        no record is due by it. Whether any had gathered some."""
+        moved = False
         for name, gathered in self.buffers.items():
             if gathered:
                 self._update(name)
+                moved = True
+        return moved
 
     def pieces(self) -> tuple[dict[tuple[str, int], list[Outcome]], list[tuple[str, int]]]:
         """What a checkpoint writes of the gathered outcomes: the pieces not written yet,
         ``(slice, number): outcomes`` (each outcome goes into one piece, the first checkpoint's
-        after it came), and the ``(slice, number)`` of the written pieces to delete (their
+        after it came; a piece's number is the position of its first outcome among the
+        slice's, so a restore takes, after the evaluator's n outcomes, the pieces that follow
+        on without a gap), and the ``(slice, number)`` of the written pieces to delete (their
         outcomes given to the evaluator since, or their slice gone). Give the first to
         :meth:`pieces_written` once the checkpoint is cut."""
         new: dict[tuple[str, int], list[Outcome]] = {}
-        number = self._next_piece
         for name, gathered in self.buffers.items():
             held = self._in_pieces.get(name, 0)
             if len(gathered) > held:
-                new[name, number] = gathered[held:]
-                number += 1
+                new[name, self.evaluators[name].n + held] = gathered[held:]
         return new, list(self._gone)
 
     def pieces_written(self, new: dict[tuple[str, int], list[Outcome]]) -> None:
@@ -146,7 +157,6 @@ class SlicedModel:
         for (name, number), rows in new.items():
             self._pieces.setdefault(name, []).append(number)
             self._in_pieces[name] = self._in_pieces.get(name, 0) + len(rows)
-            self._next_piece = max(self._next_piece, number + 1)
         self._gone.clear()
 
     def written_pieces(self) -> dict[str, list[int]]:
@@ -178,6 +188,8 @@ class SlicedModel:
         self._forget_pieces(name)
         self.updated.discard(name)
         self.left.add(name)
+        if self.on_leave is not None:
+            self.on_leave(name)
 
     def _update(self, name: str) -> None:
         """Give a slice's evaluator the outcomes it gathered."""
@@ -227,14 +239,12 @@ class SlicedModel:
 
     # -- state -------------------------------------------------------------------------------
     def index(self) -> dict[str, Any]:
-        """The small part of :meth:`state`: the tracker, the slices in order, their latest
-        label times and the pieces their gathered outcomes are in."""
+        """The small part of :meth:`state`: the tracker, the slices in order and their latest
+        label times."""
         return {
             "tracker": self.tracker.state(),
             "slices": list(self.evaluators),
             "latest": [self.latest.get(name) for name in self.evaluators],
-            "pieces": [self._pieces.get(name, []) for name in self.evaluators],
-            "next_piece": self._next_piece,
         }
 
     def state(self) -> dict[str, Any]:
@@ -252,20 +262,21 @@ class SlicedModel:
         make: Callable[[], ModelEvaluator],
         restore: Callable[[dict[str, Any]], ModelEvaluator],
         every: int,
+        on_leave: Callable[[str], None] | None = None,
     ) -> SlicedModel:
-        """The object of :meth:`state`; ``restore`` makes a slice's evaluator from its state."""
-        model = cls(SliceTracker.from_state(state["tracker"]), make, every)
-        model._next_piece = state["next_piece"]
-        for name, latest, pieces in zip(
-            state["slices"], state["latest"], state["pieces"], strict=True
-        ):
+        """The object of :meth:`state`; ``restore`` makes a slice's evaluator from its state.
+        ``state["pieces"]``, when given (a restore from checkpoints), names the pieces each
+        slice's gathered outcomes came from, which a checkpoint deletes once they are given."""
+        model = cls(SliceTracker.from_state(state["tracker"]), make, every, on_leave)
+        pieces = state.get("pieces", {})
+        for name, latest in zip(state["slices"], state["latest"], strict=True):
             model.evaluators[name] = restore(state["evaluators"][name])
             rows = [outcome_of(row) for row in state.get("buffers", {}).get(name, [])]
             model.buffers[name] = rows
             if latest is not None:
                 model.latest[name] = latest
-            if pieces:
-                model._pieces[name] = list(pieces)
+            if pieces.get(name):
+                model._pieces[name] = list(pieces[name])
                 model._in_pieces[name] = len(rows)
         return model
 
