@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.core.model import NORMALIZED_MEASURES, ModelEvaluator
+from streameval.core.model import GATHER_MAX, NORMALIZED_MEASURES, ModelEvaluator
 from streameval.core.normalize import normalize
 from streameval.core.outcome import Outcome
 
@@ -112,6 +112,7 @@ def test_classes_are_discovered_in_outcome_order_however_the_batches_fall(rows, 
     bounds = [0, *sorted(c for c in cuts if c < len(outcomes)), len(outcomes)]
     for start, end in pairwise(bounds):
         split.update(outcomes[start:end])
+        split.flush()  # the estimators take each piece as it comes, not gathered
     first_seen = list(dict.fromkeys(x for truth, labels in rows for x in (truth, *labels)))
     assert whole.labels.classes == split.labels.classes == first_seen
     assert json.dumps(split.measures()) == json.dumps(whole.measures())
@@ -249,3 +250,57 @@ def test_an_old_checkpoint_keeps_its_detectors_when_a_new_setting_is_on_by_defau
     restored = ModelEvaluator.from_state(old)
     assert restored.update(outcomes[n0:]) == expected and expected
     assert model_shape_of(old["config"])["detectors"][0]["restart_threshold"] == 0.0
+
+
+# -- gathering: the detectors see each batch at once, the estimators take gathered outcomes --
+def _scored_drifting(n: int, seed: int) -> list[Outcome]:
+    """:func:`_drifting` with scores on every other final prediction and a third class,
+    "c", first named at outcome 2 500 (a class discovered while outcomes are gathered)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for o in _drifting(n, seed, drift_at=n // 2):
+        p = float(rng.uniform(0.05, 0.95))
+        final = ("a", p, "b", 1.0 - p) if o.labels[-1] == "a" else ("a", 1.0 - p, "b", p)
+        truth = "c" if o.t_instance // 10 in (2500, 2501, 4000) else o.y_true
+        scores = (None, final) if int(o.instance_id[1:]) % 2 else ()
+        rows.append(o._replace(y_true=truth, scores=scores))
+    return rows
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 6000), max_size=12), st.integers(0, 3))
+def test_gathered_outcomes_give_the_numbers_of_each_batch_taken_at_once(cuts, seed):
+    """A model gathers its outcomes for its estimators across calls (GATHER_MAX at most), and
+    its detectors see each call: the alarms come from the call that holds the outcome which
+    fired them, and every number and the state are those of one batch, or of each batch
+    given to the estimators at once."""
+    outcomes = _scored_drifting(6000, seed)
+    bounds = [0, *sorted(set(cuts)), 6000]
+    whole = ModelEvaluator("m", positive_label="a", costs={"a": {"b": 2}, "b": {"a": 1}})
+    want_alarms = whole.update(outcomes)
+    assert want_alarms  # the drift is caught
+    gathering = ModelEvaluator("m", positive_label="a", costs={"a": {"b": 2}, "b": {"a": 1}})
+    eager = ModelEvaluator("m", positive_label="a", costs={"a": {"b": 2}, "b": {"a": 1}})
+    got = []
+    for lo, hi in pairwise(bounds):
+        alarms = gathering.update(outcomes[lo:hi])
+        assert all(lo < alarm.index <= hi for alarm in alarms)
+        got += alarms
+        assert gathering.n == hi  # counted at once
+        assert len(gathering._gathered) < GATHER_MAX
+        eager.update(outcomes[lo:hi])
+        eager.flush()
+    assert got == want_alarms
+    assert _same(gathering.state(), whole.state())  # a checkpoint takes the gathered ones
+    want = json.dumps(whole.measures())
+    assert json.dumps(gathering.measures()) == want == json.dumps(eager.measures())
+
+
+def test_a_refused_batch_leaves_the_gathered_outcomes_as_they_were():
+    model = ModelEvaluator("m", max_classes=2, detectors=[])
+    model.update(_outcomes(["a", "b", "a"], ["a", "a", "b"]))
+    with pytest.raises(ValueError, match="max_classes"):
+        model.update(_outcomes(["a", "c"], ["a", "a"]))
+    assert model.n == 3
+    assert [o.y_true for o in model._gathered] == ["a", "b", "a"]
+    assert model.measures()["views"]["final"]["cumulative"]["accuracy"] == 1 / 3

@@ -38,7 +38,12 @@ from streameval.core.psi_scores import PsiScores
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 from streameval.core.scored import ScoredViews, named_classes, score_classes, view_scores
 
-__all__ = ["NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator"]
+__all__ = ["GATHER_MAX", "NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator"]
+
+#: Most outcomes a model gathers before its estimators take them, a number read or not: what
+#: one update amortizes well (a larger batch saves little and costs memory: the delayed block
+#: is (n, bins + 2) while it works)
+GATHER_MAX = 2048
 
 #: The two views of a model: its initial prediction and its final (test-then-train) one.
 VIEWS = ("initial", "final")
@@ -151,6 +156,8 @@ class ModelEvaluator:
         self._n = 0
         self._latency = [0, 0, 0]  # outcomes with a latency, sum and max of t_label − t_instance
         self._delays = LabelDelays()  # t_label − t_instance by true class, a log histogram
+        #: outcomes the detectors have seen and the estimators have not taken yet (:meth:`update`)
+        self._gathered: list[Outcome] = []
 
     @property
     def n(self) -> int:
@@ -162,22 +169,77 @@ class ModelEvaluator:
         return self._labels
 
     def update(self, outcomes: Sequence[Outcome]) -> list[Alarm]:
-        """Add a batch of this model's outcomes (in resolution order); return the alarms."""
+        """Add a batch of this model's outcomes (in resolution order); return the alarms.
+
+        The detectors see the batch now, and its classes are known from now on (a class over
+        ``max_classes`` raises ``ValueError`` and changes nothing); the estimators take the
+        outcomes *gathered* over calls, at the latest when :data:`GATHER_MAX` have gathered
+        or when a number is read (:meth:`measures`, :meth:`state`, :meth:`flush`). Every
+        estimate is the same for any split of its outcomes, so this changes no number, only
+        how many outcomes each of their numpy calls works on: a model among a hundred gets a
+        few dozen outcomes a call, and an update costs about as much per call as per few
+        hundred outcomes.
+        """
         n = len(outcomes)
         if n == 0:
             return []
         # the outcomes' fields as columns, transposed at C speed (Outcome is a named tuple)
-        _, ids, y_trues, timelines, labels, t_instances, t_labels, _, scores, _ = zip(
+        _, ids, y_trues, _, labels, t_instances, t_labels, _, scores, _ = zip(
             *outcomes, strict=True
         )
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
+        codes = self._codes(y_trues, labels, scores, lengths)
+        y_true, final = codes[:n], codes[n:][np.cumsum(lengths) - 1]
+        self._gathered += outcomes
+        if len(self._gathered) >= GATHER_MAX:
+            self.flush()
+        self._n += n
+        errors = (final != y_true).astype(np.float64)
+        places = _Places(ids, t_instances, t_labels)
+        alarms = [
+            alarm if not start else _shifted(alarm, start)
+            for det, start in zip(self._detectors, self._detector_starts, strict=True)
+            for alarm in det.update(errors, places)
+        ]
+        return sorted(alarms, key=lambda a: a.index)
+
+    def _codes(
+        self,
+        y_trues: Sequence[Label],
+        labels: Sequence[Sequence[Label]],
+        scores: Sequence[tuple[Scores | None, ...]],
+        lengths: np.ndarray,
+    ) -> np.ndarray:
+        """Codes of the truths, then of every prediction; new classes added (all or nothing)."""
         codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
-        views = view_scores(scores) if any(scores) else None
-        if views is not None and self._labels.lookup(named_classes(scores)) is None:
-            codes = None
+        if codes is not None and any(scores):
+            if self._labels.lookup(named_classes(scores)) is None:
+                codes = None
         if codes is None:  # a new class
-            extra = None if views is None else score_classes(scores)
+            extra = score_classes(scores) if any(scores) else None
             codes = _discover(self._labels, y_trues, labels, lengths, extra)
+        return codes
+
+    def flush(self) -> bool:
+        """Give the estimators the outcomes gathered since they last took some (every read
+        does it first); whether there were any."""
+        gathered = self._gathered
+        if not gathered:
+            return False
+        self._gathered = []
+        self._absorb(gathered)
+        return True
+
+    def _absorb(self, outcomes: Sequence[Outcome]) -> None:
+        """The estimators' part of :meth:`update`: views, transitions, the delayed block,
+        label delays, the scores' measures (the outcomes' classes are known)."""
+        n = len(outcomes)
+        _, _, y_trues, timelines, labels, t_instances, t_labels, _, scores, _ = zip(
+            *outcomes, strict=True
+        )
+        lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
+        codes = self._codes(y_trues, labels, scores, lengths)
+        views = view_scores(scores) if any(scores) else None
         y_true, predicted = codes[:n], codes[n:]
         ends = np.cumsum(lengths)
         starts = ends - lengths
@@ -211,15 +273,6 @@ class ModelEvaluator:
         if views is not None:
             self._scored.update(y_true, views, self._labels, self._positive_code())
             self._update_psi(y_true, scores, lengths, starts, times, t_instance, t_label)
-        self._n += n
-        errors = (final != y_true).astype(np.float64)
-        places = _Places(ids, t_instances, t_labels)
-        alarms = [
-            alarm if not start else _shifted(alarm, start)
-            for det, start in zip(self._detectors, self._detector_starts, strict=True)
-            for alarm in det.update(errors, places)
-        ]
-        return sorted(alarms, key=lambda a: a.index)
 
     def measures(
         self, confidence: float = DEFAULT_CONFIDENCE, min_n: float = 0.0
@@ -228,6 +281,7 @@ class ModelEvaluator:
         "latency_ms": {...}}``; the final view also carries ``normalized_*`` values for the
         cumulative and window estimators when a positive label is configured. Interval bounds
         at ``confidence``; ``warming_up`` while an estimate's ``n_kish`` is below ``min_n``."""
+        self.flush()
         views = {view: ev.measures(confidence, min_n) for view, ev in self._views.items()}
         positive_code = self._positive_code()
         for view, estimates in views.items():
@@ -257,6 +311,7 @@ class ModelEvaluator:
         quantiles overall and by true class, and whether the delay depends on the class
         (:class:`~streameval.core.label_delay.LabelDelays`, significant below
         1 − ``confidence``)."""
+        self.flush()
         count, total, longest = self._latency
         latency = {"mean": total / count if count else float("nan"), "max": longest}
         latency.update(self._delays.measures(self._labels.classes, alpha=1.0 - confidence))
@@ -277,6 +332,7 @@ class ModelEvaluator:
     def settings(self) -> dict[str, Any]:
         """The constructor's settings (but ``model_id``), as :meth:`state` records them; those
         of the scores' measures once a prediction had scores (until then they shape nothing)."""
+        self.flush()
         settings = {
             "estimators": list(self.estimators),
             "positive_label": self.positive_label,
@@ -337,6 +393,7 @@ class ModelEvaluator:
         return self._labels.index(self.positive_label)
 
     def state(self) -> dict[str, Any]:
+        self.flush()
         return {
             "model_id": self.model_id,
             "config": self.settings(),

@@ -22,16 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from streameval.core.model import ModelEvaluator
+from streameval.core.model import GATHER_MAX, ModelEvaluator
 from streameval.core.outcome import Outcome, outcome_of
 from streameval.core.slices import OTHER, SliceTracker
 
 __all__ = ["GATHER_MAX", "OTHER", "SlicedModel", "slice_key"]
-
-#: Most outcomes a slice gathers before its evaluator takes them, record due or not: what one
-#: update call amortizes well (a larger batch saves little and costs memory: the delayed
-#: block is (n, bins + 2)); it bounds what a model's slices hold to (top_k + 1) times it
-GATHER_MAX = 2048
 
 #: (the outcome at which it is due, slice, the slice's evaluator, the label time of the
 #: slice's latest outcome) of a record that is due
