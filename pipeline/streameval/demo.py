@@ -268,7 +268,7 @@ class _View:
 
     def _labelled(self, model: str) -> str:
         """Of the last whole cohort (10 s of first predictions), the share of each class's
-        instances labelled so far: class 1's labels come three times as late."""
+        instances labelled so far (its labelled instances against its share of all labels)."""
         record = self.maturity.get(model)
         if record is None or len(record.cohorts) < 2:
             return "–"

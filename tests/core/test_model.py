@@ -304,3 +304,14 @@ def test_a_refused_batch_leaves_the_gathered_outcomes_as_they_were():
     assert model.n == 3
     assert [o.y_true for o in model._gathered] == ["a", "b", "a"]
     assert model.measures()["views"]["final"]["cumulative"]["accuracy"] == 1 / 3
+
+
+def test_a_label_before_its_instance_is_refused_at_once_and_changes_nothing():
+    model = ModelEvaluator("m", detectors=[])
+    model.update(_outcomes(["a", "b"], ["a", "a"]))
+    before = json.dumps(model.state())
+    bad = Outcome("m", "late", "a", (7,), ("a",), 10, 9)
+    with pytest.raises(ValueError, match="t_label=9 before t_instance=10"):
+        model.update([bad])
+    assert model.n == 2
+    assert json.dumps(model.state()) == before

@@ -40,9 +40,9 @@ from streameval.core.scored import ScoredViews, named_classes, score_classes, vi
 
 __all__ = ["GATHER_MAX", "NORMALIZED_MEASURES", "VIEWS", "ModelEvaluator"]
 
-#: Most outcomes a model gathers before its estimators take them, a number read or not: what
-#: one update amortizes well (a larger batch saves little and costs memory: the delayed block
-#: is (n, bins + 2) while it works)
+#: A model's estimators take what it gathered once it holds at least this many outcomes, a
+#: number read or not: what one update amortizes well (a larger batch saves little and costs
+#: memory: the delayed block is (n, bins + 2) while it works)
 GATHER_MAX = 2048
 
 #: The two views of a model: its initial prediction and its final (test-then-train) one.
@@ -172,7 +172,8 @@ class ModelEvaluator:
         """Add a batch of this model's outcomes (in resolution order); return the alarms.
 
         The detectors see the batch now, and its classes are known from now on (a class over
-        ``max_classes`` raises ``ValueError`` and changes nothing); the estimators take the
+        ``max_classes``, or a label before its instance, raises ``ValueError`` and changes
+        nothing); the estimators take the
         outcomes *gathered* over calls, at the latest when :data:`GATHER_MAX` have gathered
         or when a number is read (:meth:`measures`, :meth:`state`, :meth:`flush`). Every
         estimate is the same for any split of its outcomes, so this changes no number, only
@@ -187,6 +188,13 @@ class ModelEvaluator:
         _, ids, y_trues, _, labels, t_instances, t_labels, _, scores, _ = zip(
             *outcomes, strict=True
         )
+        early = np.flatnonzero(np.less(t_labels, t_instances))
+        if early.size:  # what the estimators would refuse when they take it: refused now
+            i = int(early[0])
+            raise ValueError(
+                f"outcome {i} has t_label={t_labels[i]} before t_instance={t_instances[i]}; "
+                "a latency period cannot be negative"
+            )
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
         codes = self._codes(y_trues, labels, scores, lengths)
         y_true, final = codes[:n], codes[n:][np.cumsum(lengths) - 1]

@@ -28,6 +28,8 @@ from streameval.core.slices import OTHER, SliceTracker
 
 __all__ = ["GATHER_MAX", "OTHER", "SlicedModel", "slice_key"]
 
+# GATHER_MAX (the model's) bounds what a model's slices hold to (top_k + 1) times it
+
 #: (the outcome at which it is due, slice, the slice's evaluator, the label time of the
 #: slice's latest outcome) of a record that is due
 Due = tuple[Outcome, str, ModelEvaluator, int]
@@ -188,8 +190,9 @@ class SlicedModel:
 
     def _update(self, name: str) -> None:
         """Give a slice's evaluator the outcomes it gathered."""
-        gathered = self.buffers[name]
-        self.evaluators[name].update(gathered)
+        gathered, evaluator = self.buffers[name], self.evaluators[name]
+        evaluator.update(gathered)
+        evaluator.flush()  # gathered here already: its estimators take them now
         gathered.clear()
         self.updated.add(name)
         self._forget_pieces(name)
