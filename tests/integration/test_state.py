@@ -291,8 +291,10 @@ def test_a_configuration_that_evolves(deploy, stream, tmp_path):
     )
     deployment = deploy(evolving, EVOLVING)
     # the pauses are not the end of the stream (which would resolve labels before predictions
-    # they overtook arrive: late, by design); the last part's end is
-    deployment.env["STREAMEVAL_IDLE_MS"] = "60000"
+    # they overtook arrive: late, by design); the last part's end is. A part lasted 79 s on a
+    # slow machine (_settle reads every output record back, the label-maturity ones too, until
+    # the numbers stop moving), and at 60 s the pause ended the stream: idle after ten minutes
+    deployment.env["STREAMEVAL_IDLE_MS"] = "600000"
     first_third = sum(1 for _, _, e in stream.events()[:third]) - (
         len(stream.events()) - len(evolving.events())
     )
