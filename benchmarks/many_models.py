@@ -8,15 +8,20 @@ over what it releases (``RELEASE_MIN`` = 2 048 outcomes): with M models a model 
 chunk/M outcomes per call, so its numpy work is done on smaller batches. Every model publishes
 every ``publish_every`` (1 000) of its outcomes, so both runs publish the same number of
 records. With ``--costs`` every model has a cost matrix. Prints min / median / max over
-``--rounds`` runs, the outcomes each evaluated, and the ratio.
+``--rounds`` runs, the outcomes each evaluated, and the ratio. ``--profile N`` instead runs
+each number of models once under cProfile and prints the N functions with the most cumulative
+time (where a model's per-call cost goes).
 
     .venv/bin/python benchmarks/many_models.py
     .venv/bin/python benchmarks/many_models.py --outcomes 300000 --models 3 100 1000 --rounds 3
+    .venv/bin/python benchmarks/many_models.py --models 100 --profile 25
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -72,10 +77,19 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=RELEASE_MIN)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--costs", action="store_true", help="every model with a cost matrix")
+    parser.add_argument(
+        "--profile", type=int, metavar="N", help="one run per number of models under cProfile"
+    )
     args = parser.parse_args()
     base = None
     for models in args.models:
         outcomes = outcomes_for(models, args.outcomes)
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.runcall(one_run, models, outcomes, args.chunk, args.costs)
+            print(f"{models} models, one run under cProfile:")
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
+            continue
         runs = [one_run(models, outcomes, args.chunk, args.costs) for _ in range(args.rounds)]
         per = sorted(seconds / count * 1e6 for seconds, count in runs)
         median = statistics.median(per)

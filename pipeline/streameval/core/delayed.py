@@ -32,6 +32,7 @@ __all__ = [
     "DelayedBatch",
     "DelayedEvaluator",
     "bin_predictions",
+    "check_latency",
     "psi_weights",
 ]
 
@@ -102,7 +103,7 @@ def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") ->
     """
     if rule not in BIN_RULES:
         raise ValueError(f"bin_rule={rule!r} is not allowed; use one of {BIN_RULES}")
-    _check_latency(batch)
+    check_latency(batch.t_instance, batch.t_label)
     n = batch.initial.size
     grid = np.full((n, bins + 1), -1, dtype=np.int64)
     grid[:, 0] = batch.initial
@@ -147,13 +148,19 @@ def bin_predictions(batch: DelayedBatch, bins: int = 100, rule: str = "vote") ->
     return result
 
 
-def _check_latency(batch: DelayedBatch) -> None:
-    negative = np.flatnonzero(batch.t_label < batch.t_instance)
-    if negative.size:
-        i = int(negative[0])
+def check_latency(t_instance: Any, t_label: Any) -> None:
+    """Refuse a label before its instance: ``ValueError`` naming the first such outcome.
+
+    >>> check_latency([0, 5], [3, 4])
+    Traceback (most recent call last):
+    ValueError: outcome 1 has t_label=4 before t_instance=5; a latency period cannot be negative
+    """
+    early = np.flatnonzero(np.less(t_label, t_instance))
+    if early.size:
+        i = int(early[0])
         raise ValueError(
-            f"outcome {i} has t_label={int(batch.t_label[i])} before "
-            f"t_instance={int(batch.t_instance[i])}; a latency period cannot be negative"
+            f"outcome {i} has t_label={int(t_label[i])} before "
+            f"t_instance={int(t_instance[i])}; a latency period cannot be negative"
         )
 
 
@@ -263,7 +270,7 @@ class DelayedEvaluator:
         n = y_true.size
         if n == 0:
             return
-        _check_latency(batch)
+        check_latency(batch.t_instance, batch.t_label)
         initial, bins = batch.initial, self.bins
         if self._uniform_fast_path:
             # an outcome without re-predictions holds its only prediction in every bin

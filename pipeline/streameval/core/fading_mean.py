@@ -50,7 +50,10 @@ class FadingMean:
 
     def advance(self, losses: np.ndarray) -> np.ndarray:
         """Add a batch of losses; return M_a after each of them."""
-        sums = self._sums.running(np.column_stack([losses, np.ones(losses.size)]))
+        values = np.empty((losses.size, 2))
+        values[:, 0] = losses
+        values[:, 1] = 1.0
+        sums = self._sums.running(values)
         means = sums[:, 0] / sums[:, 1]
         if means.size:
             self._last = float(means[-1])

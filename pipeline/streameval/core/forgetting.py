@@ -370,7 +370,7 @@ class BlockFading:
             take = min(block - position, count - start)
             weights = self._growth[position + 1 : position + take + 1, None]
             weighted = weights * values[start : start + take]
-            partial = np.cumsum(np.concatenate([self._partial[None, :], weighted]), axis=0)[1:]
+            partial = np.add.accumulate(np.concatenate([self._partial[None, :], weighted]))[1:]
             out[start : start + take] = self._base + partial
             self._partial = partial[-1].copy()
             self._n += take

@@ -16,7 +16,7 @@ import numpy as np
 
 from streameval.core.alarm import Alarm
 from streameval.core.cost import CostMatrix, Transitions, cost_measures
-from streameval.core.delayed import DelayedBatch, DelayedEvaluator
+from streameval.core.delayed import DelayedBatch, DelayedEvaluator, check_latency
 from streameval.core.drift import (
     DEFAULT_DETECTORS,
     canonical_spec,
@@ -188,13 +188,8 @@ class ModelEvaluator:
         _, ids, y_trues, _, labels, t_instances, t_labels, _, scores, _ = zip(
             *outcomes, strict=True
         )
-        early = np.flatnonzero(np.less(t_labels, t_instances))
-        if early.size:  # what the estimators would refuse when they take it: refused now
-            i = int(early[0])
-            raise ValueError(
-                f"outcome {i} has t_label={t_labels[i]} before t_instance={t_instances[i]}; "
-                "a latency period cannot be negative"
-            )
+        # what the estimators would refuse when they take it: refused now
+        check_latency(t_instances, t_labels)
         lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
         codes = self._codes(y_trues, labels, scores, lengths)
         y_true, final = codes[:n], codes[n:][np.cumsum(lengths) - 1]
@@ -207,7 +202,7 @@ class ModelEvaluator:
         alarms = [
             alarm if not start else _shifted(alarm, start)
             for det, start in zip(self._detectors, self._detector_starts, strict=True)
-            for alarm in det.update(errors, places)
+            for alarm in det.update_checked(errors, places)
         ]
         return sorted(alarms, key=lambda a: a.index)
 

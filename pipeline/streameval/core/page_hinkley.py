@@ -249,23 +249,32 @@ class PageHinkley:
         start, chunk = 0, _FIRST_CHUNK
         while start < x.size:
             values = x[start : start + chunk]
+            # (ufuncs called directly, not through np.cumsum and np.flatnonzero: the same
+            # numbers, and with a hundred models a call tests a few dozen values, where the
+            # wrappers' cost is a good part of the whole)
             t = np.arange(self._observations + 1, self._observations + 1 + values.size)
-            sums = np.cumsum(np.concatenate(([self._sum], values)))[1:]
+            sums = np.add.accumulate(np.concatenate(([self._sum], values)))[1:]
             mean = sums / t
             deviations = values - mean
             if self.standardize:
                 deviations /= np.sqrt(np.maximum(mean * (1.0 - mean), VARIANCE_FLOOR))
             steps = deviations - self.delta
-            cumulative = np.cumsum(np.concatenate(([self._cumulative], steps)))[1:]
+            cumulative = np.add.accumulate(np.concatenate(([self._cumulative], steps)))[1:]
             minimum = np.minimum.accumulate(np.concatenate(([self._minimum], cumulative)))[1:]
             statistic = cumulative - minimum
-            ready = t >= self.min_instances
-            hits = np.flatnonzero((statistic > self.threshold) & ready)
+            over = statistic > self.threshold
+            if t[0] < self.min_instances:  # some values before the test may fire
+                over &= t >= self.min_instances
+            hits = over.nonzero()[0]
             end = int(hits[0]) if hits.size else values.size - 1
             if self.restart_threshold:
-                rise = np.cumsum(np.concatenate(([self._rise], deviations + self.delta)))[1:]
+                rise = np.add.accumulate(np.concatenate(([self._rise], deviations + self.delta)))
+                rise = rise[1:]
                 maximum = np.maximum.accumulate(np.concatenate(([self._maximum], rise)))[1:]
-                falls = np.flatnonzero((maximum - rise > self.restart_threshold) & ready)
+                fell = maximum - rise > self.restart_threshold
+                if t[0] < self.min_instances:
+                    fell &= t >= self.min_instances
+                falls = fell.nonzero()[0]
                 if falls.size and falls[0] < end + (not hits.size):
                     self._reset()  # the mean fell: start a new test, no alarm
                     start += int(falls[0]) + 1
@@ -306,7 +315,7 @@ class PageHinkley:
         """
         lowest = minimum[end]
         first = int(np.searchsorted(-minimum[: end + 1], -lowest, side="left"))
-        ties = np.flatnonzero(cumulative[first : end + 1] == lowest)
+        ties = (cumulative[first : end + 1] == lowest).nonzero()[0]
         return int(t[first + ties[-1]]) if ties.size else self._minimum_at
 
     def _running_state(self) -> dict[str, Any]:

@@ -28,8 +28,6 @@ from streameval.core.slices import OTHER, SliceTracker
 
 __all__ = ["GATHER_MAX", "OTHER", "SlicedModel", "slice_key"]
 
-# GATHER_MAX (the model's) bounds what a model's slices hold to (top_k + 1) times it
-
 #: (the outcome at which it is due, slice, the slice's evaluator, the label time of the
 #: slice's latest outcome) of a record that is due
 Due = tuple[Outcome, str, ModelEvaluator, int]
@@ -37,7 +35,8 @@ Due = tuple[Outcome, str, ModelEvaluator, int]
 
 class SlicedModel:
     """One model's slices: the tracker, an evaluator per tracked slice and one for the rest,
-    and the outcomes each has gathered since it was last updated.
+    and the outcomes each has gathered since it was last updated (:data:`GATHER_MAX`, the
+    model's, at most per slice: (top_k + 1) times it in all).
 
     Parameters
     ----------
