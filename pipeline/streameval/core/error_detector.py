@@ -103,8 +103,8 @@ class ErrorDetector:
         self, losses: np.ndarray, marks: Sequence[Sequence[Any]] | None = None
     ) -> list[Alarm]:
         """:meth:`update` of losses its caller vouches for: a 1-D ``float64`` array of finite
-        values >= 0 and, if given, one mark per loss (a model's own errors, 0 or 1: checking
-        them again costs a model among a hundred more than the test itself)."""
+        values >= 0 and, if given, one mark per loss (a model's own errors, 0 or 1, which
+        need no second check on every call)."""
         if not losses.size:
             return []
         first = self._n + 1
