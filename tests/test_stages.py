@@ -1101,3 +1101,36 @@ def test_a_state_that_shrinks_under_a_new_configuration_leaves_no_stale_chunk(mo
     log.update(_checkpoint(again))
     restored = EvalStage.restore(live(log), fewer, 1)
     assert restored.engine.models["champion"].state() == again.engine.models["champion"].state()
+
+
+def test_a_full_window_costs_a_checkpoint_what_moved_in_it():
+    """Each window's outcomes go into a model's chunks as its ring lies, before the rest of
+    its state: once the window is full, the checkpoint after 100 more outcomes writes a few
+    of the model's chunks, not the window, and a restore from the log gives the same model."""
+    from streameval.app.statekeys import MODEL
+
+    def outcomes(lo, hi):
+        return [
+            Outcome(
+                "champion", f"i{i:06}", "yes" if i % 7 else "no", (10,),
+                ("yes" if i % 3 else "no",), 10, 1_000 + i, 1_000 + i,
+            )
+            for i in range(lo, hi)
+        ]  # fmt: skip
+
+    config = make_config(estimators=["cumulative", "window:20000"])
+    stage = EvalStage(0, config, join_partitions=1)
+    stage.apply(0, OutcomeBatch(WIRE_VERSION, 0, 0, 26_000, outcomes(0, 25_000)))
+    stage.tick()
+    log = dict(_checkpoint(stage))
+    chunks = [k for k in log if k[:1] == MODEL and b"champion" in k]
+    assert len(chunks) > 40  # the model's windows span many chunks
+    stage.apply(1, OutcomeBatch(WIRE_VERSION, 0, 1, 100_000, outcomes(25_000, 25_100)))
+    stage.tick()
+    second = _checkpoint(stage)
+    written = [k for k in second if k[:1] == MODEL and b"champion" in k]
+    assert 0 < len(written) <= len(chunks) // 5
+    log.update(second)
+    restored = EvalStage.restore(live(log), config, 1)
+    model = stage.engine.models["champion"]
+    assert restored.engine.models["champion"].state() == model.state()

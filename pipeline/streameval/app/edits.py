@@ -42,7 +42,9 @@ from .statekeys import (
     SLICES,
     STAGE,
     WHOLE,
+    decode_state,
     encode_name,
+    encode_state,
     model_of,
     owner_of,
     state_chunks,
@@ -110,7 +112,7 @@ def parts(items: Items) -> tuple[dict[str, dict], dict[str, dict]]:
             whole.setdefault(key[:-4], []).append((key[-4:], value))
     models, pairs = {}, {}
     for head, chunks in whole.items():
-        state = orjson.loads(b"".join(v for _, v in sorted(chunks)))
+        state = decode_state(b"".join(v for _, v in sorted(chunks)))
         (models if head[:1] == MODEL else pairs)[head[3:].decode()] = state
     return models, pairs
 
@@ -192,7 +194,7 @@ def _drop(names: list[str], name: str) -> None:
 
 def _rewrite(items: Items, tag: bytes, part: str, state: dict) -> Changes:
     """A part's chunks for ``state``: the changed ones, and the old ones past its end gone."""
-    new = dict(state_chunks(tag + encode_name(part), orjson.dumps(state)))
+    new = dict(state_chunks(tag + encode_name(part), encode_state(state)))
     changes: Changes = {k: v for k, v in new.items() if items.get(k) != v}
     changes.update(
         {k: None for k in items if k[:1] == tag and owner_of(k) == part and k not in new}

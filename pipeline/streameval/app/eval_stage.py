@@ -40,7 +40,9 @@ from .statekeys import (
     SLICES,
     STAGE,
     WHOLE,
+    decode_state,
     encode_name,
+    encode_state,
     model_of,
     owner_of,
     state_chunks,
@@ -254,7 +256,7 @@ class EvalStage:
             for name, state in of_tag.items():
                 if name in whole:
                     # JSON, as every state() is made to round-trip exactly through
-                    parts.update(state_chunks(tag + encode_name(name), orjson.dumps(state())))
+                    parts.update(state_chunks(tag + encode_name(name), encode_state(state())))
         parts[STAGE] = encode_value(
             {
                 "partition": self.partition,
@@ -394,12 +396,12 @@ class EvalStage:
             elif head[:1] == SLICE:  # a slice's evaluator, in its model's slices
                 model_id, _, name = head[3:].decode().partition("\x00")
                 sliced = engine_state.setdefault("slices", {}).setdefault(model_id, {})
-                sliced.setdefault("evaluators", {})[name] = orjson.loads(data)
+                sliced.setdefault("evaluators", {})[name] = decode_state(data)
             elif head[:1] == SLICES:
                 sliced = engine_state.setdefault("slices", {}).setdefault(head[3:].decode(), {})
-                sliced.update(orjson.loads(data))
+                sliced.update(decode_state(data))
             else:
-                value = orjson.loads(data)
+                value = decode_state(data)
                 kind = {MODEL: "models", PAIR: "pairs", MATURITY: "maturity"}[head[:1]]
                 engine_state.setdefault(kind, {})[head[3:].decode()] = value
         for model_id, sliced in list(engine_state.get("slices", {}).items()):

@@ -3,16 +3,21 @@
 Both stages keep their scalars under :data:`STAGE`. An evaluation partition writes each
 model's and pair's state, and a model's label maturity, as JSON cut into chunks of
 :data:`STATE_CHUNK` bytes, under :data:`MODEL`, :data:`PAIR` or :data:`MATURITY`, the name and
-the chunk's number (so a checkpoint writes only the
-chunks that changed), and each run of outcomes waiting for the frontiers under :data:`OUTCOME`
-and the run's number (:data:`RUN`). :mod:`~streameval.app.eval_stage` writes and reads them;
-:mod:`~streameval.app.edits` rewrites them.
+the chunk's number, so that a checkpoint writes only the chunks that changed
+(:func:`encode_state` puts a state's long strings — a window's columns, packed as its ring
+lies — first, at offsets that do not move: a window costs what moved in it); and each run of
+outcomes waiting for the frontiers under :data:`OUTCOME` and the run's number (:data:`RUN`).
+:mod:`~streameval.app.eval_stage` writes and reads them; :mod:`~streameval.app.edits`
+rewrites them.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Any
+
+import orjson
 
 __all__ = [
     "BUFFER",
@@ -29,7 +34,9 @@ __all__ = [
     "STAGE",
     "STATE_CHUNK",
     "WHOLE",
+    "decode_state",
     "encode_name",
+    "encode_state",
     "model_of",
     "owner_of",
     "state_chunks",
@@ -81,3 +88,64 @@ def state_chunks(head: bytes, data: bytes) -> Iterable[tuple[bytes, bytes]]:
     """``data`` cut into chunks under ``head`` + chunk number (at least one chunk)."""
     for i, start in enumerate(range(0, max(len(data), 1), STATE_CHUNK)):
         yield head + CHUNK_INDEX.pack(i), data[start : start + STATE_CHUNK]
+
+
+#: a string at least this long (a ring's packed column) is written before the rest of a state
+LONG_STRING = 1024
+# the two keys of a state encoded with its long strings first (no state() has a key with NUL)
+_LONG, _REST, _AT = "\x00long", "\x00rest", "\x00at"
+
+
+def _hoisted(value: Any, long: list[str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _hoisted(item, long) for key, item in value.items()}
+    if isinstance(value, list):
+        if value and isinstance(value[0], (int, float)):
+            return value  # a column of numbers: nothing inside to take out
+        return [_hoisted(item, long) for item in value]
+    if isinstance(value, str) and len(value) >= LONG_STRING:
+        long.append(value)
+        return {_AT: len(long) - 1}
+    return value
+
+
+def _restored(value: Any, long: list[str]) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and _AT in value:
+            return long[value[_AT]]
+        return {key: _restored(item, long) for key, item in value.items()}
+    if isinstance(value, list):
+        if value and isinstance(value[0], (int, float)):
+            return value
+        return [_restored(item, long) for item in value]
+    return value
+
+
+def encode_state(state: Any) -> bytes:
+    """A part's state as its chunks hold it: JSON, its long strings first.
+
+    A window's columns are long strings of fixed length (:meth:`Ring.dump
+    <streameval.core.forgetting.Ring.dump>`) whose bytes change only where outcomes moved in;
+    written first, each keeps its offset whatever the numbers after it do, so only the
+    chunks over what moved change. A state without long strings is plain JSON.
+
+    >>> column = "f8:" + "A" * 2000
+    >>> data = encode_state({"n": 3, "ring": {"seen": 9, "x": column}})
+    >>> data.index(column.encode()) < data.index(b'"n"')
+    True
+    >>> decode_state(data) == {"n": 3, "ring": {"seen": 9, "x": column}}
+    True
+    """
+    long: list[str] = []
+    rest = _hoisted(state, long)
+    if not long:
+        return orjson.dumps(state)
+    return orjson.dumps({_LONG: long, _REST: rest})
+
+
+def decode_state(data: bytes) -> Any:
+    """The state :func:`encode_state` encoded (or plain JSON, as written before it)."""
+    value = orjson.loads(data)
+    if isinstance(value, dict) and _LONG in value and _REST in value:
+        return _restored(value[_REST], value[_LONG])
+    return value

@@ -250,10 +250,7 @@ class BinnedState:
             "seen": self.seen,
         }
         if self.window:
-            held = self._ring.held()
-            pred, uniform = held["pred"], held["uniform"]
-            pred[uniform] = pred[uniform, :1]  # every bin of a uniform outcome
-            out["ring"] = [held["true"].tolist(), pred.tolist(), held["per"].tolist()]
+            out["ring"] = self._ring.dump()  # as it lies: a checkpoint writes what moved
         return out
 
     def load(self, state: dict[str, Any]) -> None:
@@ -267,7 +264,9 @@ class BinnedState:
         self.pred = np.array(state["pred"], dtype=np.float64).reshape(self.views + 1, self.k)
         self.true = np.array(state["true"], dtype=np.float64)
         self.per = np.array(state["per"], dtype=np.float64)
-        if self.window:
+        if self.window and isinstance(state["ring"], dict):
+            self._ring.load(state["ring"])
+        elif self.window:  # written oldest first, every bin of a uniform outcome filled
             true, pred, per = state["ring"]
             n = min(self.seen, self.window)
             pred = np.array(pred, dtype=np.int64).reshape(n, self.views)

@@ -257,30 +257,29 @@ class WindowConfusion(ConfusionEstimator):
         )
 
     def state(self) -> dict[str, Any]:
-        """A JSON-ready snapshot: the window's outcomes oldest first, and the counts they imply."""
-        held = self._ring.held()
+        """A JSON-ready snapshot: the window's outcomes as its ring lies (:meth:`Ring.dump`);
+        the counts are recomputed from them."""
         return {
             **self._common_state(),
             "window_size": self.window_size,
             "n_classes": self.n_classes,
-            "seen": self._ring.seen,
-            "true": held["true"].tolist(),
-            "pred": held["pred"].tolist(),
-            "scored": held["scored"].astype(np.int8).tolist(),
-            "correct": held["correct"].astype(np.int8).tolist(),
+            "ring": self._ring.dump(),
         }
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> WindowConfusion:
         est = cls(window_size=state["window_size"], max_classes=state["max_classes"])
         est._last = state["last"]
-        est._ring.restore(
-            state["seen"],
-            true=state["true"],
-            pred=state["pred"],
-            scored=np.asarray(state["scored"], dtype=bool),
-            correct=np.asarray(state["correct"], dtype=bool),
-        )
+        if "ring" in state:
+            est._ring.load(state["ring"])
+        else:  # written before the ring was dumped as it lies: its outcomes oldest first
+            est._ring.restore(
+                state["seen"],
+                true=state["true"],
+                pred=state["pred"],
+                scored=np.asarray(state["scored"], dtype=bool),
+                correct=np.asarray(state["correct"], dtype=bool),
+            )
         est._counts = np.zeros((state["n_classes"],) * 2, dtype=np.int64)
         est._count(est._ring.held(), +1)
         return est

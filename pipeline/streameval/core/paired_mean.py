@@ -112,13 +112,15 @@ class PairedMean:
 
     def state(self) -> dict[str, Any]:
         if self._ring is not None:
-            return {"seen": self._ring.seen, "held": self._ring.held()["d"].tolist()}
+            return {"ring": self._ring.dump()}
         return {"sums": self._sums.state()}
 
     @classmethod
     def from_state(cls, spec: EstimatorSpec, state: dict[str, Any]) -> PairedMean:
         mean = cls(spec)
-        if mean._ring is not None:
+        if mean._ring is not None and "ring" in state:
+            mean._ring.load(state["ring"])
+        elif mean._ring is not None:  # written oldest first, before rings were dumped
             mean._ring.restore(state["seen"], d=np.asarray(state["held"], dtype=np.float64))
         else:
             mean._sums.load(state["sums"])

@@ -197,20 +197,16 @@ class _WindowTally(Tally):
         return self._ring.n, log_ratio(self._sum_a, self._sum_b), self._n01, self._n10
 
     def state(self) -> dict[str, Any]:
-        """The window's losses oldest first; sums and counts are recomputed from them."""
-        held = self._ring.held()
-        return {
-            "kind": self.kind,
-            "window_size": self.window_size,
-            "seen": self._ring.seen,
-            "losses_a": held["a"].tolist(),
-            "losses_b": held["b"].tolist(),
-        }
+        """The window's losses as its ring lies; sums and counts are recomputed from them."""
+        return {"kind": self.kind, "window_size": self.window_size, "ring": self._ring.dump()}
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> _WindowTally:
         tally = cls(window_size=state["window_size"])
-        tally._ring.restore(state["seen"], a=state["losses_a"], b=state["losses_b"])
+        if "ring" in state:
+            tally._ring.load(state["ring"])
+        else:  # written oldest first, before rings were dumped
+            tally._ring.restore(state["seen"], a=state["losses_a"], b=state["losses_b"])
         held = tally._ring.held()
         tally._count(held["a"], held["b"], +1)
         return tally

@@ -293,9 +293,7 @@ class ScoreEstimator:
         """A JSON-ready snapshot of the whole state."""
         state: dict[str, Any] = {"estimator": self.spec.name, "bins": self.bins}
         if self._ring is not None:
-            held = self._ring.held()
-            state["seen"] = self._ring.seen
-            state["held"] = {name: column.tolist() for name, column in held.items()}
+            state["ring"] = self._ring.dump()
         else:
             state["sums"] = self._sums.state()
         state["auc"] = self._auc.state()
@@ -310,7 +308,9 @@ class ScoreEstimator:
             bins=state["bins"],
             auc_max_values=state.get("auc_max_values", DEFAULT_AUC_MAX_VALUES),
         )
-        if est._ring is not None:
+        if est._ring is not None and "ring" in state:
+            est._ring.load(state["ring"])
+        elif est._ring is not None:  # written oldest first, before rings were dumped
             held = state["held"]
             est._ring.restore(
                 state["seen"],

@@ -195,23 +195,24 @@ class HeldAUC:
         return float(np.mean(results)) if results else math.nan
 
     def state(self) -> dict[str, Any]:
-        held = self._ring.held()
-        return {
-            "tracked": list(self.tracked),
-            "seen": self._ring.seen,
-            "y": held["y"].tolist(),
-            "p": held["p"].tolist(),
-        }
+        """The tracked classes and the ring as it lies (:meth:`Ring.dump`: a checkpoint
+        writes what moved in it); the order is rebuilt from them."""
+        return {"tracked": list(self.tracked), "ring": self._ring.dump()}
 
     def load(self, state: dict[str, Any]) -> None:
         self.tracked = list(state["tracked"])
         width = len(self.tracked)
         self._ring = Ring(self.size, y=np.int64, p=(np.float64, (width,)))
-        y = np.asarray(state["y"], dtype=np.int64)
-        p = np.asarray(state["p"], dtype=np.float64).reshape(y.size, width)
-        self._ring.restore(state["seen"], y=y, p=p)
-        first = state["seen"] - y.size
-        index = np.arange(first, state["seen"], dtype=np.int64)
+        if "ring" in state:
+            self._ring.load(state["ring"])
+        else:  # written oldest first, before rings were dumped
+            y = np.asarray(state["y"], dtype=np.int64)
+            p = np.asarray(state["p"], dtype=np.float64).reshape(y.size, width)
+            self._ring.restore(state["seen"], y=y, p=p)
+        held = self._ring.held()
+        y, p, seen = held["y"], held["p"], self._ring.seen
+        first = seen - y.size
+        index = np.arange(first, seen, dtype=np.int64)
         self._ordered = []
         for j in range(width):
             ordered = Ordered()

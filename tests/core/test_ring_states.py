@@ -1,0 +1,136 @@
+"""Rings written as they lie (``Ring.dump``): exact round trips, a push changes only the bytes
+of its slots, and states written before — each window's outcomes oldest first — still load
+to the numbers the code that wrote them went on to compute."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from streameval.core import forgetting
+from streameval.core.model import ModelEvaluator
+from streameval.core.outcome import Outcome
+from streameval.core.pair import PairEvaluator
+
+ESTIMATORS = ["cumulative", "window:50", "fading:0.8"]
+
+
+def outcomes(model: str, lo: int, hi: int, seed: int) -> list[Outcome]:
+    """Binary outcomes with scores on most predictions and some re-predicted: every window
+    of the model (labels, Ψ bins, scores, the window AUC and the fading one) fills."""
+    rng = np.random.default_rng(seed)
+    result = []
+    for i in range(hi):
+        y, p, again, scored = rng.integers(0, 2), rng.random(), rng.random(), rng.random()
+        if i < lo:
+            continue
+        label = str(int(p > 0.5) if again > 0.2 else 1 - int(p > 0.5))
+        score = ("0", round(1 - p, 3), "1", round(p, 3)) if scored > 0.1 else None
+        if again < 0.3:  # predicted twice
+            times, labels, scores = (i, i + 2), (str(1 - int(label)), label), (None, score)
+        else:
+            times, labels, scores = (i,), (label,), (score,)
+        if not any(scores):
+            scores = ()
+        result.append(Outcome(model, f"i{i}", str(y), times, labels, i, i + 4, i + 4, scores))
+    return result
+
+
+def test_a_ring_dump_is_its_buffer_and_loads_exactly():
+    ring = forgetting.Ring(5, n=np.int64, x=np.float64, ok=bool, p=(np.float64, (2,)))
+    for m in (3, 4, 9):  # filling, full, more than it holds
+        rng = np.random.default_rng(m)
+        ring.push(
+            n=rng.integers(-300, 300, m),
+            x=np.append(rng.random(m - 1), np.nan),
+            ok=rng.random(m) < 0.5,
+            p=rng.random((m, 2)),
+        )
+        again = forgetting.Ring(5, n=np.int64, x=np.float64, ok=bool, p=(np.float64, (2,)))
+        again.load(json.loads(json.dumps(ring.dump())))
+        for name, column in ring.held().items():
+            np.testing.assert_array_equal(again.held()[name], column)
+        assert again.dump() == ring.dump() and again.seen == ring.seen
+
+
+@settings(max_examples=40)
+@given(
+    values=st.lists(
+        st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True)), min_size=1
+    )
+)
+def test_a_packed_column_holds_every_value_bit_for_bit(values):
+    integers = all(isinstance(v, int) for v in values)
+    column = np.array(values, dtype=np.int64 if integers else np.float64)
+    back = forgetting.unpack_column(forgetting.pack_column(column))
+    assert back.dtype == column.dtype
+    assert back.tobytes() == column.tobytes()
+
+
+@pytest.mark.parametrize("size", [1000, 1001, 1002])
+def test_a_push_changes_only_the_characters_over_its_slots(size):
+    ring = forgetting.Ring(size, x=np.float64)
+    rng = np.random.default_rng(size)
+    ring.push(x=rng.random(size + 123))
+    before = ring.dump()["x"]
+    start = ring.seen % size
+    ring.push(x=rng.random(10))
+    after = ring.dump()["x"]
+    assert len(before) == len(after)
+    differ = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+    prefix = len("f8:")
+    # 10 slots of 8 bytes from `start`: base64 turns byte b into character ~4b/3
+    assert prefix + (start * 8) // 3 * 4 <= differ[0]
+    assert differ[-1] < prefix + ((start + 10) * 8 + 2) // 3 * 4
+
+
+def _written_before() -> dict:
+    return json.loads((Path(__file__).parent / "data" / "ring_states_v1.json").read_text())
+
+
+def _same(a, b) -> None:
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _keys(value, found: set) -> set:
+    if isinstance(value, dict):
+        found.update(value)
+        for item in value.values():
+            _keys(item, found)
+    elif isinstance(value, list):
+        for item in value[:3]:
+            _keys(item, found)
+    return found
+
+
+def test_a_model_written_oldest_first_loads_to_the_numbers_its_code_went_on_to():
+    """The fixture was written by the code before rings were dumped (commit 97858d7): the
+    state of a model after 300 outcomes, its measures then and after 200 more."""
+    case = _written_before()["model"]
+    # the old layout of each window: the labels', the scores', the AUC's and the Ψ bins'
+    assert {"true", "held", "y", "ring"} <= _keys(case["state"], set())
+    model = ModelEvaluator.from_state(case["state"])
+    _same(model.measures(), case["measures"])
+    model.update(outcomes("m", 300, 500, seed=1))
+    _same(model.measures(), case["measures_after"])
+    fresh = ModelEvaluator("m", estimators=ESTIMATORS, positive_label="1")
+    fresh.update(outcomes("m", 0, 500, seed=1))
+    _same(model.state(), fresh.state())  # in the new layout, as if never restored
+    again = ModelEvaluator.from_state(json.loads(json.dumps(model.state())))
+    _same(again.measures(), model.measures())
+
+
+def test_a_pair_written_oldest_first_loads_to_the_numbers_its_code_went_on_to():
+    case = _written_before()["pair"]
+    assert {"losses_a", "held"} <= _keys(case["state"], set())  # tallies', mean's windows
+    pair = PairEvaluator.from_state(case["state"])
+    _same(pair.measures(), case["measures"])
+    pair.update(outcomes("a", 300, 500, seed=2) + outcomes("b", 300, 500, seed=3))
+    _same(pair.measures(), case["measures_after"])
+    fresh = PairEvaluator("a", "b", estimators=ESTIMATORS)
+    fresh.update(outcomes("a", 0, 500, seed=2) + outcomes("b", 0, 500, seed=3))
+    _same(pair.state(), fresh.state())
