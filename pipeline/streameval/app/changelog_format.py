@@ -43,9 +43,12 @@ __all__ = [
 
 #: The changelog format; a worker refuses a changelog of another version. Version 2 seals say
 #: what the checkpoint holds and under which settings; version 1 seals did not (read still:
-#: the state itself records every part's settings).
-CHECKPOINT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: the state itself records every part's settings). Version 3 writes the evaluation states'
+#: rings as they lie, their columns packed and first (streameval.app.statekeys.encode_state);
+#: it reads the states of 1 and 2, which list each window oldest first, and they cannot read
+#: its states.
+CHECKPOINT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 #: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
 #: the changelog topics' message limit.
 CHUNK_BYTES = 512 * 1024

@@ -124,10 +124,10 @@ def _restored(value: Any, long: list[str]) -> Any:
 def encode_state(state: Any) -> bytes:
     """A part's state as its chunks hold it: JSON, its long strings first.
 
-    A window's columns are long strings of fixed length (:meth:`Ring.dump
-    <streameval.core.forgetting.Ring.dump>`) whose bytes change only where outcomes moved in;
-    written first, each keeps its offset whatever the numbers after it do, so only the
-    chunks over what moved change. A state without long strings is plain JSON.
+    A window's columns are long strings whose length does not follow what they hold
+    (:meth:`Ring.dump <streameval.core.forgetting.Ring.dump>`) and whose bytes change only
+    where outcomes moved in; written first, each keeps its offset whatever the numbers after it
+    do, so only the chunks over what moved change. A state without long strings is plain JSON.
 
     >>> column = "f8:" + "A" * 2000
     >>> data = encode_state({"n": 3, "ring": {"seen": 9, "x": column}})

@@ -271,4 +271,5 @@ class BinnedState:
             n = min(self.seen, self.window)
             pred = np.array(pred, dtype=np.int64).reshape(n, self.views)
             uniform = (pred == pred[:, :1]).all(axis=1)
+            pred[uniform, 1:] = 0  # as a push leaves a uniform outcome: its bin 0 only
             self._ring.restore(self.seen, true=true, pred=pred, uniform=uniform, per=per)

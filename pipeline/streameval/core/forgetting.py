@@ -10,8 +10,9 @@ mechanisms that are not a plain sum:
   batch split leaves the same buffer; a push says which outcomes entered and which left, and the
   caller moves its (exact, integer) sums by both. Its state (:meth:`Ring.dump`) is the buffer as
   it lies, each column packed into a string of its bytes, so that two states of a ring differ
-  only in the bytes of the slots that changed between them — what lets a checkpoint write what
-  moved in a window, not the window;
+  only in the bytes of the slots that changed between them (and where an integer column
+  widened, at most three times in its life) — what lets a checkpoint write what moved in a
+  window, not the window;
 * :class:`BlockFading`, fading sums S_t = Σ_j a^(t−j)·s_j that are bit-identical whatever the
   batch boundaries. The service batches its input as Kafka delivers it, yet publishes exactly
   the numbers ``replay`` computes, and S ← a^m·S + Σ … rounds differently for different splits.
@@ -48,6 +49,7 @@ __all__ = [
     "check_continued",
     "geometric_sum",
     "pack_column",
+    "packing_of",
     "parse_estimators",
     "unpack_column",
 ]
@@ -224,6 +226,11 @@ class Ring:
         for name, kind in columns.items():
             dtype, shape = kind if isinstance(kind, tuple) else (kind, ())
             self._columns[name] = np.zeros((size, *shape), dtype=dtype)
+        # how each integer column is packed (:meth:`dump`): wide enough for every value ever
+        # pushed, never narrower again, so that a column keeps its length in a checkpoint
+        self._packing = {
+            name: "i1" for name, column in self._columns.items() if column.dtype.kind in "iu"
+        }
 
     @property
     def n(self) -> int:
@@ -241,6 +248,9 @@ class Ring:
         """
         m = len(next(iter(rows.values())))
         size = self.size
+        for name, code in self._packing.items():
+            if code != "i8" and m:  # every row, also those a long batch pushes past
+                self._packing[name] = max(code, packing_of(np.asarray(rows[name])))
         if m >= size:
             entered = {name: column[m - size :] for name, column in rows.items()}
             leaving = self._held_slots()
@@ -267,10 +277,16 @@ class Ring:
         slots = self._held_slots()
         for name, column in self._columns.items():
             column[slots] = np.asarray(held[name]).reshape(slots.size, *column.shape[1:])
+        for name in self._packing:
+            self._packing[name] = packing_of(self._columns[name][: self.n])
 
     def dump(self) -> dict[str, Any]:
         """JSON-ready: ``seen`` and each column's filled slots in slot order (not oldest
         first), packed by :func:`pack_column`; a push of m rows changes the bytes of m slots.
+
+        An integer column is packed as wide as the widest value the ring was ever pushed
+        (one of 300 widens it to two bytes for good), so that its length changes at most
+        three times in the ring's life, not with what it holds.
 
         >>> ring = Ring(3, label=np.int64)
         >>> _ = ring.push(label=np.array([5, 6, 7, 8]))
@@ -280,11 +296,17 @@ class Ring:
         >>> again.load(ring.dump())
         >>> again.held()["label"].tolist()
         [6, 7, 8]
+        >>> _ = ring.push(label=np.array([300, 1, 2, 3]))  # 300 entered, then left
+        >>> ring.dump()
+        {'seen': 8, 'label': 'i2:AgADAAEA'}
         """
         filled = self.n
         return {
             "seen": self.seen,
-            **{name: pack_column(column[:filled]) for name, column in self._columns.items()},
+            **{
+                name: pack_column(column[:filled], self._packing.get(name))
+                for name, column in self._columns.items()
+            },
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -293,29 +315,42 @@ class Ring:
         filled = self.n
         for name, column in self._columns.items():
             column[:filled] = unpack_column(state[name]).reshape(filled, *column.shape[1:])
+            if name in self._packing:
+                self._packing[name] = state[name].partition(":")[0]
 
 
 #: how :func:`pack_column` names a column's dtype
 _PACKED = {"i1": np.int8, "i2": np.int16, "i4": np.int32, "i8": np.int64, "f8": np.float64}
 
 
-def pack_column(values: np.ndarray) -> str:
+def packing_of(values: np.ndarray) -> str:
+    """The narrowest signed integer packing that holds every value (``"i1"`` … ``"i8"``;
+    the codes sort by width)."""
+    if values.size == 0:
+        return "i1"
+    low, high = int(values.min()), int(values.max())
+    return next(
+        c
+        for c in ("i1", "i2", "i4", "i8")
+        if np.iinfo(_PACKED[c]).min <= low and high <= np.iinfo(_PACKED[c]).max
+    )
+
+
+def pack_column(values: np.ndarray, code: str | None = None) -> str:
     """A column as ``"<dtype>:<base64 of its little-endian bytes>"``: float64 as they are,
-    integers and booleans in the narrowest signed integer that holds them. Base64 maps each 3
-    bytes to 4 characters, so a changed element changes only the characters over its bytes.
+    integers and booleans as ``code`` says, by default the narrowest signed integer that holds
+    them. Base64 maps each 3 bytes to 4 characters, so a changed element changes only the
+    characters over its bytes.
 
     >>> pack_column(np.array([1, -2, 300])), pack_column(np.array([0.5, 2.0]))
     ('i2:AQD+/ywB', 'f8:AAAAAAAA4D8AAAAAAAAAQA==')
+    >>> pack_column(np.array([1, 2]), "i4")
+    'i4:AQAAAAIAAAA='
     """
     if values.dtype.kind == "f":
         code = "f8"
-    else:
-        low, high = (int(values.min()), int(values.max())) if values.size else (0, 0)
-        code = next(
-            c
-            for c in ("i1", "i2", "i4", "i8")
-            if np.iinfo(_PACKED[c]).min <= low and high <= np.iinfo(_PACKED[c]).max
-        )
+    elif code is None:
+        code = packing_of(values)
     data = np.ascontiguousarray(values, dtype=np.dtype(_PACKED[code]).newbyteorder("<"))
     return f"{code}:{base64.b64encode(data.tobytes()).decode('ascii')}"
 
