@@ -71,14 +71,15 @@ def test_the_latest_seal_is_read_from_the_end(changelog):
     """What a worker's start and `state show` read: the latest seal alone — from the last
     records, more of them when a checkpoint is larger — and, for a checkpoint of an earlier
     release (whose seal says nothing of what it holds), that checkpoint's intent."""
-    from streameval.app.changelog_format import checkpoint_records
+    from streameval.app.changelog_format import CHECKPOINT_VERSION, checkpoint_records
 
     writer = changelog()
     for n in range(3):  # the last one larger than the first look from the end
         writer.describe(0, {"checkpoint": n})
         _written(writer, {f"k{i}".encode(): b"x" * n for i in range(1000 + 2000 * n)}, 0)
     seal, intent = changelog().latest(0)
-    assert (seal["v"], seal["n"], seal["summary"], intent) == (2, 3, {"checkpoint": 2}, {})
+    expected = (CHECKPOINT_VERSION, 3, {"checkpoint": 2}, {})
+    assert (seal["v"], seal["n"], seal["summary"], intent) == expected
     earlier = {b"m": b"meta", b"gone": None}
     records, _ = checkpoint_records(4, earlier, 1, {"v": 1, "config": "0123456789abcdef"})
     for key, value in records:
