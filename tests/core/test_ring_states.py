@@ -15,6 +15,7 @@ from streameval.core import forgetting
 from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import Outcome
 from streameval.core.pair import PairEvaluator
+from streameval.core.roc_auc import HeldAUC
 
 ESTIMATORS = ["cumulative", "window:50", "fading:0.8"]
 
@@ -160,3 +161,22 @@ def test_an_integer_column_keeps_its_width_whatever_the_split():
     before = whole.dump()["label"]
     whole.push(label=np.array([1, 2, 3]))
     assert len(whole.dump()["label"]) == len(before)
+
+
+def test_a_class_tracked_later_keeps_the_widths_of_what_left():
+    """The AUC's ring is rebuilt when a class is first tracked; the class codes that already
+    left it still set the width of its column, as in a run that tracked the class from the
+    start, so both write the same bytes."""
+    late, early = HeldAUC(5, None), HeldAUC(5, None)
+    late.track([0])
+    early.track([0, 1])
+    proba = np.zeros((10, 201))
+    proba[:, 0] = 0.25
+    y = np.array([200, *([0] * 9)])  # class 200 enters, then leaves the window of 5
+    for auc in (late, early):
+        auc.update(y[:6], proba[:6])
+    late.track([1])
+    for auc in (late, early):
+        auc.update(y[6:], proba[6:])
+    assert late.state() == early.state()
+    assert late.state()["ring"]["y"].startswith("i2:")

@@ -280,6 +280,13 @@ class Ring:
         for name in self._packing:
             self._packing[name] = packing_of(self._columns[name][: self.n])
 
+    def pack_as_wide_as(self, other: Ring) -> None:
+        """Pack each integer column at least as wide as ``other`` packs it: a ring rebuilt
+        from another (:meth:`restore` sets the widths from the values held) keeps the widths
+        of every value the other was ever pushed, so its dump is the one any split gives."""
+        for name, code in self._packing.items():
+            self._packing[name] = max(code, other._packing.get(name, code))
+
     def dump(self) -> dict[str, Any]:
         """JSON-ready: ``seen`` and each column's filled slots in slot order (not oldest
         first), packed by :func:`pack_column`; a push of m rows changes the bytes of m slots.

@@ -146,8 +146,10 @@ class HeldAUC:
         p = np.zeros((held["y"].size, width))
         p[:, : len(self.tracked)] = held["p"]
         self.tracked += new
-        self._ring = Ring(self.size, y=np.int64, p=(np.float64, (width,)))
-        self._ring.restore(seen, y=held["y"], p=p)
+        ring = Ring(self.size, y=np.int64, p=(np.float64, (width,)))
+        ring.restore(seen, y=held["y"], p=p)
+        ring.pack_as_wide_as(self._ring)
+        self._ring = ring
         first = seen - held["y"].size
         for c in new:
             ordered = Ordered()
