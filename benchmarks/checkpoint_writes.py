@@ -10,6 +10,9 @@ compared with what was written). Min / median / max of the cut over ``--rounds``
     .venv/bin/python benchmarks/checkpoint_writes.py
     .venv/bin/python benchmarks/checkpoint_writes.py --outcomes 200000 --more 1000 --rounds 5
 
+A model with scores tracks the AUC of its positive class, or of every class without a
+``positive_label``: the third row shows what that costs.
+
 The script uses only what an evaluation stage offered before rings were written as they lie, so
 it runs as is on an older commit (``PYTHONPATH=<worktree>/pipeline``) for a before/after.
 """
@@ -27,11 +30,14 @@ from streameval.app.wire import WIRE_VERSION, OutcomeBatch
 from streameval.config import load_config
 from streameval.core.outcome import Outcome
 
+# (printed name, estimators or None for the defaults, scores on every prediction, the
+# model's positive_label: with one the AUC tracks that class, without one every class)
 SETTINGS = [
-    ("defaults (cumulative, window:1000, fading:0.999)", None, False),
-    ("defaults, scores", None, True),
-    ("cumulative, window:20000", ["cumulative", "window:20000"], False),
-    ("cumulative, window:100000", ["cumulative", "window:100000"], False),
+    ("defaults (cumulative, window:1000, fading:0.999)", None, False, "yes"),
+    ("defaults, scores", None, True, "yes"),
+    ("defaults, scores, no positive_label", None, True, None),
+    ("cumulative, window:20000", ["cumulative", "window:20000"], False, "yes"),
+    ("cumulative, window:100000", ["cumulative", "window:100000"], False, "yes"),
 ]
 
 
@@ -52,8 +58,11 @@ def outcomes(lo: int, hi: int, scored: bool) -> list[Outcome]:
     return result
 
 
-def one(estimators, scored: bool, n: int, more: int) -> tuple[int, int, int, int, float]:
-    settings = {"models": {"m": {"positive_label": "yes"}}, "publish_every": 10_000}
+def one(
+    estimators, scored: bool, positive: str | None, n: int, more: int
+) -> tuple[int, int, int, int, float]:
+    model_settings = {"positive_label": positive} if positive else {}
+    settings = {"models": {"m": model_settings}, "publish_every": 10_000}
     if estimators:
         settings["estimators"] = estimators
     config = load_config(**settings)
@@ -83,8 +92,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.outcomes:,} outcomes of one model, then {args.more:,} more: the 2nd checkpoint")
     print(f"{'estimators':<50} {'state':>22} {'written':>20} {'cut ms min/med/max':>20}")
-    for name, estimators, scored in SETTINGS:
-        runs = [one(estimators, scored, args.outcomes, args.more) for _ in range(args.rounds)]
+    for name, estimators, scored, positive in SETTINGS:
+        runs = [
+            one(estimators, scored, positive, args.outcomes, args.more) for _ in range(args.rounds)
+        ]
         chunks, size, n_written, written, _ = runs[0]
         cuts = sorted(r[4] * 1e3 for r in runs)
         cut = f"{cuts[0]:.0f}/{statistics.median(cuts):.0f}/{cuts[-1]:.0f}"
