@@ -89,7 +89,8 @@ class Changelog:
         self.client = client
         self.make_room = make_room or (lambda: producer.poll(0.05))
         #: the producer is transactional (exactly-once): a refusal may be its failed
-        #: transaction rather than the topic gone
+        #: transaction rather than the topic gone, and a checkpoint needs no intent (its
+        #: records are seen whole or not at all: streameval.app.changelog_format)
         self.transactional = False
         self._partitions: dict[int, _Partition] = {}
 
@@ -109,7 +110,9 @@ class Changelog:
         seal: dict[str, Any] = {"v": CHECKPOINT_VERSION}
         if part.summary is not None:
             seal["summary"] = part.summary
-        records, chunks = checkpoint_records(number, changes, part.chunks, seal)
+        records, chunks = checkpoint_records(
+            number, changes, part.chunks, seal, intent=not self.transactional
+        )
         part.writing, part.failed, part.gone = (number, chunks), None, False
         missing = _missing_codes()
         known_end = part.end
