@@ -102,8 +102,12 @@ class Round:
 
     @property
     def pause(self) -> float:
-        """The longest the data path stopped for it (the steps are apart)."""
-        return max(self.steps.values(), default=0.0)
+        """The longest the data path stopped for it (the steps are apart; exactly-once: its
+        transaction, from its cut to its commit, is one step)."""
+        steps = self.steps
+        if "transaction" in steps:
+            return max(steps["transaction"], steps.get("store", 0.0))
+        return max(steps.values(), default=0.0)
 
     def describe(self) -> str:
         stages = ", ".join(
@@ -135,6 +139,9 @@ class Checkpoints:
         self.rounds: deque[Round] = deque()
         self.busy: set[tuple[str, int]] = set()  # (changelog topic, partition)
         self.stepped = False
+        #: exactly-once: a committed checkpoint whose stages are not yet told (a disk store
+        #: writes its batch in a later turn of the loop: :meth:`settle`)
+        self.committed: Round | None = None
 
     def on_its_way(self, changelog: Changelog, q: int) -> bool:
         return (changelog.topic, q) in self.busy
@@ -205,16 +212,22 @@ class Checkpoints:
         self.stepped = True
 
     def transact(
-        self, stages: list[tuple[Changelog, int, Any]], offsets: list[Any], group: Any
+        self,
+        stages: list[tuple[Changelog, int, Any]],
+        offsets: list[Any],
+        group: Any,
+        settle_later: bool = False,
     ) -> None:
         """Exactly-once: cut these stages, write their changes into the open transaction,
         commit it with the input ``offsets`` (``group``: the consumer's group metadata) and
-        begin the next one; then the stages are told (a disk store writes its batch). The
-        data path waits for all of it. Everything the transaction holds — outputs, internal
-        batches, changelog records, offsets — becomes visible at once or never: raises
-        :class:`~streameval.app.output.TransactionAborted` when Kafka aborted it (the caller
-        restores its stages from their last checkpoints), ``OutputError`` when a record was
-        refused, ``NoAnswer`` at the output's deadline."""
+        begin the next one; then the stages are told (a disk store writes its batch) — at
+        once, or with ``settle_later`` by :meth:`settle` in a later turn of the loop, so that
+        the data path stops for the two apart. Everything the transaction holds — outputs,
+        internal batches, changelog records, offsets — becomes visible at once or never:
+        raises :class:`~streameval.app.output.TransactionAborted` when Kafka aborted it (the
+        caller restores its stages from their last checkpoints), ``OutputError`` when a record
+        was refused, ``NoAnswer`` at the output's deadline."""
+        self.settle()  # the stages' previous checkpoint first
         self._refused()
         if self.output.stuck:  # stopping: the last commit never finished
             raise NoAnswer("a transaction was left unfinished")
@@ -231,6 +244,7 @@ class Checkpoints:
             self.output.failed = self.output.failed or str(err)
         began = time.monotonic()
         self.output.flush()
+        round_.steps["flush"] = time.monotonic() - began  # (in "commit" too: said apart)
         self._refused()
         try:
             self.output.commit(offsets, group)
@@ -240,10 +254,23 @@ class Checkpoints:
                     raise changelog.gone(q, str(err)) from None
             raise
         round_.steps["commit"] = time.monotonic() - began
-        self._complete(round_, pause=time.monotonic() - started)
+        round_.steps["transaction"] = time.monotonic() - started  # one stop: cut to commit
+        if settle_later:
+            self.committed = round_
+        else:
+            self._complete(round_, pause=round_.steps["transaction"])
+
+    def settle(self) -> None:
+        """Exactly-once: tell the stages of the last committed checkpoint (a disk store
+        writes its batch). Its changes are Kafka's already: a crash before this only leaves
+        the store behind its changelog, which the next start reads on from."""
+        round_, self.committed = self.committed, None
+        if round_ is not None:
+            self._complete(round_)
 
     def _complete(self, round_: Round, pause: float | None = None) -> None:
-        """Steps 4 and 5."""
+        """Steps 4 and 5 (``pause``: how long the data path had already stopped for it in the
+        same turn of the loop)."""
         started = time.monotonic()
         for changelog, q, stage, cut in round_.cuts:
             error = changelog.confirm(q)

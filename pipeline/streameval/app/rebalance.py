@@ -267,6 +267,7 @@ class Rebalancing:
         )
 
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
+        self.checkpoints.settle()  # a committed checkpoint's store batch, before its store closes
         models: set[str] = set()
         for q in joins:
             self._held.discard(q)  # fetched again when assigned again (_on_assign)

@@ -274,6 +274,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 if self._commit_soon or time.monotonic() >= self._next_commit:
                     self._next_commit = time.monotonic() + commit_interval
                     self._commit()
+                else:  # the last commit's disk store batches, a turn after it
+                    checkpoints.settle()
                 continue
             if self._due:
                 kind, p = self._due.popleft()
@@ -423,6 +425,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         if self.eo:
             try:
                 self._commit(joins, evals, rewind=False)
+                self.checkpoints.settle()
             except TransactionAborted as err:  # the partitions go: their last checkpoints stand
                 log.warning(
                     "Kafka aborted the worker's last transaction (%s): the partitions' last "
@@ -478,7 +481,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         stages = [(self.join_changelog, q, self.joins[q]) for q in joins]
         stages += [(self.eval_changelog, r, self.evals[r]) for r in evals]
         try:
-            self.checkpoints.transact(stages, offsets, self.consumer.consumer_group_metadata())
+            self.checkpoints.transact(
+                stages, offsets, self.consumer.consumer_group_metadata(), settle_later=rewind
+            )
             committed = self.telemetry.committed
             if committed is not None:  # the consumer lag is measured from them
                 committed.update(
