@@ -6,8 +6,9 @@ how they fold back are :mod:`~streameval.app.changelog_format`'s.
 A checkpoint is written once the outputs the stage produced before its cut are acknowledged
 (:class:`~streameval.app.checkpoint.Checkpoints` waits for them); once all its records are
 acknowledged the stage commits (a disk store writes its batch, with the changelog offset it
-covers) and the input offsets are committed. Nothing here grows with the state: a checkpoint
-costs what changed since the last one.
+covers) and the input offsets are committed. Under exactly-once the records go into the
+worker's transaction, without an intent (:meth:`Changelog.write`). Nothing here grows with the
+state: a checkpoint costs what changed since the last one.
 """
 
 from __future__ import annotations

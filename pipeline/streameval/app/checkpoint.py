@@ -11,8 +11,8 @@ shutdown, in these steps:
    before the cut: a stage restored from this checkpoint must not miss an output of what it
    covers;
 3. **write** — the changes go to each stage's changelog partition
-   (:class:`~streameval.app.changelog.Changelog`: intent, seal, materialize), a few pieces
-   per turn of the loop;
+   (:class:`~streameval.app.changelog.Changelog`: intent, seal, materialize; no intent
+   under exactly-once), a few pieces per turn of the loop;
 4. **durable** — once Kafka has acknowledged those records, every stage is told (a disk store
    writes its batch, with the changelog offset it covers);
 5. **commit** — the input offsets are committed, each with its partition's progress.
@@ -227,16 +227,20 @@ class Checkpoints:
         raises :class:`~streameval.app.output.TransactionAborted` when Kafka aborted it (the
         caller restores its stages from their last checkpoints), ``OutputError`` when a record
         was refused, ``NoAnswer`` at the output's deadline."""
-        self.settle()  # the stages' previous checkpoint first
+        started = time.monotonic()
+        self.settle()  # the stages' previous checkpoint first, in this same stop
+        settled = time.monotonic()
         self._refused()
         if self.output.stuck:  # stopping: the last commit never finished
             raise NoAnswer("a transaction was left unfinished")
-        started = time.monotonic()
         cuts = []
         for changelog, q, stage in stages:
             cuts.append((changelog, q, stage, stage.cut()))
             changelog.describe(q, stage.summary())
-        round_ = Round(0, cuts, [], started, {"cut": time.monotonic() - started}, wait=True)
+        steps = {"cut": time.monotonic() - settled}
+        if settled - started >= 0.001:
+            steps["settle"] = settled - started  # the previous one's batch
+        round_ = Round(0, cuts, [], started, steps, wait=True)
         self.output.topics.update(changelog.topic for changelog, _, _ in stages)
         try:
             self._write(round_, wait=True)

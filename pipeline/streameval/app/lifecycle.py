@@ -11,6 +11,9 @@ import logging
 import threading
 import time
 
+from streameval.store import StoreError
+
+from .changelog import ChangelogError
 from .output import NoAnswer
 
 __all__ = ["CLOSE_RESERVE_S", "Lifecycle"]
@@ -66,6 +69,12 @@ class Lifecycle:
                 "no final checkpoint over what may be behind it"
             )
             checkpoint = False
+        if checkpoint:
+            try:  # the last commit's disk store batch (exactly-once), before the final cut
+                self.checkpoints.settle()
+            except (StoreError, ChangelogError) as err:  # as in the loop: no checkpoint more,
+                log.critical("%s", err)  # and what the open transaction holds is aborted
+                checkpoint = False
         try:
             try:
                 if checkpoint:

@@ -11,7 +11,10 @@ import time
 from collections import deque
 from typing import Any
 
+from streameval.store import StoreError
+
 from ..clients import unpolled
+from .changelog import ChangelogError
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
 from .output import NoAnswer
 
@@ -267,7 +270,14 @@ class Rebalancing:
         )
 
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
-        self.checkpoints.settle()  # a committed checkpoint's store batch, before its store closes
+        try:  # a committed checkpoint's store batch, before its store closes
+            self.checkpoints.settle()
+        except (StoreError, ChangelogError) as err:  # its changes are in the changelog
+            log.warning(
+                "the disk store's batch of the last committed checkpoint was not written (%s); "
+                "the next start reads those changes from the changelog",
+                err,
+            )
         models: set[str] = set()
         for q in joins:
             self._held.discard(q)  # fetched again when assigned again (_on_assign)
