@@ -4,15 +4,22 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# the compiled loops of the evaluation core (Rust, built by maturin through pip)
+KERNELS := pipeline/kernels
+# rustup installs cargo here and leaves adding it to PATH to a login shell
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: demo test lint unit bench soak clean
 
-# A virtualenv with the project and its test extras; rebuilt when pyproject.toml changes.
-$(STAMP): pyproject.toml
+# A virtualenv with the project, its compiled kernels and its test extras; rebuilt when
+# pyproject.toml or the kernels' sources change.
+$(STAMP): pyproject.toml $(KERNELS)/pyproject.toml $(KERNELS)/Cargo.toml $(KERNELS)/Cargo.lock $(KERNELS)/src/lib.rs
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streameval needs Python >= 3.11, found " + sys.version.split()[0])'
+	@command -v cargo > /dev/null || { echo "streameval's compiled kernels ($(KERNELS)) need Rust's cargo, not found on PATH nor in ~/.cargo/bin: install Rust with rustup (https://rustup.rs), then run make again"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet ./$(KERNELS)
 	@touch $@
 
 demo: $(STAMP)  ## Kafka, topics, a worker and five River models, live; Ctrl-C stops it all
@@ -45,4 +52,4 @@ soak: $(STAMP)  ## the long runs: 10^6 pending instances moving between workers;
 	$(BIN)/python -m tests.reliability.campaign
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info $(KERNELS)/target

@@ -15,6 +15,12 @@ prequential AUC of Brzezinski & Stefanowski 2017):
   grid 2^−q that keeps at most that many (the grid depends only on the values seen, so any
   batch split gives it).
 
+The loops of both run compiled when the ``streameval_kernels`` extension (``pipeline/kernels``,
+Rust) is installed: :func:`mann_whitney`, :func:`held_mann_whitney`, :meth:`Ordered.advance`
+and the counting of :meth:`CountedAUC.update` each keep a numpy reference that gives the same
+bits (every sum sequential, in array order), which the tests check; :func:`use_kernels`
+chooses.
+
 References
 ----------
 Brzezinski & Stefanowski (2017), *Prequential AUC: properties of the area under the ROC curve
@@ -32,6 +38,11 @@ import numpy as np
 
 from streameval.core.forgetting import Ring
 
+try:
+    import streameval_kernels as _kernels
+except ImportError:  # not built: the numpy references do the same, slower
+    _kernels = None
+
 __all__ = [
     "AUC_HORIZON",
     "DEFAULT_AUC_MAX_VALUES",
@@ -39,7 +50,10 @@ __all__ = [
     "CountedAUC",
     "HeldAUC",
     "auc_horizon",
+    "held_mann_whitney",
+    "kernels_in_use",
     "mann_whitney",
+    "use_kernels",
 ]
 
 #: The fading AUC holds the outcomes whose weight is at least this share of the newest's...
@@ -62,18 +76,73 @@ def auc_horizon(fading_factor: float) -> int:
     return max(1, min(MAX_AUC_HORIZON, horizon))
 
 
-def mann_whitney(values: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> float:
-    """Mann–Whitney AUC of weights per value, ``values`` ascending (ties share a run)."""
+_use_kernels = _kernels is not None
+
+
+def use_kernels(on: bool) -> bool:
+    """Run the loops compiled (``True``, when the extension is installed) or in numpy; returns
+    whether the compiled ones are in use now."""
+    global _use_kernels
+    _use_kernels = bool(on) and _kernels is not None
+    return _use_kernels
+
+
+def kernels_in_use() -> bool:
+    """Whether the compiled loops run (the extension is installed and not switched off)."""
+    return _use_kernels
+
+
+def _sequential_sum(values: np.ndarray) -> float:
+    """The sum added left to right (``np.sum`` adds pairwise: other bits)."""
+    return float(np.cumsum(values)[-1])
+
+
+def _statistic(values: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> float:
+    """U / (P · N) over runs of equal values, every sum sequential in array order."""
     if values.size == 0:
         return math.nan
-    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    pos = np.add.reduceat(positive, starts)
-    neg = np.add.reduceat(negative, starts)
-    total_pos, total_neg = float(pos.sum()), float(neg.sum())
-    if total_pos <= 0 or total_neg <= 0:
+    change = np.empty(values.size, dtype=bool)
+    change[0] = True
+    np.not_equal(values[1:], values[:-1], out=change[1:])
+    run = np.cumsum(change) - 1
+    pos = np.bincount(run, weights=positive)  # bincount adds in array order
+    neg = np.bincount(run, weights=negative)
+    cum_neg = np.cumsum(neg)
+    pairs = _sequential_sum(pos) * float(cum_neg[-1])  # 0 also when the product underflows
+    if not pairs > 0:
         return math.nan
-    below = np.cumsum(neg) - neg
-    return float(np.sum(pos * (below + 0.5 * neg))) / (total_pos * total_neg)
+    below = cum_neg - neg
+    return _sequential_sum(pos * (below + 0.5 * neg)) / pairs
+
+
+def mann_whitney(values: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> float:
+    """Mann–Whitney AUC of weights per value, ``values`` ascending (ties share a run).
+
+    >>> mann_whitney(np.array([0.2, 0.5, 0.5, 0.7]), np.array([0., 1, 0, 1]),
+    ...              np.array([1., 0, 1, 0]))
+    0.875
+    """
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    positive = np.ascontiguousarray(positive, dtype=np.float64)
+    negative = np.ascontiguousarray(negative, dtype=np.float64)
+    if _use_kernels:
+        return _kernels.mann_whitney(values, positive, negative)
+    return _statistic(values, positive, negative)
+
+
+def held_mann_whitney(
+    values: np.ndarray, codes: np.ndarray, decay: np.ndarray | None = None, newest: int = 0
+) -> float:
+    """:func:`mann_whitney` of a held order (:class:`Ordered`): an entry is positive when its
+    code is odd and weighs ``decay[newest − (code >> 1)]``, or 1 without ``decay``."""
+    if _use_kernels:
+        return _kernels.held_mann_whitney(values, codes, decay, newest)
+    of_class = (codes & 1).astype(np.float64)
+    if decay is None:
+        return _statistic(values, of_class, 1.0 - of_class)
+    weights = decay[newest - (codes >> 1)]
+    positives = weights * of_class
+    return _statistic(values, positives, weights - positives)
 
 
 def merged(old: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -104,26 +173,52 @@ def _decay(fading_factor: float, length: int) -> np.ndarray:
 class Ordered:
     """Held outcomes in order of one class's probability, then of their age: ``values`` and
     ``codes``, each outcome's index times two plus 1 if it is of that class (one array to
-    move instead of two)."""
+    move instead of two). The compiled loop writes into a second pair of buffers and swaps,
+    keeping both from call to call."""
 
     def __init__(self) -> None:
-        self.values = np.empty(0)
-        self.codes = np.empty(0, dtype=np.int64)
+        self._values = np.empty(0)
+        self._codes = np.empty(0, dtype=np.int64)
+        self._n = 0
+        self._spare = (np.empty(0), np.empty(0, dtype=np.int64))
 
-    def insert(self, values: np.ndarray, index: np.ndarray, positive: np.ndarray) -> None:
-        """Add outcomes newer than every one held (``index`` ascending)."""
+    @property
+    def values(self) -> np.ndarray:
+        return self._values[: self._n]
+
+    @property
+    def codes(self) -> np.ndarray:
+        return self._codes[: self._n]
+
+    def advance(
+        self, first: int, values: np.ndarray, index: np.ndarray, positive: np.ndarray
+    ) -> None:
+        """Drop the outcomes older than ``first`` (those a ring let go: the oldest), then add
+        outcomes newer than every one held (``index`` ascending)."""
+        codes = index.astype(np.int64) * 2 + positive
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if _use_kernels:
+            out_values, out_codes = self._spare
+            needed = self._n + values.size
+            if needed > out_values.size:
+                room = max(needed, 2 * out_values.size)
+                out_values, out_codes = np.empty(room), np.empty(room, dtype=np.int64)
+            n = _kernels.ordered_advance(
+                self._values, self._codes, self._n, 2 * first, values, codes, out_values, out_codes
+            )
+            self._spare = (self._values, self._codes)
+            self._values, self._codes, self._n = out_values, out_codes, n
+            return
+        held_values, held_codes = self.values, self.codes
+        if held_codes.size and held_codes.min() < 2 * first:
+            kept = held_codes >= 2 * first
+            held_values, held_codes = held_values[kept], held_codes[kept]
         order = np.argsort(values, kind="stable")
-        values, codes = values[order], (index * 2 + positive)[order]
-        at = np.searchsorted(self.values, values, side="right")
-        self.values = merged(self.values, at, values)
-        self.codes = merged(self.codes, at, codes)
-
-    def keep_from(self, first: int) -> None:
-        """Drop the outcomes older than ``first`` (those a ring let go: the oldest)."""
-        if self.codes.size and self.codes.min() < 2 * first:
-            kept = self.codes >= 2 * first
-            self.values = self.values[kept]
-            self.codes = self.codes[kept]
+        values, codes = values[order], codes[order]
+        at = np.searchsorted(held_values, values, side="right")
+        self._values = merged(held_values, at, values)
+        self._codes = merged(held_codes, at, codes)
+        self._n = self._values.size
 
 
 class HeldAUC:
@@ -154,7 +249,7 @@ class HeldAUC:
         for c in new:
             ordered = Ordered()
             index = np.arange(first, seen, dtype=np.int64)
-            ordered.insert(np.zeros(held["y"].size), index, held["y"] == c)
+            ordered.advance(first, np.zeros(held["y"].size), index, held["y"] == c)
             self._ordered.append(ordered)
 
     def update(self, y_true: np.ndarray, proba: np.ndarray) -> None:
@@ -167,8 +262,7 @@ class HeldAUC:
         index_in = np.arange(seen + m - n_in, seen + m, dtype=np.int64)
         first = self._ring.seen - self._ring.n  # the oldest the ring holds now
         for j, ordered in enumerate(self._ordered):
-            ordered.keep_from(first)
-            ordered.insert(entered["p"][:, j], index_in, entered["y"] == self.tracked[j])
+            ordered.advance(first, entered["p"][:, j], index_in, entered["y"] == self.tracked[j])
 
     def auc(self, positive: int | None) -> float:
         """The positive class's AUC, or the macro average over the tracked classes."""
@@ -181,15 +275,11 @@ class HeldAUC:
             if c not in self.tracked:
                 continue
             ordered = self._ordered[self.tracked.index(c)]
-            codes = ordered.codes
-            of_class = (codes & 1).astype(np.float64)
             if self.fading_factor is None:
-                positives, negatives = of_class, 1.0 - of_class
+                value = held_mann_whitney(ordered.values, ordered.codes)
             else:  # a^(t−i): i within the horizon, so t − 1 − i < size
-                weights = _decay(self.fading_factor, self.size)[seen - 1 - (codes >> 1)]
-                positives = weights * of_class
-                negatives = weights - positives
-            value = mann_whitney(ordered.values, positives, negatives)
+                decay = _decay(self.fading_factor, self.size)
+                value = held_mann_whitney(ordered.values, ordered.codes, decay, seen - 1)
             if not math.isnan(value):
                 results.append(value)
         if positive is not None:
@@ -218,7 +308,7 @@ class HeldAUC:
         self._ordered = []
         for j in range(width):
             ordered = Ordered()
-            ordered.insert(p[:, j], index, y == self.tracked[j])
+            ordered.advance(first, p[:, j], index, y == self.tracked[j])
             self._ordered.append(ordered)
 
 
@@ -264,6 +354,16 @@ class CountedAUC:
         self._n += y_true.size
 
     def _add(self, j: int, values: np.ndarray, positive: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=np.float64) + 0.0  # −0 counts as +0
+        if _use_kernels:
+            self._values[j], self._positive[j], self._negative[j] = _kernels.counted_add(
+                self._values[j],
+                self._positive[j],
+                self._negative[j],
+                values,
+                np.ascontiguousarray(positive, dtype=bool),
+            )
+            return
         distinct, inverse = np.unique(values, return_inverse=True)
         pos = np.bincount(inverse, weights=positive, minlength=distinct.size).astype(np.int64)
         neg = np.bincount(inverse, minlength=distinct.size) - pos

@@ -1,0 +1,361 @@
+//! Compiled loops of streameval's evaluation core.
+//!
+//! Each function here has a numpy reference in `streameval.core.roc_auc` that the tests
+//! compare it with bit for bit: the floating-point operations are the same and in the same
+//! order (every sum runs sequentially in array order, as `np.bincount` and `np.cumsum` do).
+//! The Python side uses these when this module is installed and the reference when not.
+
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+fn slice<'a, T: numpy::Element>(
+    array: &'a PyReadonlyArray1<'_, T>,
+    name: &str,
+) -> PyResult<&'a [T]> {
+    array
+        .as_slice()
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous array")))
+}
+
+/// A key that sorts as numpy sorts floats: by value, −0 equal to 0, every NaN last.
+fn sort_key(value: f64) -> u64 {
+    if value.is_nan() {
+        return u64::MAX;
+    }
+    let bits = (value + 0.0).to_bits(); // −0 + 0 = +0
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}
+
+/// One held order moved on: of the first `held` entries of `values` and `codes`, those whose
+/// code is below `first_code` leave, and the new entries (given in any order) enter, sorted by
+/// value, each after every entry of an equal value already there and after the new ones
+/// before it (a stable sort, then a merge on the right side). The result goes to the first
+/// entries of `out_values` and `out_codes`, buffers with room for `held` + the new entries;
+/// returns how many it wrote. (The caller keeps two pairs of buffers and swaps them: a fresh
+/// array per call cost more in page faults than the merge.)
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn ordered_advance<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f64>,
+    codes: PyReadonlyArray1<'py, i64>,
+    held: usize,
+    first_code: i64,
+    new_values: PyReadonlyArray1<'py, f64>,
+    new_codes: PyReadonlyArray1<'py, i64>,
+    out_values: &Bound<'py, PyArray1<f64>>,
+    out_codes: &Bound<'py, PyArray1<i64>>,
+) -> PyResult<usize> {
+    let aliased = |_| PyValueError::new_err("the output buffers must not be the input arrays");
+    let mut out_values = out_values.try_readwrite().map_err(aliased)?;
+    let mut out_codes = out_codes.try_readwrite().map_err(aliased)?;
+    let (values, codes) = (slice(&values, "values")?, slice(&codes, "codes")?);
+    let (new_values, new_codes) = (
+        slice(&new_values, "new_values")?,
+        slice(&new_codes, "new_codes")?,
+    );
+    let out_values = out_values
+        .as_slice_mut()
+        .map_err(|_| PyValueError::new_err("out_values must be a contiguous array"))?;
+    let out_codes = out_codes
+        .as_slice_mut()
+        .map_err(|_| PyValueError::new_err("out_codes must be a contiguous array"))?;
+    let m = new_values.len();
+    if values.len() != codes.len() || new_codes.len() != m || out_values.len() != out_codes.len() {
+        return Err(PyValueError::new_err(
+            "values and codes must have the same length",
+        ));
+    }
+    if held > values.len() || held + m > out_values.len() {
+        return Err(PyValueError::new_err(
+            "the buffers have no room for the new entries",
+        ));
+    }
+    Ok(py.allow_threads(|| {
+        // (key, position): distinct, so an unstable sort keeps equal values in their order
+        let mut order: Vec<(u64, usize)> =
+            new_values.iter().map(|&v| sort_key(v)).zip(0..m).collect();
+        order.sort_unstable();
+        let mut next = order.iter().peekable();
+        let mut write = 0;
+        for (&value, &code) in values[..held].iter().zip(&codes[..held]) {
+            if code < first_code {
+                continue;
+            }
+            let key = sort_key(value);
+            while let Some(&&(new_key, j)) = next.peek() {
+                if new_key >= key {
+                    break;
+                }
+                out_values[write] = new_values[j];
+                out_codes[write] = new_codes[j];
+                write += 1;
+                next.next();
+            }
+            out_values[write] = value;
+            out_codes[write] = code;
+            write += 1;
+        }
+        for &(_, j) in next {
+            out_values[write] = new_values[j];
+            out_codes[write] = new_codes[j];
+            write += 1;
+        }
+        write
+    }))
+}
+
+/// Outcomes counted into per-value tallies: `values` ascending and distinct, `positive` and
+/// `negative` the outcomes counted at each; each new outcome adds one to its value's tally
+/// (a value not there yet enters in order, as −0 enters as +0). Returns the new three arrays.
+/// NaN is refused: no value equals it, so it has no tally to count into.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn counted_add<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f64>,
+    positive: PyReadonlyArray1<'py, i64>,
+    negative: PyReadonlyArray1<'py, i64>,
+    new_values: PyReadonlyArray1<'py, f64>,
+    new_positive: PyReadonlyArray1<'py, bool>,
+) -> PyResult<(
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+)> {
+    let values = slice(&values, "values")?;
+    let (positive, negative) = (slice(&positive, "positive")?, slice(&negative, "negative")?);
+    let (new_values, new_positive) = (
+        slice(&new_values, "new_values")?,
+        slice(&new_positive, "new_positive")?,
+    );
+    if positive.len() != values.len()
+        || negative.len() != values.len()
+        || new_positive.len() != new_values.len()
+    {
+        return Err(PyValueError::new_err(
+            "values and counts must have the same length",
+        ));
+    }
+    if new_values.iter().any(|v| v.is_nan()) {
+        return Err(PyValueError::new_err("a value to count is NaN"));
+    }
+    let (out_values, out_pos, out_neg) = py.allow_threads(|| {
+        let mut order: Vec<(u64, bool)> = new_values
+            .iter()
+            .map(|&v| sort_key(v))
+            .zip(new_positive.iter().copied())
+            .collect();
+        order.sort_unstable();
+        let capacity = values.len() + order.len();
+        let (mut out_values, mut out_pos, mut out_neg) = (
+            Vec::with_capacity(capacity),
+            Vec::with_capacity(capacity),
+            Vec::with_capacity(capacity),
+        );
+        let mut next = order.iter().peekable();
+        let mut take =
+            |key: u64,
+             value: f64,
+             pos: i64,
+             neg: i64,
+             next: &mut std::iter::Peekable<std::slice::Iter<'_, (u64, bool)>>| {
+                let (mut pos, mut neg) = (pos, neg);
+                while let Some(&&(new_key, is_positive)) = next.peek() {
+                    if new_key != key {
+                        break;
+                    }
+                    if is_positive {
+                        pos += 1;
+                    } else {
+                        neg += 1;
+                    }
+                    next.next();
+                }
+                out_values.push(value);
+                out_pos.push(pos);
+                out_neg.push(neg);
+            };
+        for i in 0..values.len() {
+            let key = sort_key(values[i]);
+            while let Some(&&(new_key, _)) = next.peek() {
+                if new_key >= key {
+                    break;
+                }
+                take(
+                    new_key,
+                    f64::from_bits(value_of_key(new_key)),
+                    0,
+                    0,
+                    &mut next,
+                );
+            }
+            take(key, values[i], positive[i], negative[i], &mut next);
+        }
+        while let Some(&&(new_key, _)) = next.peek() {
+            take(
+                new_key,
+                f64::from_bits(value_of_key(new_key)),
+                0,
+                0,
+                &mut next,
+            );
+        }
+        (out_values, out_pos, out_neg)
+    });
+    Ok((
+        out_values.into_pyarray(py),
+        out_pos.into_pyarray(py),
+        out_neg.into_pyarray(py),
+    ))
+}
+
+/// The bits of the value a [`sort_key`] of a number came from (+0 for ±0).
+fn value_of_key(key: u64) -> u64 {
+    if key >> 63 == 1 {
+        key & !(1 << 63)
+    } else {
+        !key
+    }
+}
+
+/// The sums over runs of equal values, then the statistic: `U / (P · N)`, NaN when there is
+/// no value or one side weighs nothing.
+struct Runs {
+    total_pos: f64,
+    cum_neg: f64,
+    u: f64,
+    pos: f64,
+    neg: f64,
+    started: bool,
+}
+
+impl Runs {
+    fn new() -> Self {
+        Runs {
+            total_pos: 0.0,
+            cum_neg: 0.0,
+            u: 0.0,
+            pos: 0.0,
+            neg: 0.0,
+            started: false,
+        }
+    }
+
+    fn close(&mut self) {
+        self.total_pos += self.pos;
+        self.cum_neg += self.neg;
+        let below = self.cum_neg - self.neg;
+        self.u += self.pos * (below + 0.5 * self.neg);
+        self.pos = 0.0;
+        self.neg = 0.0;
+    }
+
+    fn statistic(mut self) -> f64 {
+        if !self.started {
+            return f64::NAN;
+        }
+        self.close();
+        let pairs = self.total_pos * self.cum_neg; // 0 also when the product underflows
+        if pairs.is_nan() || pairs <= 0.0 {
+            return f64::NAN;
+        }
+        self.u / pairs
+    }
+}
+
+/// The Mann–Whitney AUC of weights per value, `values` ascending (equal values share a run):
+/// `positive[i]` and `negative[i]` are what entry i weighs on each side.
+#[pyfunction]
+fn mann_whitney(
+    py: Python<'_>,
+    values: PyReadonlyArray1<'_, f64>,
+    positive: PyReadonlyArray1<'_, f64>,
+    negative: PyReadonlyArray1<'_, f64>,
+) -> PyResult<f64> {
+    let values = slice(&values, "values")?;
+    let (positive, negative) = (slice(&positive, "positive")?, slice(&negative, "negative")?);
+    if positive.len() != values.len() || negative.len() != values.len() {
+        return Err(PyValueError::new_err(
+            "values and weights must have the same length",
+        ));
+    }
+    Ok(py.allow_threads(|| {
+        let mut runs = Runs::new();
+        for (i, &value) in values.iter().enumerate() {
+            if runs.started && value != values[i - 1] {
+                runs.close();
+            }
+            runs.started = true;
+            runs.pos += positive[i];
+            runs.neg += negative[i];
+        }
+        runs.statistic()
+    }))
+}
+
+/// The same statistic for a held order: entry i is positive when `codes[i] & 1`, and weighs
+/// `decay[newest − (codes[i] >> 1)]` (a fading factor's power of its age), or 1 without
+/// `decay`.
+#[pyfunction]
+#[pyo3(signature = (values, codes, decay=None, newest=0))]
+fn held_mann_whitney(
+    py: Python<'_>,
+    values: PyReadonlyArray1<'_, f64>,
+    codes: PyReadonlyArray1<'_, i64>,
+    decay: Option<PyReadonlyArray1<'_, f64>>,
+    newest: i64,
+) -> PyResult<f64> {
+    let (values, codes) = (slice(&values, "values")?, slice(&codes, "codes")?);
+    if values.len() != codes.len() {
+        return Err(PyValueError::new_err(
+            "values and codes must have the same length",
+        ));
+    }
+    let decay = match &decay {
+        Some(array) => Some(slice(array, "decay")?),
+        None => None,
+    };
+    let outcome = py.allow_threads(|| {
+        let mut runs = Runs::new();
+        for (i, (&value, &code)) in values.iter().zip(codes).enumerate() {
+            if runs.started && value != values[i - 1] {
+                runs.close();
+            }
+            runs.started = true;
+            let weight = match decay {
+                Some(table) => match usize::try_from(newest - (code >> 1))
+                    .ok()
+                    .and_then(|age| table.get(age))
+                {
+                    Some(&weight) => weight,
+                    None => return None,
+                },
+                None => 1.0,
+            };
+            // the same bits as adding the weight to one side and nothing to the other, without
+            // a branch that a random class would mispredict half the time
+            let positive = weight * (code & 1) as f64;
+            runs.pos += positive;
+            runs.neg += weight - positive;
+        }
+        Some(runs.statistic())
+    });
+    outcome.ok_or_else(|| {
+        PyValueError::new_err("an entry is older than the decay table or newer than newest")
+    })
+}
+
+#[pymodule]
+fn streameval_kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ordered_advance, m)?)?;
+    m.add_function(wrap_pyfunction!(counted_add, m)?)?;
+    m.add_function(wrap_pyfunction!(mann_whitney, m)?)?;
+    m.add_function(wrap_pyfunction!(held_mann_whitney, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,159 @@
+"""The compiled loops (``pipeline/kernels``, Rust) give the numpy references' bits.
+
+``make test`` builds and installs the extension, so these tests fail, rather than skip, when
+it is missing: a build that silently fell back to numpy would otherwise pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from streameval.core import roc_auc
+from streameval.core.roc_auc import (
+    CountedAUC,
+    HeldAUC,
+    Ordered,
+    held_mann_whitney,
+    mann_whitney,
+)
+
+
+def twice(fn):
+    """fn() with the compiled loops and with numpy."""
+    assert roc_auc.use_kernels(True), (
+        "the compiled kernels are not installed: `make test` builds them from "
+        "pipeline/kernels (it needs Rust's cargo; see the README)"
+    )
+    compiled = fn()
+    roc_auc.use_kernels(False)
+    reference = fn()
+    roc_auc.use_kernels(True)
+    return compiled, reference
+
+
+def same_bits(a, b) -> bool:
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or a.hex() == b.hex()
+    return all(same_bits(x, y) for x, y in zip(a, b, strict=True))
+
+
+# scores as models send them: few distinct values (ties), or many
+scores = st.one_of(
+    st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]),
+    st.floats(0.0, 1.0, allow_nan=False),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(scores, st.floats(0, 50), st.floats(0, 50)), max_size=60))
+def test_mann_whitney_gives_the_references_bits(rows):
+    rows.sort(key=lambda r: r[0])
+    values, pos, neg = (np.array([r[i] for r in rows], dtype=np.float64) for i in range(3))
+    compiled, reference = twice(lambda: mann_whitney(values, pos, neg))
+    assert same_bits(compiled, reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(scores, st.booleans()), min_size=0, max_size=80),
+    st.sampled_from([None, 0.5, 0.9, 0.999]),
+)
+def test_held_mann_whitney_gives_the_references_bits(rows, factor):
+    n = len(rows)
+    order = sorted(range(n), key=lambda i: rows[i][0])
+    values = np.array([rows[i][0] for i in order], dtype=np.float64)
+    codes = np.array([2 * i + rows[i][1] for i in order], dtype=np.int64)
+    decay = None if factor is None else factor ** np.arange(max(n, 1))
+    compiled, reference = twice(lambda: held_mann_whitney(values, codes, decay, n - 1))
+    assert same_bits(compiled, reference)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(scores, max_size=40), min_size=1, max_size=8),
+    st.integers(1, 60),
+)
+def test_a_held_order_moves_as_the_reference_moves_it(batches, size):
+    def run():
+        ordered, seen, states = Ordered(), 0, []
+        for batch in batches:
+            values = np.array(batch, dtype=np.float64)
+            index = np.arange(seen, seen + values.size, dtype=np.int64)
+            seen += values.size
+            ordered.advance(max(0, seen - size), values, index, index % 3 == 0)
+            states.append((ordered.values.tolist(), ordered.codes.tolist()))
+        return states
+
+    compiled, reference = twice(run)
+    assert compiled == reference
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from([0.0, -0.0, 0.3, 0.5, 1.0]) | scores, st.booleans())),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(2, 12),
+)
+def test_counted_auc_counts_as_the_reference_counts(batches, max_values):
+    def run():
+        counted, out = CountedAUC(max_values), []
+        counted.track([1])
+        for batch in batches:
+            y = np.array([int(positive) for _, positive in batch], dtype=np.int64)
+            p1 = np.array([value for value, _ in batch], dtype=np.float64)
+            counted.update(y, np.column_stack([1.0 - p1, p1]))
+            out.append((counted.auc(1), json.dumps(counted.state())))
+        return out
+
+    compiled, reference = twice(run)
+    assert [text for _, text in compiled] == [text for _, text in reference]
+    assert same_bits([auc for auc, _ in compiled], [auc for auc, _ in reference])
+
+
+@pytest.mark.parametrize("factor", [None, 0.99])
+@pytest.mark.parametrize("decimals", [2, None])
+def test_held_auc_reads_the_same_with_either_loop(factor, decimals):
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 3, 5_000)
+    p = rng.dirichlet(np.ones(3), 5_000)
+    if decimals is not None:
+        p = np.round(p, decimals)
+
+    def run():
+        held = HeldAUC(300 if factor is None else roc_auc.auc_horizon(factor), factor)
+        held.track([0, 2])
+        out = []
+        for lo in range(0, y.size, 137):
+            held.update(y[lo : lo + 137], p[lo : lo + 137])
+            out += [held.auc(0), held.auc(None)]
+        return out
+
+    compiled, reference = twice(run)
+    assert same_bits(compiled, reference)
+
+
+def test_the_compiled_loops_refuse_what_they_cannot_read():
+    import streameval_kernels as kernels
+
+    values, codes = np.zeros(4), np.zeros(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.mann_whitney(np.zeros(8)[::2], values, values)
+    with pytest.raises(ValueError, match="same length"):
+        kernels.held_mann_whitney(values, codes[:3], None, 0)
+    with pytest.raises(ValueError, match="decay table"):
+        kernels.held_mann_whitney(values, codes + 20, np.ones(4), 3)
+    one, one_code = np.zeros(1), np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError, match="no room"):
+        kernels.ordered_advance(values, codes, 4, 0, one, one_code, np.zeros(4), codes.copy())
+    with pytest.raises(ValueError, match="NaN"):
+        kernels.counted_add(values, codes, codes, np.array([np.nan]), np.array([True]))
+    with pytest.raises(ValueError, match="must not be the input"):
+        kernels.ordered_advance(values, codes, 3, 0, one, one_code, values, codes)
