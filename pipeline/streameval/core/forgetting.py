@@ -255,16 +255,31 @@ class Ring:
             entered = {name: column[m - size :] for name, column in rows.items()}
             leaving = self._held_slots()
             slots = (self.seen + np.arange(m - size, m)) % size
+            left = {name: column[leaving] for name, column in self._columns.items()}
+            for name, column in self._columns.items():
+                column[slots] = entered[name]
+            self.seen += m
+            return entered, left
+        # the m slots from seen % size on, as at most two runs (the ring wraps once at most);
+        # those already filled hold the rows that leave, oldest first
+        start = self.seen % size
+        runs = [(start, min(start + m, size))]
+        if start + m > size:
+            runs.append((0, start + m - size))
+        if self.seen >= size:
+            filled = runs
+        elif self.seen + m > size:  # the first run was empty, the second held the oldest
+            filled = runs[1:]
         else:
-            entered = rows
-            positions = self.seen + np.arange(m)
-            slots = positions % size
-            leaving = slots[positions >= size]
-        left = {name: column[leaving] for name, column in self._columns.items()}
-        for name, column in self._columns.items():
-            column[slots] = entered[name]
+            filled = []
+        left = {name: _copy_runs(column, filled) for name, column in self._columns.items()}
+        done = 0
+        for lo, hi in runs:
+            for name, column in self._columns.items():
+                column[lo:hi] = rows[name][done : done + hi - lo]
+            done += hi - lo
         self.seen += m
-        return entered, left
+        return rows, left
 
     def held(self) -> dict[str, np.ndarray]:
         """The rows held, oldest first (copies)."""
@@ -326,8 +341,22 @@ class Ring:
                 self._packing[name] = state[name].partition(":")[0]
 
 
+def _copy_runs(column: np.ndarray, runs: list[tuple[int, int]]) -> np.ndarray:
+    """The rows of ``column`` in the slot ranges ``runs``, one after the other (a copy)."""
+    if len(runs) == 1:
+        return column[runs[0][0] : runs[0][1]].copy()
+    if not runs:
+        return column[:0].copy()
+    return np.concatenate([column[lo:hi] for lo, hi in runs])
+
+
 #: how :func:`pack_column` names a column's dtype
 _PACKED = {"i1": np.int8, "i2": np.int16, "i4": np.int32, "i8": np.int64, "f8": np.float64}
+#: each integer packing with the least and the most it holds, narrowest first
+_RANGES = [
+    (code, int(np.iinfo(_PACKED[code]).min), int(np.iinfo(_PACKED[code]).max))
+    for code in ("i1", "i2", "i4", "i8")
+]
 
 
 def packing_of(values: np.ndarray) -> str:
@@ -336,11 +365,7 @@ def packing_of(values: np.ndarray) -> str:
     if values.size == 0:
         return "i1"
     low, high = int(values.min()), int(values.max())
-    return next(
-        c
-        for c in ("i1", "i2", "i4", "i8")
-        if np.iinfo(_PACKED[c]).min <= low and high <= np.iinfo(_PACKED[c]).max
-    )
+    return next(code for code, least, most in _RANGES if least <= low and high <= most)
 
 
 def pack_column(values: np.ndarray, code: str | None = None) -> str:
