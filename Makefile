@@ -13,7 +13,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 # A virtualenv with the project, its compiled kernels and its test extras; rebuilt when
 # pyproject.toml or the kernels' sources change.
-$(STAMP): pyproject.toml $(KERNELS)/pyproject.toml $(KERNELS)/Cargo.toml $(KERNELS)/Cargo.lock $(KERNELS)/src/lib.rs
+$(STAMP): pyproject.toml $(KERNELS)/pyproject.toml $(KERNELS)/Cargo.toml $(KERNELS)/Cargo.lock $(wildcard $(KERNELS)/src/*.rs)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streameval needs Python >= 3.11, found " + sys.version.split()[0])'
 	@command -v cargo > /dev/null || { echo "streameval's compiled kernels ($(KERNELS)) need Rust's cargo, not found on PATH nor in ~/.cargo/bin: install Rust with rustup (https://rustup.rs), then run make again"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)  ## every benchmark, each side by side with its peer
 	$(BIN)/python benchmarks/core_vs_river.py
+	$(BIN)/python benchmarks/held_auc.py
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/pipeline_throughput.py
 	$(BIN)/python benchmarks/store_choice.py

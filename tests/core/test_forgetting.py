@@ -78,6 +78,13 @@ def test_a_ring_moves_sums_by_exactly_what_entered_and_left(size):
         )
 
 
+def test_a_ring_refuses_columns_of_different_lengths():
+    ring = Ring(5, x=np.int64, y=np.float64)
+    with pytest.raises(ValueError, match="same number of rows"):
+        ring.push(x=np.arange(2), y=np.arange(3.0))
+    assert ring.seen == 0
+
+
 @pytest.mark.parametrize("factor", [0.5, 0.9, 0.999, 1.0])
 def test_running_sums_are_the_same_bits_for_any_split_and_agree_with_update(factor):
     rng = np.random.default_rng(int(factor * 1000))

@@ -225,7 +225,8 @@ fn value_of_key(key: u64) -> u64 {
 }
 
 /// The sums over runs of equal values, then the statistic: `U / (P · N)`, NaN when there is
-/// no value or one side weighs nothing.
+/// no value or one side weighs nothing. The sums over runs start from the first run's terms,
+/// as `np.cumsum` does (not from 0, which would turn a first −0 into +0).
 struct Runs {
     total_pos: f64,
     cum_neg: f64,
@@ -233,6 +234,7 @@ struct Runs {
     pos: f64,
     neg: f64,
     started: bool,
+    closed: usize,
 }
 
 impl Runs {
@@ -244,14 +246,26 @@ impl Runs {
             pos: 0.0,
             neg: 0.0,
             started: false,
+            closed: 0,
         }
     }
 
     fn close(&mut self) {
-        self.total_pos += self.pos;
-        self.cum_neg += self.neg;
+        if self.closed == 0 {
+            self.total_pos = self.pos;
+            self.cum_neg = self.neg;
+        } else {
+            self.total_pos += self.pos;
+            self.cum_neg += self.neg;
+        }
         let below = self.cum_neg - self.neg;
-        self.u += self.pos * (below + 0.5 * self.neg);
+        let term = self.pos * (below + 0.5 * self.neg);
+        self.u = if self.closed == 0 {
+            term
+        } else {
+            self.u + term
+        };
+        self.closed += 1;
         self.pos = 0.0;
         self.neg = 0.0;
     }

@@ -247,6 +247,11 @@ class Ring:
         held before leaves; a caller's sums therefore move by exactly ``+ entered − left``.
         """
         m = len(next(iter(rows.values())))
+        if any(len(column) != m for column in rows.values()):
+            raise ValueError(
+                f"a ring's columns are pushed the same number of rows, got "
+                f"{ {name: len(column) for name, column in rows.items()} }"
+            )
         size = self.size
         for name, code in self._packing.items():
             if code != "i8" and m:  # every row, also those a long batch pushes past

@@ -135,12 +135,19 @@ def held_mann_whitney(
 ) -> float:
     """:func:`mann_whitney` of a held order (:class:`Ordered`): an entry is positive when its
     code is odd and weighs ``decay[newest − (code >> 1)]``, or 1 without ``decay``."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    if decay is not None:
+        decay = np.ascontiguousarray(decay, dtype=np.float64)
     if _use_kernels:
         return _kernels.held_mann_whitney(values, codes, decay, newest)
     of_class = (codes & 1).astype(np.float64)
     if decay is None:
         return _statistic(values, of_class, 1.0 - of_class)
-    weights = decay[newest - (codes >> 1)]
+    age = newest - (codes >> 1)
+    if age.size and (age.min() < 0 or age.max() >= decay.size):
+        raise ValueError("an entry is older than the decay table or newer than newest")
+    weights = decay[age]
     positives = weights * of_class
     return _statistic(values, positives, weights - positives)
 
@@ -355,6 +362,8 @@ class CountedAUC:
 
     def _add(self, j: int, values: np.ndarray, positive: np.ndarray) -> None:
         values = np.ascontiguousarray(values, dtype=np.float64) + 0.0  # −0 counts as +0
+        if np.isnan(values).any():  # equal to no value: it would have no tally of its own
+            raise ValueError("a value to count is NaN")
         if _use_kernels:
             self._values[j], self._positive[j], self._negative[j] = _kernels.counted_add(
                 self._values[j],
