@@ -233,7 +233,8 @@ struct Runs {
     u: f64,
     pos: f64,
     neg: f64,
-    started: bool,
+    /// the value of the run being summed (None before the first entry)
+    current: Option<f64>,
     closed: usize,
 }
 
@@ -245,9 +246,19 @@ impl Runs {
             u: 0.0,
             pos: 0.0,
             neg: 0.0,
-            started: false,
+            current: None,
             closed: 0,
         }
+    }
+
+    /// One entry, in order of value: a value unequal to the run's closes the run.
+    fn add(&mut self, value: f64, pos: f64, neg: f64) {
+        if matches!(self.current, Some(run) if value != run) {
+            self.close();
+        }
+        self.current = Some(value);
+        self.pos += pos;
+        self.neg += neg;
     }
 
     fn close(&mut self) {
@@ -271,7 +282,7 @@ impl Runs {
     }
 
     fn statistic(mut self) -> f64 {
-        if !self.started {
+        if self.current.is_none() {
             return f64::NAN;
         }
         self.close();
@@ -302,12 +313,7 @@ fn mann_whitney(
     Ok(py.allow_threads(|| {
         let mut runs = Runs::new();
         for (i, &value) in values.iter().enumerate() {
-            if runs.started && value != values[i - 1] {
-                runs.close();
-            }
-            runs.started = true;
-            runs.pos += positive[i];
-            runs.neg += negative[i];
+            runs.add(value, positive[i], negative[i]);
         }
         runs.statistic()
     }))
@@ -337,11 +343,7 @@ fn held_mann_whitney(
     };
     let outcome = py.allow_threads(|| {
         let mut runs = Runs::new();
-        for (i, (&value, &code)) in values.iter().zip(codes).enumerate() {
-            if runs.started && value != values[i - 1] {
-                runs.close();
-            }
-            runs.started = true;
+        for (&value, &code) in values.iter().zip(codes) {
             let weight = match decay {
                 Some(table) => match usize::try_from(newest - (code >> 1))
                     .ok()
@@ -355,8 +357,7 @@ fn held_mann_whitney(
             // the same bits as adding the weight to one side and nothing to the other, without
             // a branch that a random class would mispredict half the time
             let positive = weight * (code & 1) as f64;
-            runs.pos += positive;
-            runs.neg += weight - positive;
+            runs.add(value, positive, weight - positive);
         }
         Some(runs.statistic())
     });
