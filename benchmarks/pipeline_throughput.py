@@ -287,7 +287,27 @@ def phase_worker(
         "rate": n / seconds,
         "prefix": prefix,
         "peak_rss": peak_rss,
+        "changelog": changelog_records(boot, prefix + "app"),
     }
+
+
+def changelog_records(boot: str, app: str) -> int:
+    """How many records the worker wrote to its two changelogs: the sum of their partitions'
+    end offsets (a transaction's commit marker takes an offset too)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": "bench-reader"})
+    try:
+        total = 0
+        for kind in ("join", "eval"):
+            topic = f"{app}-{kind}-changelog"
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            total += sum(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions
+            )
+        return total
+    finally:
+        consumer.close()
 
 
 # -- phase 2 ----------------------------------------------------------------------------------
@@ -720,7 +740,8 @@ def main() -> None:
         for name, processes in pipelines:
             worker = phase_worker(boot, args.events, args.partitions, tmp, args.workers, processes)
             report(name, worker, f", peak RSS {worker['peak_rss'] / 2**20:.0f} MiB, "
-                   f"{processes} data-path process(es)")  # fmt: skip
+                   f"{processes} data-path process(es), {worker['changelog']:,} changelog "
+                   "records")  # fmt: skip
         if "raw" not in args.skip:
             report("raw consume+decode", phase_raw(boot, worker["prefix"], worker["events"]))
         if "loop" not in args.skip:

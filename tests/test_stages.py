@@ -215,7 +215,7 @@ class Harness:
             number + 1, changes, chunks, {"v": 1}, intent=not transaction
         )
         if crash and self.rng.random() < 0.2:  # a crash in the middle of the checkpoint
-            written = self.rng.randrange(len(records))
+            written = int(self.rng.random() * len(records))  # one draw, whatever the count
             if not transaction:
                 log.extend(records[:written])
             self.aborted += transaction
@@ -386,7 +386,9 @@ def test_checkpoints_written_in_transactions_give_replays_numbers(stream, expect
     """Checkpoints without an intent, as the worker writes them under exactly-once, mixed with
     those of at-least-once (a worker may change its guarantee between runs): a crash in one
     of them leaves nothing of it, and the restores give replay's numbers."""
-    harness = Harness(stream, make_config(), seed=300 + seed, transactions=0.5)
+    # (seeds whose schedules abort a transaction: the draws follow what the stages do, and
+    # with the join's waiting events in chunks the schedule of seed 300 aborts none)
+    harness = Harness(stream, make_config(), seed=301 + seed, transactions=0.5)
     assert harness.run(crashes=0.05) == expected
     assert harness.aborted > 0 and sum(j.duplicates for j in harness.joins) > 0
 

@@ -35,6 +35,7 @@ from streameval.core.state import (
     MEMORY,
     META,
     RECORD,
+    WAITING,
     Cut,
     decode_value,
     encode_changes,
@@ -47,7 +48,10 @@ from streameval.store_queues import TimeQueue
 __all__ = ["FORMAT", "DiskState", "StoreError"]
 
 #: The layout of the database; another is rebuilt from the changelog.
-FORMAT = 1
+FORMAT = 2
+#: Formats this release reads: 1 held a join's waiting events one per key, 2 in chunks too (a
+#: release before chunks rebuilds a store of format 2 from the changelog, which it refuses).
+READABLE_FORMATS = (1, 2)
 _QUEUES = {"expiry": b"x", "forget": b"f"}
 _LOCAL = b"~"  # the store's own scalars: format, fingerprint, changelog position, counts
 _BYTES_PER_CACHED = 400  # a cached record in RAM, roughly (a list, its ints and strings)
@@ -139,7 +143,7 @@ class DiskState:
         local = self._local()
         if not local:
             return True, "empty"
-        if local.get("format") != FORMAT:
+        if local.get("format") not in READABLE_FORMATS:
             return False, f"format {local.get('format')}, this worker writes {FORMAT}"
         if local.get("fingerprint") not in (self.fingerprint, *self.accept):
             return False, "written under other join rules"
@@ -161,13 +165,15 @@ class DiskState:
         """When (epoch seconds) the database's last checkpoint was written."""
         return self._local().get("at")
 
-    def waiting(self) -> list[list]:
-        """The events that were waiting for the clock at the last checkpoint."""
+    def waiting(self) -> list[tuple[bytes, bytes]]:
+        """The events that were waiting for the clock at the last checkpoint: their keys and
+        values (chunks, and single events as checkpoints before chunks wrote them)."""
         out, it = [], self.db.iter()
-        it.seek(EVENT)
-        while it.valid() and it.key()[:1] == EVENT:
-            out.append(decode_value(it.value()))
-            it.next()
+        for prefix in (EVENT, WAITING):
+            it.seek(prefix)
+            while it.valid() and it.key()[:1] == prefix:
+                out.append((it.key(), it.value()))
+                it.next()
         return out
 
     def scalars(self) -> dict[bytes, bytes]:
@@ -405,7 +411,7 @@ class DiskState:
         it.seek_to_first()
         while it.valid():
             key = it.key()
-            if key[:1] in (RECORD, MEMORY, EVENT, META, b"t"):
+            if key[:1] in (RECORD, MEMORY, EVENT, WAITING, META, b"t"):
                 yield key, it.value()
             it.next()
 

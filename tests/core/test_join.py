@@ -1,10 +1,20 @@
 """The join rules (docs/replay.md, "How events become outcomes"), one rule per test."""
 
+from unittest import mock
+
 import pytest
+import streameval.core.waiting as waiting_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streameval.core.join import Join
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
+from streameval.core.state import (
+    EVENT,
+    WAITING,
+    decode_value,
+    encode_value,
+    event_key,
+)
 
 # events: ("i", id, ts, now) instance; ("p", id, model, ts, label, now); ("l", id, ts, label, now);
 # ("a", now) advances the clock. Each event arrives when the clock is at ``now``: stamped after
@@ -363,6 +373,23 @@ def test_waiting_events_applied_in_slices(events, grace, ttl, max_pending, budge
     """A clock that passes many waiting events may apply them a few at a time (``budget``),
     with checkpoints and a crash between the slices: the outcomes, their order, the counters
     and the checkpoints' meaning are those of the join that applies them all at once."""
+    _slices_with_a_crash(events, grace, ttl, max_pending, budget, crash_at, cut_every)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_events, grace=st.integers(0, 10), ttl=st.integers(1, 60),
+       max_pending=st.integers(1, 4), budget=st.integers(1, 4), crash_at=st.integers(1, 20),
+       cut_every=st.integers(1, 4), chunk=st.integers(1, 3))  # fmt: skip
+def test_waiting_events_in_small_chunks(events, grace, ttl, max_pending, budget, crash_at,
+                                        cut_every, chunk):  # fmt: skip
+    """The same with checkpoints writing the waiting events ``chunk`` to a record: chunks
+    written, cut short by the events applied since and written again, or emptied and
+    deleted, restore exactly the events still waiting."""
+    with mock.patch.object(waiting_module, "CHUNK_EVENTS", chunk):
+        _slices_with_a_crash(events, grace, ttl, max_pending, budget, crash_at, cut_every)
+
+
+def _slices_with_a_crash(events, grace, ttl, max_pending, budget, crash_at, cut_every):
     rows, clocks = _as_rows(events, pile_up=True)
     whole, want = _at_once(rows, clocks, grace, ttl, max_pending)
 
@@ -394,6 +421,99 @@ def test_waiting_events_applied_in_slices(events, grace, ttl, max_pending, budge
     assert got == want
     assert join.counters == whole.counters and join.model_counters == whole.model_counters
     assert join.clock == whole.clock and join.waiting == whole.waiting == 0
+    _merge(log, join.changes())  # nothing waits: the changelog holds no waiting key
+    assert not [k for k in log if k[:1] in (EVENT, WAITING)]
+
+
+def _held_back(n, grace=1000):
+    """A join holding ``n`` predictions back for the clock, and its rows (ts 10, 11, ...)."""
+    rows = [(PREDICTION, f"i{i}", "m", 10 + i, "a", 0, i, None) for i in range(n)]
+    join = Join(label_grace=grace)
+    join.add_events(rows, 0)
+    return join, rows
+
+
+def test_a_checkpoint_writes_waiting_events_a_chunk_to_a_record():
+    """2 500 events waiting make three records, not 2 500; applying some writes their chunk
+    again with the rest, and applying all of a chunk deletes it."""
+    join, _ = _held_back(2500)
+    changes = join.changes()
+    chunks = {k: decode_value(v) for k, v in changes.items() if k[:1] == WAITING}
+    assert [len(v) for v in chunks.values()] == [1000, 1000, 500]
+    join.commit()
+    join.advance(1010 + 1499)  # events ts 10 .. 1509 applied: chunk 0 and half of chunk 1
+    changes = {k: v for k, v in join.changes().items() if k[:1] == WAITING}
+    first, second, third = sorted(chunks)
+    assert changes[first] is None and third not in changes
+    assert [row[0] for row in decode_value(changes[second])] == list(range(1510, 2010))
+    join.commit()
+    assert join.waiting == 1000
+
+
+def test_events_applied_between_changes_and_commit_go_in_the_next_checkpoint():
+    """What changes after :meth:`Join.changes` is not in that checkpoint: a chunk that loses
+    events, or an event taken in, then is written by the next one."""
+    join, _ = _held_back(10)
+    log = {}
+    _merge(log, join.changes())
+    join.commit()
+    _merge(log, join.changes())  # nothing waiting has changed ...
+    join.advance(1012)  # ... and now three events are applied, before the commit
+    join.add_events([(PREDICTION, "j", "m", 100, "a", 0, 99, None)], 0)
+    join.commit()
+    _merge(log, join.changes())
+    join.commit()
+    assert join.waiting == 8 and Join.restore(log.items()).waiting == 8
+    join.advance(5000)
+    _merge(log, join.changes())
+    assert not [k for k in log if k[:1] == WAITING]
+
+
+def test_a_chunk_holds_about_chunk_bytes_at_most():
+    """Events with scores over many classes are kilobytes each: a chunk over
+    ``CHUNK_BYTES`` is halved, down to a single event."""
+    classes = tuple(x for c in range(300) for x in (f"class {c}", 1 / 300))
+    rows = [(PREDICTION, f"i{i}", "m", 10 + i, "class 0", 0, i, classes) for i in range(40)]
+    join = Join(label_grace=1000)
+    join.add_events(rows, 0)
+    with mock.patch.object(waiting_module, "CHUNK_BYTES", 20_000):
+        changes = join.changes()
+    sizes = [(len(v), len(decode_value(v))) for k, v in changes.items() if k[:1] == WAITING]
+    assert sum(n for _, n in sizes) == 40 and len(sizes) > 1
+    assert all(size <= 20_000 or n == 1 for size, n in sizes)
+    join.commit()
+    restored = Join.restore(changes.items())
+    assert restored.waiting == 40
+    label = [(LABEL, "i3", "", 20, "class 0", 0, 50, None)]
+    restored.add_events(label, 0)
+    join.add_events(label, 0)
+    assert restored.advance(2000) == join.advance(2000) and restored.waiting == 0
+
+
+def test_waiting_events_of_a_checkpoint_before_chunks_restore_and_go():
+    """A checkpoint that wrote each waiting event under a key of its own (before chunks)
+    restores them; applied, their keys are deleted, and new ones come in chunks."""
+    join, _ = _held_back(5)
+    log = {}
+    for key, value in join.changes().items():  # as an older worker wrote them
+        if key[:1] == WAITING:
+            for entry in decode_value(value):
+                log[event_key(entry[0], entry[6])] = encode_value(entry)
+        else:
+            log[key] = value
+    join.commit()
+    restored = Join.restore(log.items())
+    assert restored.waiting == 5
+    later = [(LABEL, "i0", "", 12, "b", 0, 8, None), (PREDICTION, "j", "m", 100, "a", 0, 9, None)]
+    join.add_events(later, 0)
+    restored.add_events(later, 0)
+    want = join.advance(1012)
+    assert restored.advance(1012) == want and len(want) == 1
+    _merge(log, restored.changes())
+    restored.commit()
+    waiting = sorted(k for k in log if k[:1] in (EVENT, WAITING))
+    assert [k[:1] for k in waiting] == [EVENT, EVENT, WAITING]  # ts 13 and 14 wait still
+    assert Join.restore(log.items()).waiting == 3
 
 
 def test_a_join_restored_between_slices_is_still_behind():

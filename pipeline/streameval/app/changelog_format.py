@@ -51,9 +51,11 @@ __all__ = [
 #: the state itself records every part's settings). Version 3 writes the evaluation states'
 #: rings as they lie, their columns packed and first (streameval.app.statekeys.encode_state);
 #: it reads the states of 1 and 2, which list each window oldest first, and they cannot read
-#: its states.
-CHECKPOINT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+#: its states. Version 4 writes a join's events waiting for its clock in chunks
+#: (streameval.core.waiting); it reads the events of 1 to 3, one under each key, and those
+#: would not see its chunks.
+CHECKPOINT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: Size of an intent chunk (bytes of encoded pairs, about: pairs are split evenly), far below
 #: the changelog topics' message limit.
 CHUNK_BYTES = 512 * 1024

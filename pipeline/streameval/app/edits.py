@@ -27,7 +27,15 @@ from typing import Any
 import orjson
 
 from streameval.core.outcome import Outcome
-from streameval.core.state import EVENT, MEMORY, META, RECORD, decode_value, encode_value
+from streameval.core.state import (
+    EVENT,
+    MEMORY,
+    META,
+    RECORD,
+    WAITING,
+    decode_value,
+    encode_value,
+)
 
 from .evolve import model_shape_of
 from .statekeys import (
@@ -99,7 +107,8 @@ def summarize_join(items: Items) -> dict[str, Any]:
         "frontier": stage.get("frontier"),
         "pending": sum(1 for k in items if k[:1] == RECORD),
         "remembered": sum(1 for k in items if k[:1] == MEMORY),
-        "waiting": sum(1 for k in items if k[:1] == EVENT),
+        "waiting": sum(1 for k in items if k[:1] == EVENT)
+        + sum(len(decode_value(v)) for k, v in items.items() if k[:1] == WAITING),
     }
 
 

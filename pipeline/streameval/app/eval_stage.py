@@ -176,9 +176,10 @@ class EvalStage:
         if least > 1:
             due = 0
             for run in self._runs.values():
-                due += bisect.bisect_left(run, key)
-                if due >= least:
-                    break
+                if run and run[0] < key:  # (the usual run, none of it due yet, is skipped)
+                    due += bisect.bisect_left(run, key)
+                    if due >= least:
+                        break
             else:
                 return [], []  # too few yet: they wait for more, or for the tick
         self._limit = limit

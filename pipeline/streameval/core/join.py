@@ -35,7 +35,7 @@ from streameval.core.outcome import (
     Scores,
 )
 from streameval.core.pending import PREDICTIONS
-from streameval.core.state import EVENT, META, decode_value
+from streameval.core.state import EVENT, META, WAITING, decode_value
 from streameval.core.waiting import Waiting, WaitingEvents
 
 __all__ = ["Join", "join_partition"]
@@ -156,7 +156,8 @@ class Join(JoinRules):
 
     @property
     def changed(self) -> int:
-        """How many keys :meth:`changes` would give now: what a checkpoint costs."""
+        """What a checkpoint would cost now: the keys of the state that changed, and the
+        waiting events taken in or applied since the last one."""
         return self.state.changed() + self._waiting.changed()
 
     @property
@@ -340,10 +341,15 @@ class Join(JoinRules):
 
     @classmethod
     def resume(
-        cls, meta: dict[str, Any], state: Any, waiting: Iterable[list], notices: bool = False
+        cls,
+        meta: dict[str, Any],
+        state: Any,
+        waiting: Iterable[tuple[bytes, bytes]],
+        notices: bool = False,
     ) -> Join:
         """A join over a ``state`` that holds its instances already (a disk store), with its
-        scalars (:meth:`meta`) and the events that were waiting for the clock; ``notices``
+        scalars (:meth:`meta`) and the events that were waiting for the clock (their keys and
+        values, as a checkpoint wrote them); ``notices``
         as the constructor's (a setting, not state: none are held between calls)."""
         join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state, notices)
         join.restore_meta(meta, waiting)
@@ -358,7 +364,7 @@ class Join(JoinRules):
         meta = next(decode_value(v) for k, v in items if k == META)
         join = cls(meta["label_grace"], meta["label_ttl"], meta["max_pending"], state, notices)
         join.state.load(items, join.queue_entries, PREDICTIONS)
-        join.restore_meta(meta, [decode_value(v) for k, v in items if k[:1] == EVENT])
+        join.restore_meta(meta, [(k, v) for k, v in items if k[:1] in (EVENT, WAITING)])
         join.commit()
         return join
 
@@ -375,9 +381,9 @@ class Join(JoinRules):
             "model_counters": [[r, m, c] for (r, m), c in self.model_counters.items()],
         }
 
-    def restore_meta(self, meta: dict[str, Any], waiting: Iterable[list]) -> None:
-        """Take back the scalars of :meth:`meta` and the ``waiting`` events (the instances
-        are already in the state, and its time queues)."""
+    def restore_meta(self, meta: dict[str, Any], waiting: Iterable[tuple[bytes, bytes]]) -> None:
+        """Take back the scalars of :meth:`meta` and the ``waiting`` events (their keys and
+        values; the instances are already in the state, and its time queues)."""
         self._clock = meta["clock"]
         self._target = meta.get("target", self._clock)  # absent before slices existed
         self._seq = meta["seq"]

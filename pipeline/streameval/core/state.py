@@ -9,8 +9,9 @@ key/value pairs in one encoding (:func:`encode_changes`), so a checkpoint writes
 changed and either store can be rebuilt from the checkpoints of the other.
 
 Keys (bytes): ``p`` + instance id → a pending instance's record; ``r`` + instance id → a
-remembered (resolved, expired or evicted) instance; ``e`` + time + sequence → an event waiting
-for the clock; ``m`` → the join's small scalars (counters, clock). The time queues (expiry,
+remembered (resolved, expired or evicted) instance; ``w`` + a number → a chunk of events waiting
+for the clock (``e`` + time + sequence → one waiting event, as checkpoints before chunks wrote
+them: still read); ``m`` → the join's small scalars (counters, clock). The time queues (expiry,
 grace, memory) are derived from the records and are not part of the changes.
 """
 
@@ -30,6 +31,7 @@ __all__ = [
     "MEMORY",
     "META",
     "RECORD",
+    "WAITING",
     "Cut",
     "MemoryState",
     "decode_value",
@@ -37,9 +39,10 @@ __all__ = [
     "encode_value",
     "event_key",
     "intern_record",
+    "waiting_key",
 ]
 
-RECORD, MEMORY, EVENT, META = b"p", b"r", b"e", b"m"
+RECORD, MEMORY, EVENT, META, WAITING = b"p", b"r", b"e", b"m", b"w"
 _BE = struct.Struct(">Q")
 _OFFSET = 1 << 63  # signed times as unsigned big-endian: byte order is time order
 _encoder = msgspec.msgpack.Encoder()
@@ -51,6 +54,11 @@ _intern = sys.intern
 def event_key(ts: int, seq: int) -> bytes:
     """The key of a waiting event: sorted by time, then by arrival sequence."""
     return EVENT + _BE.pack(ts + _OFFSET) + _BE.pack(seq)
+
+
+def waiting_key(number: int) -> bytes:
+    """The key of a chunk of waiting events."""
+    return WAITING + _BE.pack(number)
 
 
 def time_key(prefix: bytes, t: int, instance_id: str) -> bytes:

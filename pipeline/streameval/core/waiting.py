@@ -2,8 +2,10 @@
 
 They wait in sorted runs — a batch's events, sorted, make one — and are taken, in time order,
 once the clock passes them, then applied in slices. A checkpoint writes the events taken in
-since the last one, each under a key of its own, and deletes those of earlier checkpoints that
-have been applied since.
+since the last one in chunks of at most :data:`CHUNK_EVENTS` (in time order, one key each),
+writes again each chunk of an earlier checkpoint that lost events since (the events it still
+holds) and deletes those that lost them all. Each event was once a key of its own, written
+and then deleted: two changelog records and two store writes per input event.
 """
 
 from __future__ import annotations
@@ -13,9 +15,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from streameval.core.outcome import Label, Scores
-from streameval.core.state import encode_value, event_key
+from streameval.core.state import (
+    EVENT,
+    WAITING,
+    decode_value,
+    encode_value,
+    waiting_key,
+)
 
-__all__ = ["Waiting", "WaitingEvents", "merge_runs", "take_runs"]
+__all__ = ["CHUNK_BYTES", "CHUNK_EVENTS", "Waiting", "WaitingEvents", "merge_runs", "take_runs"]
+
+#: The most events one checkpoint record holds (about 70 bytes each without scores) ...
+CHUNK_EVENTS = 1000
+#: ... and about the most bytes: a chunk over it is halved (an event with scores over many
+#: classes takes kilobytes), down to one event, which an input message bounds.
+CHUNK_BYTES = 256 * 1024
 
 #: a waiting event: (ts, kind, instance_id, model_id, label is a string, label, sequence,
 #: scores or None); the sequence is unique, so two events never compare their scores
@@ -87,17 +101,41 @@ class WaitingEvents:
         self._run_number = 0
         self.due: list[Waiting] = []  # applied from _pos on
         self._pos = 0
-        # since the last checkpoint: events taken in (no checkpoint has them yet), and those
-        # of a checkpoint applied since (their keys go)
+        # events taken in since the last checkpoint (no checkpoint has them yet), by sequence
         self._added: dict[int, Waiting] = {}
-        self._applied: list[tuple[int, int]] = []
+        # the chunks checkpoints hold: number -> the events still waiting in it, by sequence
+        self._chunks: dict[int, dict[int, Waiting]] = {}
+        self._chunk_of: dict[int, int] = {}  # sequence -> chunk number
+        self._next_chunk = 0
+        self._shrunk: set[int] = set()  # chunks that lost events since the last checkpoint
+        # events a checkpoint wrote under a key of their own (before chunks): sequence -> key
+        self._single: dict[int, bytes] = {}
+        self._gone: list[bytes] = []  # ... applied since the last checkpoint: their keys go
+        self._left = 0  # events of earlier checkpoints applied since the last one
+        # what :meth:`changes` wrote, for :meth:`committed`: the new chunks, the size of each
+        # chunk written again, how many keys of single events it deleted and events it counted
+        self._staged: tuple[list[tuple[int, list[Waiting]]], dict[int, int], int, int] | None
+        self._staged = None
 
     @classmethod
-    def restored(cls, entries: Iterable[list]) -> WaitingEvents:
-        """The events a checkpoint holds, waiting again (one sorted run)."""
+    def restored(cls, items: Iterable[tuple[bytes, bytes]]) -> WaitingEvents:
+        """The events a checkpoint holds (its waiting keys and their values), waiting again
+        (one sorted run)."""
         waiting = cls()
-        # (an event of a checkpoint from before scores were kept has none)
-        run = sorted((*e[:7], None if len(e) < 8 or e[7] is None else tuple(e[7])) for e in entries)
+        run: list[Waiting] = []
+        for key, value in items:
+            if key[:1] == WAITING:
+                number = int.from_bytes(key[1:], "big")
+                chunk = [_entry(e) for e in decode_value(value)]
+                waiting._chunks[number] = {e[6]: e for e in chunk}
+                waiting._chunk_of.update((e[6], number) for e in chunk)
+                waiting._next_chunk = max(waiting._next_chunk, number + 1)
+                run += chunk
+            elif key[:1] == EVENT:
+                entry = _entry(decode_value(value))
+                waiting._single[entry[6]] = key
+                run.append(entry)
+        run.sort()
         waiting.runs = {0: run} if run else {}
         waiting._run_number = 1
         return waiting
@@ -143,26 +181,94 @@ class WaitingEvents:
             self.due, self._pos = [], 0
         else:
             self._pos = end
-        added, applied = self._added, self._applied
+        added, chunk_of, chunks, shrunk, left = (
+            self._added,
+            self._chunk_of,
+            self._chunks,
+            self._shrunk,
+            0,
+        )
         for entry in part:  # no longer waiting: a checkpoint that has it must drop it
-            if added.pop(entry[6], None) is None:
-                applied.append((entry[0], entry[6]))
+            seq = entry[6]
+            if added.pop(seq, None) is None:
+                left += 1
+                number = chunk_of.pop(seq, None)
+                if number is not None:
+                    del chunks[number][seq]
+                    shrunk.add(number)
+                else:
+                    self._gone.append(self._single.pop(seq))
+        self._left += left
         return part
 
     # -- checkpoints ------------------------------------------------------------------------
     def changed(self) -> int:
-        """How many keys :meth:`changes` writes."""
-        return len(self._added) + len(self._applied)
+        """How many events :meth:`changes` writes or drops."""
+        return len(self._added) + self._left
 
     def changes(self, changes: dict[bytes, bytes | None]) -> None:
-        """Add to ``changes`` what changed since :meth:`committed`: the keys of events
-        applied go (None), those of events taken in come."""
-        for ts, seq in self._applied:
-            changes[event_key(ts, seq)] = None
-        for entry in self._added.values():
-            changes[event_key(entry[0], entry[6])] = encode_value(entry)
+        """Add to ``changes`` what changed since :meth:`committed`: the events taken in, in new
+        chunks; the chunks that lost events, again with those left (None: none left); the
+        keys of single events applied (None)."""
+        for key in self._gone:
+            changes[key] = None
+        chunks, written = self._chunks, {}
+        for number in self._shrunk:
+            rest = chunks[number]
+            changes[waiting_key(number)] = encode_value(list(rest.values())) if rest else None
+            written[number] = len(rest)
+        staged = []
+        if self._added:
+            entries = sorted(self._added.values())
+            number = self._next_chunk
+            for start in range(0, len(entries), CHUNK_EVENTS):
+                for part, encoded in _chunks(entries[start : start + CHUNK_EVENTS]):
+                    staged.append((number, part))
+                    changes[waiting_key(number)] = encoded
+                    number += 1
+        self._staged = (staged, written, len(self._gone), self._left)
 
     def committed(self) -> None:
-        """The changes so far are in a checkpoint."""
-        self._added.clear()
-        self._applied.clear()
+        """What :meth:`changes` gave last is in a checkpoint: what changed after it (nothing,
+        when a cut follows it at once) waits for the next one, and so does everything when
+        no :meth:`changes` came before (a restore: nothing changed yet)."""
+        if self._staged is None:
+            return
+        (staged, written, gone, left), self._staged = self._staged, None
+        chunks, chunk_of, added, shrunk = self._chunks, self._chunk_of, self._added, self._shrunk
+        for number, size in written.items():
+            rest = chunks[number]
+            if len(rest) == size:  # as written: nothing more to say of it
+                shrunk.discard(number)
+                if not rest:
+                    del chunks[number]
+        del self._gone[:gone]
+        self._left -= left
+        for number, part in staged:
+            chunk = chunks[number] = {}
+            for e in part:
+                if added.pop(e[6], None) is None:  # applied since changes(): the chunk
+                    shrunk.add(number)  # written has it, the next one drops it
+                    self._left += 1
+                else:
+                    chunk[e[6]] = e
+                    chunk_of[e[6]] = number
+            self._next_chunk = number + 1
+
+
+def _chunks(entries: list[Waiting]) -> Iterable[tuple[list[Waiting], bytes]]:
+    """``entries`` as chunk values of about :data:`CHUNK_BYTES` at most, halved until they
+    are (an event alone is a chunk, however large)."""
+    encoded = encode_value(entries)
+    if len(encoded) <= CHUNK_BYTES or len(entries) == 1:
+        yield entries, encoded
+    else:
+        half = len(entries) // 2
+        yield from _chunks(entries[:half])
+        yield from _chunks(entries[half:])
+
+
+def _entry(e: list) -> Waiting:
+    """A waiting event as a checkpoint wrote it (an event of a checkpoint from before scores
+    were kept has none)."""
+    return (*e[:7], None if len(e) < 8 or e[7] is None else tuple(e[7]))
