@@ -287,21 +287,25 @@ def phase_worker(
         "rate": n / seconds,
         "prefix": prefix,
         "peak_rss": peak_rss,
-        "changelog": changelog_records(boot, prefix + "app"),
+        "changelog": changelog_records(boot, prefix + prefix + "app"),  # prefix + app id
     }
 
 
-def changelog_records(boot: str, app: str) -> int:
-    """How many records the worker wrote to its two changelogs: the sum of their partitions'
-    end offsets (a transaction's commit marker takes an offset too)."""
+def changelog_records(boot: str, named: str) -> int:
+    """How many records the worker wrote to its two changelogs (``named``: the topic prefix
+    and the app id): the sum of their partitions' end offsets (a transaction's commit marker
+    takes an offset too)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": boot, "group.id": "bench-reader"})
     try:
         total = 0
         for kind in ("join", "eval"):
-            topic = f"{app}-{kind}-changelog"
-            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            topic = f"{named}-{kind}-changelog"
+            meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise SystemExit(f"the worker's changelog {topic} is not on the broker")
+            partitions = meta.partitions
             total += sum(
                 consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions
             )
