@@ -213,3 +213,34 @@ def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, t
     assert got == want
     assert disk.counters == memory.counters
     disk.state.close()
+
+
+def _stamp(state: DiskState, **fields) -> None:
+    """Rewrite the store's own scalars as another release would have left them."""
+    from streameval.core.state import decode_value, encode_value
+    from streameval.store import _LOCAL
+
+    local = decode_value(state.db.get(_LOCAL))
+    local.update(fields)
+    state.db[_LOCAL] = encode_value(local)
+
+
+def test_which_stores_a_worker_reads_on_and_which_it_rebuilds(tmp_path):
+    """An empty store and one of the format before chunked waiting events (1) are read on; a
+    format this release does not know, or other join rules, are rebuilt, saying why."""
+    from streameval.store import FORMAT
+
+    state = DiskState(tmp_path / "s", fingerprint="rules-a", accept=("rules-old",))
+    assert state.usable() == (True, "empty")
+    state.commit({}, position=7)
+    assert state.usable() == (True, "ok")
+    _stamp(state, format=1)
+    assert state.usable() == (True, "ok")
+    assert state.position == 7
+    _stamp(state, format=FORMAT + 1)
+    assert state.usable() == (False, f"format {FORMAT + 1}, this worker writes {FORMAT}")
+    _stamp(state, format=FORMAT, fingerprint="rules-old")
+    assert state.usable() == (True, "ok")
+    _stamp(state, fingerprint="rules-b")
+    assert state.usable() == (False, "written under other join rules")
+    state.close()

@@ -222,7 +222,7 @@ class WaitingEvents:
             entries = sorted(self._added.values())
             number = self._next_chunk
             for start in range(0, len(entries), CHUNK_EVENTS):
-                for part, encoded in _chunks(entries[start : start + CHUNK_EVENTS]):
+                for part, encoded in _fitting(entries[start : start + CHUNK_EVENTS]):
                     staged.append((number, part))
                     changes[waiting_key(number)] = encoded
                     number += 1
@@ -256,7 +256,7 @@ class WaitingEvents:
             self._next_chunk = number + 1
 
 
-def _chunks(entries: list[Waiting]) -> Iterable[tuple[list[Waiting], bytes]]:
+def _fitting(entries: list[Waiting]) -> Iterable[tuple[list[Waiting], bytes]]:
     """``entries`` as chunk values of about :data:`CHUNK_BYTES` at most, halved until they
     are (an event alone is a chunk, however large)."""
     encoded = encode_value(entries)
@@ -264,8 +264,8 @@ def _chunks(entries: list[Waiting]) -> Iterable[tuple[list[Waiting], bytes]]:
         yield entries, encoded
     else:
         half = len(entries) // 2
-        yield from _chunks(entries[:half])
-        yield from _chunks(entries[half:])
+        yield from _fitting(entries[:half])
+        yield from _fitting(entries[half:])
 
 
 def _entry(e: list) -> Waiting:
