@@ -1030,6 +1030,71 @@ def test_waiting_outcomes_cost_a_checkpoint_what_came_and_went():
     assert runs(upgraded.changes()) == {OUTCOME + (1).to_bytes(8, "big"): None}
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 2),  # the join partition that sends
+            st.integers(0, 6),  # how many outcomes
+            st.integers(0, 40),  # how far its frontier moves on
+            st.booleans(),  # a tick after it
+        ),
+        max_size=40,
+    ),
+    least=st.integers(1, 8),
+    seed=st.integers(0, 3),
+)
+def test_outcomes_waiting_in_many_runs_are_released_as_one_sorted_buffer_would_be(
+    steps, least, seed
+):
+    """With join partitions whose frontiers lag one another, outcome batches wait as many
+    runs, and the stage looks only at the runs whose first outcome is due: it releases
+    exactly what a single sorted buffer would — everything due below the smallest frontier,
+    once at least ``release_min`` of it is due or at a tick — in the same order, also after a
+    restore from a checkpoint taken on the way."""
+    rng = random.Random(seed)
+    config = make_config()
+    stage = EvalStage(0, config, join_partitions=3)
+    stage.release_min = least
+    log: dict = {}
+    frontiers = [0, 0, 0]
+    offsets = [0, 0, 0]
+    waiting: list[tuple] = []  # the reference: (due, instance, model, arrival, outcome)
+    arrival, limit, number = 0, NO_TS, 0
+    released, expected = [], []
+    for q, n, move, tick in steps:
+        due = frontiers[q]
+        outcomes = []
+        for _ in range(n):  # a join partition's outcomes are due at or after its frontier
+            due += rng.randrange(3)
+            number += 1
+            outcomes.append(Outcome("champion", f"i{number:04}", "yes", (1,), ("no",), 1, due, due))
+        outcomes.sort(key=lambda o: (o.due, o.instance_id))
+        frontiers[q] = max(due, frontiers[q] + move)
+        for o in outcomes:
+            arrival += 1
+            waiting.append((o.due, o.instance_id, o.model_id, arrival, o))
+        released += stage.apply(
+            sum(offsets), OutcomeBatch(WIRE_VERSION, q, offsets[q], frontiers[q], outcomes)
+        )[1]
+        offsets[q] += 1
+        for at_least in (least, 1) if tick else (least,):
+            if min(frontiers) > limit:
+                due_now = sorted(e for e in waiting if e[0] < min(frontiers))
+                if len(due_now) >= at_least:
+                    limit = min(frontiers)
+                    expected += [e[4] for e in due_now]
+                    waiting = [e for e in waiting if e[0] >= limit]
+            if at_least == 1:
+                released += stage.tick()[1]
+        if rng.random() < 0.2:  # a checkpoint, and the stage restored from it
+            log.update(_checkpoint(stage))
+            stage = EvalStage.restore(live(log), config, 3)
+            stage.release_min = least
+    assert released == expected
+    assert stage.waiting == len(waiting)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_configuration_that_adds_goes_on_and_moves_models_exactly(stream, seed):
     """Half the stream, a clean stop, then a configuration with another estimator and

@@ -10,6 +10,7 @@ Outcomes wait until every join partition's frontier has passed them, and are the
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,6 @@ from streameval.config import EvaluationConfig
 from streameval.core.outcome import Outcome, outcome_of
 from streameval.core.sliced import slice_key
 from streameval.core.state import decode_value, encode_value
-from streameval.core.waiting import take_runs
 from streameval.engine import Engine
 from streameval.event_time import NO_TS
 from streameval.records import Record
@@ -100,6 +100,11 @@ class EvalStage:
         # what waits for the frontiers: sorted runs, one per outcome batch (by the arrival
         # number of its first outcome), of (due, instance_id, model_id, arrival, outcome)
         self._runs: dict[int, list[tuple[int, str, str, int, Outcome]]] = {}
+        #: the first outcome of each run and its number, as a heap: only the runs whose first
+        #: outcome is due are looked at (a join partition that lags leaves thousands of runs
+        #: waiting, and a look at each per outcome batch made the stage fall behind for good)
+        self._heads: list[tuple[tuple[int, str, str, int, Outcome], int]] = []
+        self._counted = NO_TS  # the last limit too few outcomes were due below
         self._waiting = 0
         self._seq = 0
         self._ticks = 0
@@ -155,6 +160,7 @@ class EvalStage:
             )
             run.sort()  # in due order already but for ties: nearly free
             self._runs[seq + 1] = run
+            heapq.heappush(self._heads, (run[0], seq + 1))
             self._dirty.add(seq + 1)
             self._waiting += len(run)
             self._seq = seq + len(outcomes)
@@ -174,13 +180,17 @@ class EvalStage:
             return [], []
         key = (limit,)
         if least > 1:
-            due = 0
-            for run in self._runs.values():
-                if run and run[0] < key:  # (the usual run, none of it due yet, is skipped)
-                    due += bisect.bisect_left(run, key)
-                    if due >= least:
-                        break
-            else:
+            # what is due below a limit has all come (what comes later is due at or after it)
+            if limit <= self._counted:
+                return [], []
+            due, heads, runs, looked = 0, self._heads, self._runs, []
+            while heads and heads[0][0] < key and due < least:
+                looked.append(heapq.heappop(heads))
+                due += bisect.bisect_left(runs[looked[-1][1]], key)
+            for entry in looked:
+                heapq.heappush(heads, entry)
+            if due < least:
+                self._counted = limit
                 return [], []  # too few yet: they wait for more, or for the tick
         self._limit = limit
         taken = self._take(key)
@@ -203,13 +213,26 @@ class EvalStage:
 
     def _take(self, key: tuple) -> list[tuple[int, str, str, int, Outcome]]:
         """The waiting outcomes before ``key``, run by run (not sorted as a whole)."""
-        taken, shortened, emptied = take_runs(self._runs, key)
-        self._dirty.update(shortened)
-        for number in emptied:
-            self._dirty.discard(number)
-            if number in self._stored:  # a checkpoint has it: its key goes
-                self._stored.discard(number)
-                self._gone.append(number)
+        taken: list[tuple[int, str, str, int, Outcome]] = []
+        heads, runs, cut_short = self._heads, self._runs, []
+        while heads and heads[0][0] < key:
+            number = heapq.heappop(heads)[1]
+            run = runs[number]
+            cut = bisect.bisect_left(run, key)
+            if cut < len(run):
+                taken += run[:cut]
+                runs[number] = run = run[cut:]
+                self._dirty.add(number)
+                cut_short.append((run[0], number))
+            else:
+                taken += run
+                del runs[number]
+                self._dirty.discard(number)
+                if number in self._stored:  # a checkpoint has it: its key goes
+                    self._stored.discard(number)
+                    self._gone.append(number)
+        for entry in cut_short:  # (after the loop: their heads are past the key)
+            heapq.heappush(heads, entry)
         return taken
 
     def tick(self, periodic: bool = False) -> tuple[list[Record], list[Outcome]]:
@@ -484,5 +507,8 @@ class EvalStage:
                 run.append((outcome.due, outcome.instance_id, outcome.model_id, seq, outcome))
             stage._runs[number] = run
             stage._waiting += len(run)
+            if run:
+                stage._heads.append((run[0], number))
+        heapq.heapify(stage._heads)
         stage._stored = set(waiting) - stage._dirty
         return stage

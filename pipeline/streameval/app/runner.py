@@ -217,6 +217,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         commit_interval = s.commit_interval_ms / 1000.0
         self._next_commit = time.monotonic() + commit_interval
         next_heartbeat = 0.0
+        commit_waits = False  # a commit is due but waited one turn for the last one's batches
         eof = KafkaError._PARTITION_EOF
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
         while not self.stopping.is_set():
@@ -224,7 +225,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             # a join with events due goes on at once, whether or not more messages come (one
             # that is held waits for Kafka like the rest)
             going = self._queued and not self._held.issuperset(self._queued)
-            messages = consume(s.max_batch, 0 if going else timeout)
+            messages = consume(s.max_batch, 0 if going or commit_waits else timeout)
             if self._callback_error is not None:
                 raise self._callback_error
             wall = time.monotonic()
@@ -271,10 +272,15 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             if self._queued:
                 self._catch_up()
             if self.eo:
-                if self._commit_soon or time.monotonic() >= self._next_commit:
+                due = self._commit_soon or time.monotonic() >= self._next_commit
+                # the last commit's disk store batches go in a turn of their own, after it:
+                # a commit due meanwhile waits for the next turn, so that the data path never
+                # stops for both at once
+                commit_waits = due and checkpoints.committed is not None
+                if due and not commit_waits:
                     self._next_commit = time.monotonic() + commit_interval
                     self._commit()
-                else:  # the last commit's disk store batches, a turn after it
+                else:
                     checkpoints.settle()
                 continue
             if self._due:
