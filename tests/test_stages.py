@@ -1091,6 +1091,8 @@ def test_outcomes_waiting_in_many_runs_are_released_as_one_sorted_buffer_would_b
             log.update(_checkpoint(stage))
             stage = EvalStage.restore(live(log), config, 3)
             stage.release_min = least
+        # one entry per run in the heap of their first outcomes, each run's first
+        assert sorted(stage._heads) == sorted((run[0], n) for n, run in stage._runs.items())
     assert released == expected
     assert stage.waiting == len(waiting)
 
