@@ -12,9 +12,10 @@ made in the data path (a histogram), resident memory, the store's size and compa
 pending instances, the input messages not yet consumed, and the outcomes behind: three per
 label sent (one per model) less those evaluated — a backlog anywhere in the worker, on the input
 topics or between its stages (either growing means the worker does not keep up with
-``--rate``). It prints a line per minute and, at the end, the checkpoint durations of the first
-and the last fifth of the run side by side, how many pauses passed 100 ms, and whether the
-worker ran through (it must: exit 1 otherwise).
+``--rate``); of that backlog, the events the join holds for its clock and the outcomes the
+evaluation holds for the join partitions' frontiers. It prints a line per minute and, at the
+end, the checkpoint durations of the first and the last fifth of the run side by side, how many
+pauses passed 100 ms, and whether the worker ran through (it must: exit 1 otherwise).
 """
 
 from __future__ import annotations
@@ -134,18 +135,21 @@ def main() -> None:
                                 _total(text, "streameval_store_compaction_pending_bytes"),
                                 len(MODELS) * traffic.labels
                                 - _total(text, "streameval_outcomes_total"),
+                                series(text, "streameval_join_waiting_events") or 0,
+                                series(text, "streameval_evaluation_waiting_outcomes") or 0,
                                 ))  # fmt: skip
                 pauses = _pauses(text)
             if now >= next_line and samples:
                 next_line = now + 60
-                t, _, rss, store, pending, lag, debt, behind = samples[-1]
+                t, _, rss, store, pending, lag, debt, behind, events, outcomes = samples[-1]
                 recent = [s[1] for s in samples if s[0] > t - 60]
                 total = pauses.get(float("inf"), 0.0)
                 print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
                       f"pauses > 100 ms {total - pauses.get(0.1, 0.0):>4,.0f} of {total:>6,.0f}  "
                       f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
                       f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}  "
-                      f"outcomes behind {behind:>10,.0f}  "
+                      f"outcomes behind {behind:>10,.0f} (waiting: join {events:>9,.0f}, "
+                      f"evaluation {outcomes:>9,.0f})  "
                       f"compaction debt {debt / 1e6:6.0f} MB", flush=True)  # fmt: skip
             time.sleep(0.001)
         producer.flush(60)

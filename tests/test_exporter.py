@@ -588,7 +588,9 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
         exporter.count_dead_letters("not_json")
         exporter.set_lag("in", "0", 12)
         exporter.set_pending(30, source=1)
+        exporter.set_waiting(5, 700, source=1)
     parent.set_pending(12, source=0)  # the parent's own pipeline
+    parent.set_waiting(2, 40, source=0)
     sender = threading.Thread(target=proxy.flush)  # a pipe holds less than the records
     sender.start()
     children._receive(timeout=5)
@@ -596,9 +598,14 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
     assert not sender.is_alive()
     direct_series = _series(direct)
     relayed_series = _series(relayed)
-    pending = ("streameval_pending_instances", ())
-    assert relayed_series.pop(pending) == 42.0  # 12 here + 30 in the child
-    direct_series.pop(pending)
+    sums = {
+        "streameval_pending_instances": 42.0,  # 12 here + 30 in the child
+        "streameval_join_waiting_events": 7.0,
+        "streameval_evaluation_waiting_outcomes": 740.0,
+    }
+    for name, total in sums.items():
+        assert relayed_series.pop((name, ())) == total
+        direct_series.pop((name, ()))
     assert direct_series.keys() == relayed_series.keys()
     assert all(
         _same(direct_series[k], relayed_series[k])

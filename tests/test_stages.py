@@ -1048,7 +1048,8 @@ def test_outcomes_waiting_in_many_runs_are_released_as_one_sorted_buffer_would_b
     steps, least, seed
 ):
     """With join partitions whose frontiers lag one another, outcome batches wait as many
-    runs, and the stage looks only at the runs whose first outcome is due: it releases
+    runs. The stage keeps one heap entry per run, at the run's first outcome (checked after
+    every step), so as to look only at the runs whose first outcome is due; it releases
     exactly what a single sorted buffer would — everything due below the smallest frontier,
     once at least ``release_min`` of it is due or at a tick — in the same order, also after a
     restore from a checkpoint taken on the way."""

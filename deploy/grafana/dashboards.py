@@ -810,7 +810,22 @@ def health() -> dict[str, Any]:
             "Instances waiting for a label",
             [target(f"streameval_pending_instances{{{worker}}}", "{{instance}}")],
         ),
-        WIDTH,
+    )
+    lay.add(
+        panel(
+            "timeseries",
+            "Waiting between the stages",
+            [
+                target(f"streameval_join_waiting_events{{{worker}}}", "join, events {{instance}}"),
+                target(
+                    f"streameval_evaluation_waiting_outcomes{{{worker}}}",
+                    "evaluation, outcomes {{instance}}",
+                ),
+            ],
+            description="Read, and held back for event time: events until every input "
+            "partition's clock passes them, outcomes until every join partition reaches them. "
+            "Growing: one partition runs behind the others in event time and holds them back.",
+        ),
     )
     lay.row("Bad and odd input")
     lay.add(

@@ -180,6 +180,18 @@ class Exporter:
             "Instances buffered by the join, waiting for a label.",
             registry=registry,
         )
+        self.join_waiting = Gauge(
+            "streameval_join_waiting_events",
+            "Events the joins have read and hold until every input partition's clock has "
+            "passed them (they are applied in event-time order), or due and not yet applied.",
+            registry=registry,
+        )
+        self.evaluation_waiting = Gauge(
+            "streameval_evaluation_waiting_outcomes",
+            "Outcomes the evaluation stages have read and hold until every join partition has "
+            "reached them (they are evaluated in event-time order).",
+            registry=registry,
+        )
         self.lag = Gauge(
             "streameval_consumer_lag",
             "Messages not yet consumed, per input partition.",
@@ -236,6 +248,7 @@ class Exporter:
         self._scrape_lock = threading.Lock()
         self._children: dict[str, set[tuple[str, ...]]] = {}  # label values we created
         self._pending: dict[int, int] = {}  # per data-path process (worker.processes)
+        self._waiting: dict[int, tuple[int, int]] = {}  # per process: events, outcomes
         self._store: dict[int, tuple[int, ...]] = {}  # per process: bytes, hits, reads, debt
 
     def scrape(self) -> bytes:
@@ -368,10 +381,18 @@ class Exporter:
 
     def set_pending(self, instances: int, source: int = 0) -> None:
         """The join's pending instances in one data-path process; the gauge shows the sum."""
-        with self._lock:
+        with self._lock:  # the relay thread and the parent's pipeline: the last sum set last
             self._pending[source] = instances
-            total = sum(self._pending.values())
-        self.pending.set(total)
+            self.pending.set(sum(self._pending.values()))
+
+    def set_waiting(self, events: int, outcomes: int, source: int = 0) -> None:
+        """What one data-path process has read and holds back for event time: events
+        waiting for the join's clock, outcomes waiting for the join partitions' frontiers;
+        the gauges show the sums."""
+        with self._lock:
+            self._waiting[source] = (events, outcomes)
+            self.join_waiting.set(sum(v[0] for v in self._waiting.values()))
+            self.evaluation_waiting.set(sum(v[1] for v in self._waiting.values()))
 
     def set_store(self, size: int, hits: int, reads: int, debt: int = 0, source: int = 0) -> None:
         """One data-path process's disk stores: bytes on disk, reads served from RAM, reads
@@ -379,10 +400,10 @@ class Exporter:
         with self._lock:
             self._store[source] = (size, hits, reads, debt)
             size, hits, reads, debt = (sum(v[i] for v in self._store.values()) for i in range(4))
-        self.store_bytes.set(size)
-        self.compaction_debt.set(debt)
-        if hits + reads:
-            self.cache_hits.set(hits / (hits + reads))
+            self.store_bytes.set(size)
+            self.compaction_debt.set(debt)
+            if hits + reads:
+                self.cache_hits.set(hits / (hits + reads))
 
     def set_checkpoint(self, seconds: float, pause: float = 0.0) -> None:
         self.checkpoint_seconds.set(seconds)

@@ -402,6 +402,22 @@ def test_streaming_equals_replay(deployment, expected, processes, guarantee):
         if line.startswith("streameval_dead_letters_total{")
     )
     assert total_dead == 7
+    # nothing is left between the stages once everything is evaluated (the gauges that tell
+    # where a backlog sits: the input, the join's clock or the evaluation's frontiers)
+    deadline = time.monotonic() + 30
+    while True:
+        text = _scrape(port)
+        waiting = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(("streameval_join_waiting_events ",
+                                "streameval_evaluation_waiting_outcomes "))
+        ]  # fmt: skip
+        assert len(waiting) == 2, text
+        if waiting == [0.0, 0.0] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert waiting == [0.0, 0.0]
     deployment.stop_all()
 
 

@@ -108,6 +108,9 @@ class ExporterProxy:
     def set_pending(self, instances: int, source: int = 0) -> None:
         self._call("set_pending", instances, self._source)
 
+    def set_waiting(self, events: int, outcomes: int, source: int = 0) -> None:
+        self._call("set_waiting", events, outcomes, self._source)
+
     def set_lag(self, topic: str, partition: str, lag: int) -> None:
         self._call("set_lag", topic, partition, lag)
 

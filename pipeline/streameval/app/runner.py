@@ -258,7 +258,10 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 for r, stage in list(self.evals.items()):
                     self._evaluated(*stage.tick(periodic=True), r)
                     self._unmatched(stage)
-                self.telemetry.gauges(stage.join for stage in self.joins.values())
+                self.telemetry.gauges(
+                    [stage.join for stage in self.joins.values()],
+                    sum(stage.waiting for stage in self.evals.values()),
+                )
                 if self.eo and self._wrote:  # the records go out now
                     self._commit_soon = True
             if wall >= next_checkpoint:

@@ -132,11 +132,14 @@ class Telemetry:
         if self.exporter is not None and models:
             self.exporter.forget_models(models)
 
-    def gauges(self, joins: Iterable[Join]) -> None:
+    def gauges(self, joins: Iterable[Join], waiting_outcomes: int) -> None:
+        """The gauges of this process's stages: the joins' pending instances and waiting
+        events, the evaluation stages' waiting outcomes, the disk stores."""
         if self.exporter is None:
             return
         joins = list(joins)
         self.exporter.set_pending(sum(join.pending for join in joins))
+        self.exporter.set_waiting(sum(join.waiting for join in joins), waiting_outcomes)
         stores = [join.state for join in joins if isinstance(join.state, DiskState)]
         if stores:
             self.exporter.set_store(
