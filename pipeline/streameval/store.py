@@ -161,6 +161,21 @@ class DiskState:
         return tuple(value) if value else None
 
     @property
+    def carried(self) -> list[bytes]:
+        """Keys whose values the changelog may hold only in a checkpoint's intent: a crash
+        cut that checkpoint's materialization short, and the restore that found it applied
+        the intent here. The next checkpoint must write them again (before it deletes that
+        intent); a later restore learns them from here, as the changelog's records no longer
+        differ from this database's (also when another checkpoint was cut short since)."""
+        return self._local().get("carried", [])
+
+    @property
+    def carries_all(self) -> bool:
+        """Whether the changelog lacks the whole database: it was deleted and created again,
+        and no checkpoint has written the whole database into it yet."""
+        return self._local().get("whole", False)
+
+    @property
     def committed_at(self) -> float | None:
         """When (epoch seconds) the database's last checkpoint was written."""
         return self._local().get("at")
@@ -288,11 +303,17 @@ class DiskState:
         return cut
 
     def written(
-        self, cut: Cut, position: int | None = None, sealed: tuple[int, int] | None = None
+        self,
+        cut: Cut,
+        position: int | None = None,
+        sealed: tuple[int, int] | None = None,
+        carried: list[bytes] = (),
+        whole: bool = False,
     ) -> None:
         """The checkpoint of ``cut`` is in the changelog: write its batch in one atomic write,
         with the changelog ``position`` it ends at and the number and intent chunks of the
-        checkpoint (``sealed``)."""
+        checkpoint (``sealed``). A new ``position`` also says what the changelog still lacks
+        (:attr:`carried`, :attr:`carries_all`): nothing, once a checkpoint was written."""
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
@@ -314,6 +335,11 @@ class DiskState:
         )
         if position is not None:
             local["position"] = position
+            for name, value in (("carried", list(carried)), ("whole", whole)):
+                if value:
+                    local[name] = value
+                else:
+                    local.pop(name, None)
         if sealed is not None:
             local["sealed"] = list(sealed)
         batch.put(_LOCAL, encode_value(local))
@@ -337,11 +363,13 @@ class DiskState:
         changes: dict[bytes, bytes | None] | None = None,
         position: int | None = None,
         sealed: tuple[int, int] | None = None,
+        carried: list[bytes] = (),
+        whole: bool = False,
     ) -> None:
         """:meth:`freeze` and :meth:`written` in one: write ``changes`` (those of
         :meth:`changes`, plus the stage's keys) and the time queues' changes in one atomic
         batch."""
-        self.written(self.freeze(changes or {}), position, sealed)
+        self.written(self.freeze(changes or {}), position, sealed, carried, whole)
 
     def _write(self, batch: Any) -> None:
         try:
@@ -397,12 +425,19 @@ class DiskState:
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         return self.db.get(keys) if keys else []
 
-    def settle(self, position: int | None, sealed: tuple[int, int] | None) -> None:
+    def settle(
+        self,
+        position: int | None,
+        sealed: tuple[int, int] | None,
+        carried: list[bytes] = (),
+        whole: bool = False,
+    ) -> None:
         """The changes applied so far make checkpoint ``sealed`` ending at changelog
-        ``position``."""
+        ``position``, which lacks the values of ``carried`` under their own keys (or, with
+        ``whole``, the whole database)."""
         for queue in self.queues.values():  # apply() wrote under iterators made before it
             queue.reread()
-        self.commit({}, position, sealed)
+        self.commit({}, position, sealed, carried, whole)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key a changelog holds of this store (records, memory, waiting events and

@@ -88,3 +88,135 @@ def test_the_latest_seal_is_read_from_the_end(changelog):
     seal, intent = changelog().latest(0)
     assert (seal["v"], seal["n"], intent) == (1, 4, earlier)
     assert changelog().read(0)[1]  # and a worker reads it (its parts are judged one by one)
+
+
+def _events(stage, first: int, n: int, labelled: int) -> None:
+    """``n`` instances from ``first`` on, each predicted by two models, the first ``labelled``
+    of them labelled: pending instances and remembered resolved ones in the join."""
+    from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
+
+    rows = []
+    for i in range(first, first + n):
+        ts = 1_000 * i
+        rows += [(INSTANCE, f"i{i}", "", ts, None, 0, len(rows), None)]
+        rows += [(PREDICTION, f"i{i}", m, ts + 1, "a", 0, len(rows), None) for m in ("m", "n")]
+        if i < first + labelled:
+            rows.append((LABEL, f"i{i}", "", ts + 2, "b", 0, len(rows), None))
+    stage.join.add_events(rows, 1_000 * (first + n))
+
+
+def _kept(items) -> dict:
+    """The instances a join keeps: pending records and remembered resolved ids."""
+    from streameval.core.state import MEMORY, RECORD
+
+    return {k: v for k, v in items if v is not None and k[:1] in (RECORD, MEMORY)}
+
+
+def _restoring(changelog, tmp_path):
+    """Restore join partition 0 into a disk store under ``tmp_path`` (the same store each
+    time, as a worker restarting on its own disk), and checkpoint it."""
+    from streameval.app.checkpoint import _restore_join
+    from streameval.app.settings import WorkerSettings
+
+    from ..streaming import make_config
+
+    config = make_config()
+    settings = WorkerSettings(state_dir=tmp_path, app_id="carry")
+
+    def restored(log: Changelog):
+        return _restore_join(log, 0, settings, config, [], "legacy", None)
+
+    def checkpoint(stage, log: Changelog, piece: int | None = None) -> None:
+        """Whole, or cut short after its first ``piece`` records (then the worker dies)."""
+        cut = stage.cut()
+        if piece is None:
+            _written(log, cut.changes, 0)
+            stage.written(cut, log.position(0), log.sealed(0))
+        else:
+            next(log.write(0, cut.changes, piece))
+            log.producer.flush(30)
+
+    return config, restored, checkpoint
+
+
+def test_what_a_cut_short_checkpoint_left_in_its_intent_survives_more_crashes(changelog, tmp_path):
+    """A crash cut a checkpoint's materialization short: some values are in its intent only,
+    and the next checkpoint must write them again before it deletes that intent. The disk
+    store that restored them remembers so through a crash before that checkpoint, and
+    through one that cuts that checkpoint short in turn; then a worker that rebuilds the
+    partition from the changelog alone has every instance."""
+    from streameval.app.join_stage import JoinStage
+
+    config, restored, checkpoint = _restoring(changelog, tmp_path)
+    stage = JoinStage(0, config, [])
+    writer = changelog()
+    _events(stage, 0, 40, 10)
+    checkpoint(stage, writer)
+    _events(stage, 40, 40, 30)
+    checkpoint(stage, writer, piece=2)  # its intent and its seal; then the worker dies
+
+    first = restored(changelog())  # a disk store, empty: built from the changelog
+    assert first.join.state.pending_count() == stage.join.pending
+    first.join.state.close()
+    lacked = changelog()
+    again = restored(lacked)  # crashed before a checkpoint: read on from its disk
+    assert set(again.join.state.carried) == set(lacked.carried(0)) != set()
+    _events(again, 80, 5, 0)
+    checkpoint(again, lacked, piece=2)  # its intent (with what it carries) and its seal
+    again.join.state.close()
+    last = changelog()
+    third = restored(last)
+    assert set(last.carried(0)) >= set(lacked.carried(0))
+    _events(third, 85, 5, 0)
+    checkpoint(third, last)
+    assert third.join.state.carried == []
+    rebuilt, sealed, _ = changelog().read(0)
+    assert sealed
+    assert _kept(rebuilt.items()) == _kept(third.join.state.items())
+    third.join.state.close()
+
+
+def test_a_changelog_created_again_gets_the_whole_store_through_crashes(
+    changelog, kafka_bootstrap, tmp_path
+):
+    """A changelog deleted and created again (here: another topic) while the worker was
+    away lacks the whole store: each start writes it all into the new one until a checkpoint
+    has, also after checkpoints cut short have taken the new changelog past the old one's
+    offsets."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from streameval.app.join_stage import JoinStage
+
+    config, restored, checkpoint = _restoring(changelog, tmp_path)
+    stage = JoinStage(0, config, [])
+    writer = changelog()
+    _events(stage, 0, 40, 10)
+    checkpoint(stage, writer)
+    restored(changelog()).join.state.close()  # the store, at the old changelog's end
+    old_end = writer.position(0)
+
+    topic = f"again-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[
+        topic
+    ].result(30)
+    again = lambda: Changelog(topic, writer.producer, writer.client, "fingerprint")  # noqa: E731
+    try:
+        attempts = 0
+        while True:
+            log = again()
+            whole = restored(log)
+            assert set(log.carried(0)) == {k for k, _ in whole.join.state.items()}
+            if whole.join.state.position > old_end or attempts > 20:
+                break
+            checkpoint(whole, log, piece=30)  # some of it; then the worker dies
+            whole.join.state.close()
+            attempts += 1
+        assert attempts >= 2  # a checkpoint cut short at least once past the old offsets
+        checkpoint(whole, log)
+        assert not whole.join.state.carries_all
+        rebuilt, sealed, _ = again().read(0)
+        assert sealed
+        assert _kept(rebuilt.items()) == _kept(whole.join.state.items()) != {}
+        whole.join.state.close()
+    finally:
+        admin.delete_topics([topic])

@@ -206,6 +206,18 @@ class Changelog:
         """The offset after the latest checkpoint record of ``partition`` acknowledged."""
         return self._partitions[partition].end
 
+    def carried(self, partition: int) -> dict[bytes, bytes | None]:
+        """What the partition's next checkpoint writes again (see :meth:`carry`)."""
+        part = self._partitions.get(partition)
+        return part.carry if part is not None else {}
+
+    def carry(self, partition: int, items: dict[bytes, bytes | None]) -> None:
+        """Write ``items`` with the partition's next checkpoint: its latest checkpoint holds
+        them only in its intent (a crash cut its materialization short), which the next one
+        deletes."""
+        part = self._partitions.setdefault(partition, _Partition())
+        part.carry.update(items)
+
     def carry_all(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Write ``items`` (a whole state) with the partition's next checkpoint: its changelog
         lost what it held."""

@@ -355,20 +355,31 @@ def _restore_join(
     sink = lambda items: state.apply(items, entries)  # noqa: E731
     start = state.position
     changes, sealed, end = changelog.read(q, start, sink=sink, lookup=state.get_many, lag=lag)
-    if start is not None and end < start:  # the changelog is not the one the store knew
-        log.warning(
-            "join %d: the changelog ends at %d, before the store's position %d: it was "
-            "deleted and created again; writing the whole store into it",
-            q,
-            end,
-            start,
-        )
-        changelog.carry_all(q, state.items())
     if changes:  # the latest checkpoint's intent, over the values read
         state.apply(list(changes.items()), entries)
-    if not sealed and state.sealed is not None:  # the store is at the latest checkpoint
-        changelog.resume(q, *state.sealed, end)
-    state.settle(end, changelog.sealed(q))
+    # what the changelog lacks is written by the next checkpoint; until one has been, the
+    # store says so (its carried keys, or the whole of it), so that a crash before it loses
+    # nothing: the changelog's records no longer differ from the store once it holds them
+    recreated = start is not None and end < start  # not the changelog the store knew
+    whole = recreated or state.carries_all
+    if whole:
+        log.warning(
+            "join %d: %s; writing the whole store into it",
+            q,
+            f"the changelog ends at {end}, before the store's position {start}: it was "
+            "deleted and created again"
+            if recreated
+            else "the changelog was deleted and created again, and no checkpoint has "
+            "written the whole store into it yet",
+        )
+        changelog.carry_all(q, state.items())
+    else:
+        if state.carried:  # found by an earlier restore, and no checkpoint since
+            keys = [k for k in state.carried if k not in changelog.carried(q)]
+            changelog.carry(q, dict(zip(keys, state.get_many(keys), strict=True)))
+        if not sealed and state.sealed is not None:  # the store is at the latest checkpoint
+            changelog.resume(q, *state.sealed, end)
+    state.settle(end, changelog.sealed(q), [] if whole else list(changelog.carried(q)), whole)
     scalars = state.scalars()
     # one line per partition, a new one included: what a restart found is in the log
     log.info(
