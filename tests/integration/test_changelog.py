@@ -181,42 +181,76 @@ def test_a_changelog_created_again_gets_the_whole_store_through_crashes(
 ):
     """A changelog deleted and created again (here: another topic) while the worker was
     away lacks the whole store: each start writes it all into the new one until a checkpoint
-    has, also after checkpoints cut short have taken the new changelog past the old one's
-    offsets."""
+    has — also after a crash before any and one in the middle of its intent. Once a
+    checkpoint is sealed in the new changelog, that is the state: a store that still owes
+    the whole of it is rebuilt from it instead, whoever wrote it (a checkpoint of its own
+    cut short after its seal, or another worker's while the partition was away)."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from streameval.app.join_stage import JoinStage
 
-    config, restored, checkpoint = _restoring(changelog, tmp_path)
+    config, restored, checkpoint = _restoring(changelog, tmp_path / "b")
+    # another worker, with an empty disk of its own each time
+    elsewhere = lambda name: _restoring(changelog, tmp_path / name)[1]  # noqa: E731
     stage = JoinStage(0, config, [])
     writer = changelog()
     _events(stage, 0, 40, 10)
     checkpoint(stage, writer)
     restored(changelog()).join.state.close()  # the store, at the old changelog's end
-    old_end = writer.position(0)
+    original = _kept(changelog().read(0)[0].items())
 
-    topic = f"again-{uuid.uuid4().hex[:8]}"
+    def topic():
+        name = f"again-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})])[
+            name
+        ].result(30)
+        made.append(name)
+        return lambda: Changelog(name, writer.producer, writer.client, "fingerprint")
+
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[
-        topic
-    ].result(30)
-    again = lambda: Changelog(topic, writer.producer, writer.client, "fingerprint")  # noqa: E731
+    made: list[str] = []
     try:
-        attempts = 0
-        while True:
+        again = topic()
+        for cut_at in (None, 1):  # no checkpoint; one cut short before its seal
             log = again()
             whole = restored(log)
             assert set(log.carried(0)) == {k for k, _ in whole.join.state.items()}
-            if whole.join.state.position > old_end or attempts > 20:
-                break
-            checkpoint(whole, log, piece=30)  # some of it; then the worker dies
-            whole.join.state.close()
-            attempts += 1
-        assert attempts >= 2  # a checkpoint cut short at least once past the old offsets
-        checkpoint(whole, log)
-        assert not whole.join.state.carries_all
-        rebuilt, sealed, _ = again().read(0)
-        assert sealed
-        assert _kept(rebuilt.items()) == _kept(whole.join.state.items()) != {}
+            if cut_at is not None:
+                checkpoint(whole, log, piece=cut_at)
+            whole.join.state.close()  # the worker dies
+        log = again()
+        whole = restored(log)
+        checkpoint(whole, log, piece=2)  # its intent and its seal; then the worker dies
         whole.join.state.close()
+        log = again()
+        rebuilt = restored(log)  # from the new changelog: its intent holds it all
+        assert not rebuilt.join.state.carries_all
+        checkpoint(rebuilt, log)
+        assert _kept(again().read(0)[0].items()) == _kept(rebuilt.join.state.items())
+        assert _kept(rebuilt.join.state.items()) == original
+        rebuilt.join.state.close()
+
+        # created again, and another worker wrote into it first: the store, whose position is
+        # past the new changelog's end, is rebuilt from it
+        again = topic()
+        other = elsewhere("a1")(again())
+        _events(other, 200, 3, 0)
+        checkpoint(other, again())
+        other.join.state.close()
+        back = restored(again())
+        assert _kept(back.join.state.items()) == _kept(again().read(0)[0].items()) != original
+        back.join.state.close()
+
+        # created again once more; the worker dies before writing, and the partition goes to
+        # a worker with an empty disk, which writes its (empty) join into it, then comes back
+        again = topic()
+        restored(again()).join.state.close()  # owes the new changelog the whole store
+        other = elsewhere("a2")(again())
+        _events(other, 100, 3, 0)
+        log = again()
+        checkpoint(other, log)
+        other.join.state.close()
+        back = restored(again())
+        assert _kept(back.join.state.items()) == _kept(again().read(0)[0].items()) != original
+        back.join.state.close()
     finally:
-        admin.delete_topics([topic])
+        admin.delete_topics(made)

@@ -361,6 +361,18 @@ def _restore_join(
     # store says so (its carried keys, or the whole of it), so that a crash before it loses
     # nothing: the changelog's records no longer differ from the store once it holds them
     recreated = start is not None and end < start  # not the changelog the store knew
+    if (state.carries_all and sealed) or (recreated and changelog.latest(q)[0] is not None):
+        # a checkpoint written into the new changelog since (by another worker, or one of
+        # this store's own that a crash cut short: its intent holds it all) is the state now
+        log.warning(
+            "join %d: the changelog was deleted and created again, and a checkpoint has been "
+            "written into it since; rebuilding the store at %s from it",
+            q,
+            state.path,
+        )
+        state.close()
+        DiskState.wipe(state.path)
+        return _restore_join(changelog, q, settings, config, inputs, fingerprint, lag)
     whole = recreated or state.carries_all
     if whole:
         log.warning(
@@ -373,6 +385,8 @@ def _restore_join(
             "written the whole store into it yet",
         )
         changelog.carry_all(q, state.items())
+        if state.sealed is not None:  # numbers go on from the store's (no seal is here yet)
+            changelog.resume(q, *state.sealed, end)
     else:
         if state.carried:  # found by an earlier restore, and no checkpoint since
             keys = [k for k in state.carried if k not in changelog.carried(q)]
