@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +307,7 @@ class DiskState:
         cut: Cut,
         position: int | None = None,
         sealed: tuple[int, int] | None = None,
-        carried: list[bytes] = (),
+        carried: Sequence[bytes] = (),
         whole: bool = False,
     ) -> None:
         """The checkpoint of ``cut`` is in the changelog: write its batch in one atomic write,
@@ -363,7 +363,7 @@ class DiskState:
         changes: dict[bytes, bytes | None] | None = None,
         position: int | None = None,
         sealed: tuple[int, int] | None = None,
-        carried: list[bytes] = (),
+        carried: Sequence[bytes] = (),
         whole: bool = False,
     ) -> None:
         """:meth:`freeze` and :meth:`written` in one: write ``changes`` (those of
@@ -429,7 +429,7 @@ class DiskState:
         self,
         position: int | None,
         sealed: tuple[int, int] | None,
-        carried: list[bytes] = (),
+        carried: Sequence[bytes] = (),
         whole: bool = False,
     ) -> None:
         """The changes applied so far make checkpoint ``sealed`` ending at changelog
