@@ -229,6 +229,34 @@ def test_a_model_over_its_class_limit_does_not_stop_the_others(tmp_path):
     assert "max_classes=3" in result.problems[0]
 
 
+def test_a_model_whose_every_outcome_is_refused_publishes_nothing_and_stops_nothing(tmp_path):
+    """With ``max_classes=1`` a wrong prediction needs a second class: every outcome of "bad"
+    is refused, so the model exists with no outcome. Its end-of-stream records used to look
+    up a last timestamp it never had (KeyError: the worker's publish tick died the same
+    way)."""
+    lines = _stream(4, model="good") + _stream(3, model="bad", label=lambda i: "b")
+    records, result = _run_lines(tmp_path, lines, max_classes=1)
+    assert {(r["model_id"], r["view"], r["n"]) for r in records} == {
+        ("good", "initial", 4), ("good", "final", 4)
+    }  # fmt: skip
+    assert result.rejected == {("bad", "class_limit"): 3}
+
+
+def test_an_outcome_labelled_before_its_instance_is_refused_for_that_reason():
+    """The join drops such labels (``label_before_instance``); an outcome built without it
+    is refused by the model, counted under the same reason, and changes no number."""
+    from streameval.core.outcome import Outcome
+
+    engine = Engine(load_config(publish_every=1000))
+    early = Outcome("m", "i1", "a", (T0 + 10,), ("a",), T0 + 10, T0, T0)
+    fine = Outcome("m", "i2", "a", (T0 + 10,), ("a",), T0 + 10, T0 + 20, T0 + 20)
+    assert engine.evaluate([early]) == []
+    assert engine.finish() == []
+    engine.evaluate([fine])
+    assert [(r.view, r.n) for r in engine.finish()] == [("initial", 1), ("final", 1)]
+    assert engine.rejected == {("m", "label_before_instance"): 1}
+
+
 def test_lines_that_would_crash_or_move_the_clock_are_skipped_with_a_reason(sample_output):
     """The landed replay died on the first two (a traceback); an event stamped far in the
     future would have moved the join's clock past every pending label's grace, one stamped in

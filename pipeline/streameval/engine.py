@@ -333,7 +333,7 @@ class Engine:
                     if self._published.get(slice_key(model_id, name)) != evaluator.n:
                         ts = sliced.latest[name]
                         records += self._slice_records(model_id, name, evaluator, ts)
-            if self._published.get(model_id) != model.n:
+            if model.n and self._published.get(model_id) != model.n:  # n = 0: all refused
                 records += self._metrics_records(model_id, model, self._model_last_ts[model_id])
         for key, pair in self.pairs.items():
             if key in self._pair_last_ts and self._published.get(key) != pair.n:
@@ -569,7 +569,9 @@ class Engine:
             try:
                 alarms += model.update([outcome])
             except ValueError as err:
-                self.rejected[model_id, "class_limit"] += 1
+                # the join drops labels before their instance; outcomes built elsewhere may not
+                early = outcome.t_label < outcome.t_instance
+                self.rejected[model_id, "label_before_instance" if early else "class_limit"] += 1
                 self.problems.append(f"model {model_id!r}: {err}")
             else:
                 accepted.append(outcome)
