@@ -223,3 +223,90 @@ def test_the_campaign_reads_the_waits_a_worker_logs_at_assignment():
 
     text = "\n".join([WAITED_OFFSETS % 61.04, WAITED_CHANGELOGS % (3.0, "c[1], c[4]")])
     assert WAITED.findall(text) == ["61.0", "3.0"]
+
+
+class _Slow:
+    """A transactional producer whose commit waits until released, as a broker's does while
+    it appends the transaction's markers; it keeps what it is given, in order."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.release = threading.Event()
+        self.fails = fails
+        self.log: list = []
+
+    def produce(self, topic, value, key=None, partition=-1, headers=None, on_delivery=None):
+        self.log.append(("produce", topic, value))
+
+    def __len__(self) -> int:
+        return 0
+
+    def poll(self, timeout) -> int:
+        self.log.append(("poll",))
+        return 0
+
+    def flush(self, timeout) -> int:
+        return 0
+
+    def send_offsets_to_transaction(self, offsets, group, timeout) -> None:
+        pass
+
+    def commit_transaction(self, timeout) -> None:
+        self.release.wait()
+        if self.fails:
+            raise KafkaException(KafkaError(KafkaError._STATE, txn_requires_abort=True))
+        self.log.append(("commit",))
+
+    def abort_transaction(self, timeout) -> None:
+        self.log.append(("abort",))
+
+    def begin_transaction(self) -> None:
+        self.log.append(("begin",))
+
+
+def test_the_data_path_goes_on_while_a_commit_is_on_its_way():
+    """The commit waits for Kafka in a thread of its own: meanwhile produce() holds each
+    message for the next transaction (this one's offsets and checkpoints do not cover what
+    made them), the producer is left alone, and once the commit lands the held messages go
+    out in their order, after the next transaction began."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    output.produce("metrics", b"before")
+    output.commit_in_background([], object())
+    output.produce("metrics", b"held 1")
+    output.produce("events", b"held 2", partition=3)
+    output.poll()
+    output.send_now()
+    with pytest.raises(RuntimeError, match="must land first"):
+        output.flush()
+    with pytest.raises(RuntimeError, match="must land first"):
+        output.abort()
+    assert output.committing and not output.landed()
+    assert slow.log == [("produce", "metrics", b"before")]
+    assert output.held_bytes == 12  # past HELD_MAX_BYTES the data path waits for the commit
+    slow.release.set()
+    assert output.landed(wait=True) and not output.committing
+    assert slow.log[1:] == [("commit",), ("begin",)]
+    output.release()
+    assert slow.log[1:] == [
+        ("commit",), ("begin",), ("produce", "metrics", b"held 1"), ("produce", "events", b"held 2")
+    ]  # fmt: skip
+    assert output.topics == {"metrics", "events"}  # of the next transaction
+    assert output.held_bytes == 0
+    assert output.landed()  # nothing on its way: landed
+
+
+def test_a_commit_aborted_on_its_way_throws_the_held_messages_away():
+    """They were made from state the stages give up: the caller restores them from their last
+    checkpoints, and what they make again is produced then."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow(fails=True)
+    output.commit_in_background([], object())
+    output.produce("metrics", b"held")
+    slow.release.set()
+    with pytest.raises(TransactionAborted):
+        output.landed(wait=True)
+    assert not output.committing
+    output.release()  # nothing: thrown away
+    assert ("abort",) in slow.log and ("produce", "metrics", b"held") not in slow.log
+    output.produce("metrics", b"after")  # into the transaction begun after the abort
+    assert slow.log[-2:] == [("begin",), ("produce", "metrics", b"after")]

@@ -67,7 +67,8 @@ class Changelog:
     topic
         The changelog topic.
     producer
-        The worker's producer (confluent_kafka.Producer); the caller flushes it.
+        The worker's producer (confluent_kafka.Producer); the caller flushes it (under
+        exactly-once, the thread that commits the transaction).
     client
         librdkafka settings for the consumers that read a partition back.
     fingerprint

@@ -19,8 +19,10 @@ shutdown, in these steps:
 
 The data path goes on between the steps (one step per turn of the loop, so it stops for one
 at a time); revocation and shutdown wait for all of them. Under exactly-once
-(:meth:`Checkpoints.transact`) the steps run at once inside the worker's Kafka transaction:
-cut, write, commit with the input offsets, then a disk store's batch. A stage has at most
+(:meth:`Checkpoints.transact`) the steps run inside the worker's Kafka transaction: the cut
+and the write in one stop of the data path, then the commit with the input offsets in a
+thread of its own while the data path goes on (:meth:`Checkpoints.landed`), then a disk
+store's batch in a turn of the loop of its own. A stage has at most
 one checkpoint on its way. If Kafka refuses an output or a changelog record, the worker
 stops without writing another checkpoint: the last one stands, and a restart continues
 exactly from it.
@@ -48,7 +50,7 @@ from .changelog_format import live
 from .eval_stage import EvalStage
 from .evolve import Refused, join_shape
 from .join_stage import SLICE_EVENTS, JoinStage
-from .output import NoAnswer, Output
+from .output import NoAnswer, Output, OutputError
 from .settings import WorkerSettings
 from .telemetry import Telemetry
 from .transactions import MissingTopic, TransactionAborted
@@ -102,11 +104,12 @@ class Round:
 
     @property
     def pause(self) -> float:
-        """The longest the data path stopped for it (the steps are apart; exactly-once: its
-        transaction, from its cut to its commit, is one step)."""
+        """The longest the data path stopped for it (the steps are apart; exactly-once: from
+        its cut until its commit is handed to a thread of its own, or done when waited for,
+        is one step)."""
         steps = self.steps
-        if "transaction" in steps:
-            return max(steps["transaction"], steps.get("store", 0.0))
+        if "stop" in steps:
+            return max(steps["stop"], steps.get("landing", 0.0), steps.get("store", 0.0))
         return max(steps.values(), default=0.0)
 
     def describe(self) -> str:
@@ -117,6 +120,18 @@ class Round:
         )
         steps = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.steps.items())
         return f"checkpoint of {stages or 'offsets'}: {steps}"
+
+
+@dataclass
+class _Landing:
+    """An exactly-once checkpoint whose commit is on its way (:meth:`Checkpoints.landed`)."""
+
+    round: Round
+    stages: list[tuple[Changelog, int, Any]]
+    offsets: list[Any]
+    handed: float  # when the commit went to its thread
+    settle_later: bool
+    on_commit: Callable[[list[Any]], None] | None
 
 
 class Checkpoints:
@@ -142,6 +157,8 @@ class Checkpoints:
         #: exactly-once: a committed checkpoint whose stages are not yet told (a disk store
         #: writes its batch in a later turn of the loop: :meth:`settle`)
         self.committed: Round | None = None
+        #: exactly-once: the commit on its way (:meth:`transact`, :meth:`landed`)
+        self._landing: _Landing | None = None
 
     def on_its_way(self, changelog: Changelog, q: int) -> bool:
         return (changelog.topic, q) in self.busy
@@ -217,16 +234,26 @@ class Checkpoints:
         offsets: list[Any],
         group: Any,
         settle_later: bool = False,
+        wait: bool = True,
+        on_commit: Callable[[list[Any]], None] | None = None,
     ) -> None:
         """Exactly-once: cut these stages, write their changes into the open transaction,
         commit it with the input ``offsets`` (``group``: the consumer's group metadata) and
         begin the next one; then the stages are told (a disk store writes its batch) — at
         once, or with ``settle_later`` by :meth:`settle` in a later turn of the loop, so that
         the data path stops for the two apart. Everything the transaction holds — outputs,
-        internal batches, changelog records, offsets — becomes visible at once or never:
-        raises :class:`~streameval.app.output.TransactionAborted` when Kafka aborted it (the
-        caller restores its stages from their last checkpoints), ``OutputError`` when a record
-        was refused, ``NoAnswer`` at the output's deadline."""
+        internal batches, changelog records, offsets — becomes visible at once or never.
+
+        The data path stops for the cut and the changelog records; waiting for Kafka's
+        acknowledgements and the commit happens in a thread of its own
+        (:meth:`~streameval.app.transactions.Transactions.commit_in_background`). With
+        ``wait`` this returns once the commit is done; without, the data path goes on (its
+        messages held for the next transaction) and :meth:`landed` tells when it is.
+        ``on_commit(offsets)`` is called once it is committed. Raises (here or from
+        :meth:`landed`) :class:`~streameval.app.output.TransactionAborted` when Kafka aborted
+        it (the caller restores its stages from their last checkpoints), ``ChangelogError``
+        when a record was refused, ``NoAnswer`` at the output's deadline."""
+        self.landed(wait=True)  # one commit at a time
         started = time.monotonic()
         self.settle()  # the stages' previous checkpoint first, in this same stop
         settled = time.monotonic()
@@ -246,23 +273,64 @@ class Checkpoints:
             self._write(round_, wait=True)
         except TransactionAborted as err:  # it failed meanwhile: the commit says why
             self.output.failed = self.output.failed or str(err)
+        self.output.commit_in_background(offsets, group)
+        round_.steps["stop"] = time.monotonic() - started  # the data path's, until here
+        self._landing = _Landing(round_, stages, offsets, time.monotonic(), settle_later, on_commit)
+        if wait:
+            self.landed(wait=True, same_stop=True)
+
+    @property
+    def committing(self) -> bool:
+        """Exactly-once: a commit is on its way (:meth:`transact` without ``wait``)."""
+        return self._landing is not None
+
+    def landed(self, wait: bool = False, same_stop: bool = False) -> bool:
+        """Exactly-once: whether the commit on its way (if any) is done (``wait``: wait for
+        it); raises what it raised (:meth:`transact`). Once done, the messages held meanwhile
+        go into the next transaction. ``same_stop``: the data path has not gone on since the
+        commit was handed over (its wait belongs to the checkpoint's one stop)."""
+        landing = self._landing
+        if landing is None:
+            return True
         began = time.monotonic()
-        self.output.flush()
-        round_.steps["flush"] = time.monotonic() - began  # (in "commit" too: said apart)
-        self._refused()
         try:
-            self.output.commit(offsets, group)
+            if not self.output.landed(wait):
+                return False
         except MissingTopic as err:  # a changelog deleted under the worker says so
-            for changelog, q, _ in stages:
+            self._landing = None
+            for changelog, q, _ in landing.stages:
                 if changelog.topic == err.topic:
                     raise changelog.gone(q, str(err)) from None
             raise
-        round_.steps["commit"] = time.monotonic() - began
-        round_.steps["transaction"] = time.monotonic() - started  # one stop: cut to commit
-        if settle_later:
+        except OutputError:
+            self._landing = None
+            self._refused()  # a record refused: said as a refusal
+            raise
+        except BaseException:
+            self._landing = None
+            raise
+        self._landing = None
+        round_ = landing.round
+        now = time.monotonic()
+        round_.steps["commit"] = now - landing.handed  # (in a thread: the data path went on)
+        round_.steps["transaction"] = now - round_.started  # cut to commit
+        if landing.on_commit is not None:
+            landing.on_commit(landing.offsets)
+        if landing.settle_later:
             self.committed = round_
-        else:
-            self._complete(round_, pause=round_.steps["transaction"])
+        try:
+            self.output.release()  # the messages held meanwhile, after it is counted done
+        except OutputError:
+            self._refused()
+            raise
+        waited = time.monotonic() - began  # what the data path stopped for: the wait, if any,
+        if same_stop:  # and the held messages produced
+            round_.steps["stop"] += waited
+        elif waited >= 0.001:
+            round_.steps["landing"] = waited
+        if not landing.settle_later:  # in the same stop as the rest
+            self._complete(round_, pause=round_.pause)
+        return True
 
     def settle(self) -> None:
         """Exactly-once: tell the stages of the last committed checkpoint (a disk store

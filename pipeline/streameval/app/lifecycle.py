@@ -14,7 +14,7 @@ import time
 from streameval.store import StoreError
 
 from .changelog import ChangelogError
-from .output import NoAnswer
+from .output import NoAnswer, OutputError
 
 __all__ = ["CLOSE_RESERVE_S", "Lifecycle"]
 
@@ -63,6 +63,17 @@ class Lifecycle:
         if self.stop_by is None:  # stopping by itself (an error): the same time limit
             self.stop_by = time.monotonic() + self.settings.shutdown_timeout_s
         self.output.deadline = self.stop_by - self._close_reserve()
+        refused: BaseException | None = None
+        if self.eo:  # the commit on its way first
+            try:
+                if not self._land_for_good("the worker stopped"):
+                    checkpoint = False  # what the stages hold since their last checkpoint goes
+            except (StoreError, ChangelogError, OutputError) as err:  # as in the loop: no
+                log.critical("%s", err)  # checkpoint more; raised once the worker is out
+                checkpoint, refused = False, err
+            except BaseException as err:  # a defect, or librdkafka's: the same, said whole
+                log.critical("the commit on its way failed", exc_info=True)
+                checkpoint, refused = False, err
         if checkpoint and self.unsettled:
             log.info(
                 "stopping while a restore waited for the previous owner's transaction to end: "
@@ -108,6 +119,8 @@ class Lifecycle:
             self._close_consumer()
             if self._callback_error is not None and checkpoint:
                 log.error("leaving the group failed: %s", self._callback_error)
+        if refused is not None:  # the worker failed: it says so (its exit status too)
+            raise refused
 
     def _close_consumer(self) -> None:
         """Leave the group (the partitions move on at once) — or, with Kafka away, give up at

@@ -17,6 +17,7 @@ from ..clients import unpolled
 from .changelog import ChangelogError
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
 from .output import NoAnswer
+from .transactions import TransactionAborted
 
 __all__ = ["Rebalancing"]
 
@@ -242,6 +243,7 @@ class Rebalancing:
         its way forgotten with its offsets, and every stage dropped (its inputs re-read from
         the committed offsets when assigned again)."""
         if self.eo:  # nothing of the open transaction may ever be visible
+            self._land_for_good("the partitions were lost")
             purged = len(self.output.producer)
             try:
                 self.output.abort()
@@ -269,7 +271,27 @@ class Rebalancing:
             purged,
         )
 
+    def _land_for_good(self, why: str) -> bool:
+        """Exactly-once: wait for the commit on its way, if any, before the stages go (its
+        stages are told of it: a disk store writes its batch). False if Kafka aborted it or
+        did not answer before the deadline: the stages' last checkpoints stand (said in the
+        log). A refusal (a record, a topic, the transactional id) raises, as from the loop:
+        the worker stops."""
+        try:
+            self._land(wait=True, rewind=False)
+            return True
+        except (TransactionAborted, NoAnswer) as err:
+            log.warning(
+                "the commit on its way when %s failed (%s): the partitions' last checkpoints "
+                "stand, and whoever takes them next computes the rest again",
+                why,
+                err,
+            )
+            return False
+
     def _drop(self, joins: list[int], evals: list[int], inputs: list[tuple[str, int]]) -> None:
+        if self.eo:
+            self._land_for_good("partitions were dropped")
         try:  # a committed checkpoint's store batch, before its store closes
             self.checkpoints.settle()
         except (StoreError, ChangelogError) as err:  # its changes are in the changelog

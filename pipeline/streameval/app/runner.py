@@ -49,7 +49,12 @@ from .router import Router
 from .settings import WorkerSettings
 from .telemetry import Telemetry
 from .topology import Topology
-from .transactions import TransactionAborted, Transactions, claim_transactional_id
+from .transactions import (
+    HELD_MAX_BYTES,
+    TransactionAborted,
+    Transactions,
+    claim_transactional_id,
+)
 from .wire import (
     WIRE_VERSION,
     EventBatch,
@@ -67,6 +72,9 @@ log = logging.getLogger("streameval.worker")
 #: being worked on and trigger full collections of the whole heap (docs/performance.md); the
 #: data path makes almost no cycles.
 GC_THRESHOLDS = (500_000, 20, 100)
+#: Exactly-once: while a commit is on its way, the data path waits for messages at most this
+#: long a turn, so that the commit's landing (and the messages held meanwhile) is seen soon.
+COMMIT_LOOK_S = 0.005
 
 
 class Pipeline(Lifecycle, Rebalancing, JoinPacing):
@@ -217,7 +225,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         commit_interval = s.commit_interval_ms / 1000.0
         self._next_commit = time.monotonic() + commit_interval
         next_heartbeat = 0.0
-        commit_waits = False  # a commit is due but waited one turn for the last one's batches
+        # a commit is due but waits for the last one's disk store batches (one turn) or for
+        # the commit on its way to land
+        commit_waits = False
         eof = KafkaError._PARTITION_EOF
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
         while not self.stopping.is_set():
@@ -225,7 +235,11 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             # a join with events due goes on at once, whether or not more messages come (one
             # that is held waits for Kafka like the rest)
             going = self._queued and not self._held.issuperset(self._queued)
-            messages = consume(s.max_batch, 0 if going or commit_waits else timeout)
+            if self.eo and checkpoints.committing:  # its landing is seen soon
+                wait = 0 if going else min(timeout, COMMIT_LOOK_S)
+            else:
+                wait = 0 if going or commit_waits else timeout
+            messages = consume(s.max_batch, wait)
             if self._callback_error is not None:
                 raise self._callback_error
             wall = time.monotonic()
@@ -275,15 +289,19 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             if self._queued:
                 self._catch_up()
             if self.eo:
+                # the commit on its way (held past a bound, the data path waits for it)
+                landed = checkpoints.committing and self._land(
+                    wait=self.output.held_bytes >= HELD_MAX_BYTES
+                )
                 due = self._commit_soon or time.monotonic() >= self._next_commit
-                # the last commit's disk store batches go in a turn of their own, after it:
-                # a commit due meanwhile waits for the next turn, so that the data path never
-                # stops for both at once
-                commit_waits = due and checkpoints.committed is not None
+                # the last commit's disk store batches go in a turn of their own, after it
+                # landed: a commit due meanwhile waits for the next turn, so that the data
+                # path never stops for both at once; and for the commit on its way to land
+                commit_waits = due and (checkpoints.committed is not None or checkpoints.committing)
                 if due and not commit_waits:
                     self._next_commit = time.monotonic() + commit_interval
-                    self._commit()
-                else:
+                    self._commit(wait=False)
+                elif not landed:
                     checkpoints.settle()
                 continue
             if self._due:
@@ -448,7 +466,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.checkpoints.drain()
 
     # -- exactly-once --------------------------------------------------------------------------
-    def _commit(self, joins: list[int] = (), evals: list[int] = (), rewind: bool = True) -> None:
+    def _commit(
+        self, joins: list[int] = (), evals: list[int] = (), rewind: bool = True, wait: bool = True
+    ) -> None:
         """Commit the open transaction: a checkpoint of every stage that wrote into it (its
         outputs must not become visible without the state that made them), of ``joins`` and
         ``evals``, of every stage if the snapshot timer said so and of a join partition
@@ -456,9 +476,13 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         and of those stages (so that Kafka fences the commit of a worker no longer in the
         group, KIP-447). If Kafka aborts it, the stages start again from their last
         checkpoints (:meth:`_rewind`; ``rewind=False``: raises
-        :class:`~streameval.app.output.TransactionAborted` instead)."""
+        :class:`~streameval.app.output.TransactionAborted` instead). Without ``wait`` the
+        data path goes on while Kafka commits (:meth:`_land` tells when it has); a commit
+        still on its way lands first."""
         from confluent_kafka import TopicPartition
 
+        if not self._land(wait=True, rewind=rewind):  # aborted: the stages went back
+            return
         if self.unsettled:  # stopping: nothing over what a restore may have missed
             return
         wrote, snapshot = self._wrote, self._snapshot_due
@@ -491,24 +515,52 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         stages += [(self.eval_changelog, r, self.evals[r]) for r in evals]
         try:
             self.checkpoints.transact(
-                stages, offsets, self.consumer.consumer_group_metadata(), settle_later=rewind
+                stages,
+                offsets,
+                self.consumer.consumer_group_metadata(),
+                settle_later=rewind,
+                wait=wait,
+                on_commit=self._offsets_committed,
             )
-            committed = self.telemetry.committed
-            if committed is not None:  # the consumer lag is measured from them
-                committed.update(
-                    ((tp.topic, tp.partition), tp.offset)
-                    for tp in offsets
-                    if tp.topic in self.topics.inputs
-                )
         except TransactionAborted as err:
             if not rewind:
                 raise
-            log.warning(
-                "Kafka aborted the worker's transaction (%s): nothing of it is visible. "
-                "Every stage starts again from its last checkpoint",
-                err,
+            self._aborted(err)
+            return
+        for q in joins:  # held while a commit was on its way (JoinPacing._emit): cut now
+            if q in self._held:
+                self._held.discard(q)
+                self._fetch(q)
+
+    def _land(self, wait: bool = False, rewind: bool = True) -> bool:
+        """Exactly-once: whether the commit on its way (if any) is done (``wait``: wait for
+        it). If Kafka aborted it, the stages start again from their last checkpoints and this
+        says False (``rewind=False``: raises
+        :class:`~streameval.app.output.TransactionAborted` instead)."""
+        try:
+            return self.checkpoints.landed(wait)
+        except TransactionAborted as err:
+            if not rewind:
+                raise
+            self._aborted(err)
+            return False
+
+    def _aborted(self, err: TransactionAborted) -> None:
+        log.warning(
+            "Kafka aborted the worker's transaction (%s): nothing of it is visible. "
+            "Every stage starts again from its last checkpoint",
+            err,
+        )
+        self._rewind()
+
+    def _offsets_committed(self, offsets: list[Any]) -> None:
+        committed = self.telemetry.committed
+        if committed is not None:  # the consumer lag is measured from them
+            committed.update(
+                ((tp.topic, tp.partition), tp.offset)
+                for tp in offsets
+                if tp.topic in self.topics.inputs
             )
-            self._rewind()
 
     def _new_producer(self, producer: Any) -> None:
         """The output replaced a fenced producer: the changelogs write with the new one."""

@@ -26,7 +26,13 @@ from .output import (
 )
 from .settings import WorkerSettings
 
-__all__ = ["MissingTopic", "TransactionAborted", "Transactions", "claim_transactional_id"]
+__all__ = [
+    "HELD_MAX_BYTES",
+    "MissingTopic",
+    "TransactionAborted",
+    "Transactions",
+    "claim_transactional_id",
+]
 
 log = logging.getLogger("streameval.worker")
 
@@ -74,6 +80,14 @@ class Transactions(Output):
         #: a commit or abort was left unfinished at the deadline: nothing more may be
         #: produced (the worker is stopping; its next start aborts what is open)
         self.stuck = False
+        #: the commit on its way in a thread of its own (:meth:`commit_in_background`), and
+        #: what it raised; meanwhile produce() holds its messages for the next transaction
+        self._committing: threading.Thread | None = None
+        self._raised: BaseException | None = None
+        self._held: list[tuple[str, bytes, bytes | None, int, Any]] = []
+        #: the bytes of the messages held (the data path waits for the commit past
+        #: :data:`HELD_MAX_BYTES`)
+        self.held_bytes = 0
 
     def open_transactions(self, stopping: threading.Event, timeout_s: float = 60.0) -> bool:
         """Take the transactional id (fencing a previous process of that id: what it left
@@ -151,11 +165,88 @@ class Transactions(Output):
         self.topics.clear()
         self.producer.begin_transaction()
 
+    # -- the commit off the data path -----------------------------------------------------
+    def commit_in_background(self, offsets: list[Any], group: Any) -> None:
+        """:meth:`commit`, in a thread of its own, so that the data path goes on while Kafka
+        acknowledges the transaction's messages and commits it. Until :meth:`landed` says it
+        is done, produce() holds every message (they belong to the next transaction: the
+        offsets and checkpoints of this one do not cover what made them), and the data path
+        leaves the producer alone — its delivery reports are the committing thread's."""
+        if self._committing is not None:
+            raise RuntimeError("a commit is already on its way")
+
+        def commit() -> None:
+            try:
+                self.commit(offsets, group)
+            except BaseException as err:  # handed to the data path by landed()
+                self._raised = err
+
+        self._raised = None
+        self._committing = threading.Thread(target=commit, name="streameval-commit", daemon=True)
+        self._committing.start()
+
+    @property
+    def committing(self) -> bool:
+        """A commit is on its way (:meth:`commit_in_background`) and not yet landed."""
+        return self._committing is not None
+
+    def landed(self, wait: bool = False) -> bool:
+        """Whether the commit on its way is over (``wait``: wait until it is). Raises what the
+        commit raised (:meth:`commit`), and then throws the held messages away: they were
+        made from state that the stages give up when Kafka aborted the transaction, and
+        nothing more is produced when the worker stops. After a commit, :meth:`release`
+        sends them."""
+        thread = self._committing
+        if thread is None:
+            return True
+        if wait:
+            thread.join()
+        elif thread.is_alive():
+            return False
+        self._committing = None
+        if self._raised is not None:
+            raised, self._raised = self._raised, None
+            self._held, self.held_bytes = [], 0
+            raise raised
+        return True
+
+    def release(self) -> None:
+        """Produce the messages held while the last commit was on its way, in their order,
+        into the transaction begun after it."""
+        if self._committing is not None:
+            raise RuntimeError("the commit on its way must land first (Transactions.landed)")
+        held, self._held, self.held_bytes = self._held, [], 0
+        for topic, value, key, partition, headers in held:
+            self.produce(topic, value, key, partition, headers)
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int = -1,
+        headers: Any = None,
+    ) -> None:
+        if self._committing is not None:
+            self._held.append((topic, value, key, partition, headers))
+            self.held_bytes += len(value)
+            return
+        super().produce(topic, value, key, partition, headers)
+
+    def poll(self) -> None:
+        if self._committing is None:  # else the committing thread serves the reports
+            super().poll()
+
+    def send_now(self) -> None:
+        if self._committing is None:
+            super().send_now()
+
     def abort(self) -> None:
         """Abort the open transaction (its messages not yet sent are purged, those sent are
         never shown to read_committed consumers) and begin the next."""
         if self.stuck:
             raise NoAnswer("a transaction was left unfinished")
+        self._no_commit_on_its_way()
         try:
             self._transact(self.producer.abort_transaction)
         except _Fenced as err:  # a new producer: nothing of the old one's is visible
@@ -165,6 +256,18 @@ class Transactions(Output):
         self.failed = None
         self.topics.clear()
         self.producer.begin_transaction()
+
+    def flush(self) -> None:
+        self._no_commit_on_its_way()
+        super().flush()
+
+    def purge(self) -> int:
+        self._no_commit_on_its_way()
+        return super().purge()
+
+    def _no_commit_on_its_way(self) -> None:
+        if self._committing is not None and threading.current_thread() is not self._committing:
+            raise RuntimeError("the commit on its way must land first (Transactions.landed)")
 
     def _transact(self, call: Any) -> None:
         """A transactional call, again while Kafka says to retry, until the deadline."""
@@ -343,6 +446,10 @@ class _Hung(_Fenced):
     """A transactional call librdkafka did not return from: its producer is replaced too."""
 
 
+#: While a commit is on its way, the data path goes on until the messages it holds for the
+#: next transaction come to this many bytes, then waits for the commit: a commit that Kafka
+#: is slow to answer (a coordinator away, up to transaction_timeout_ms) holds bounded memory.
+HELD_MAX_BYTES = 64 * 2**20
 #: A transactional call still running this long past its own timeout is taken as hung
 HUNG_AFTER_S = 5.0
 #: This many hung calls alive at once (each holds a producer and its threads) stop the worker
