@@ -8,11 +8,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import confluent_kafka
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from streameval.app import transactions
+from streameval.app import checkpoint, transactions
+from streameval.app.changelog import ChangelogError
+from streameval.app.checkpoint import Checkpoints
 from streameval.app.output import KafkaErrors, NoAnswer, Output, OutputError
 from streameval.app.settings import WorkerSettings
 from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
@@ -310,3 +313,183 @@ def test_a_commit_aborted_on_its_way_throws_the_held_messages_away():
     assert ("abort",) in slow.log and ("produce", "metrics", b"held") not in slow.log
     output.produce("metrics", b"after")  # into the transaction begun after the abort
     assert slow.log[-2:] == [("begin",), ("produce", "metrics", b"after")]
+
+
+class _Changelog:
+    """A changelog partition that produces each change as a record, a piece at a time."""
+
+    topic = "fraud-join-changelog"
+
+    def __init__(self, producer) -> None:
+        self.producer = producer
+
+    def describe(self, q, summary) -> None:
+        pass
+
+    def write(self, q, changes, piece):
+        for i in range(0, len(changes), piece):
+            for change in changes[i : i + piece]:
+                self.producer.produce(self.topic, change)
+            yield piece
+
+    def confirm(self, q) -> None:
+        return None
+
+
+class _Stage:
+    def __init__(self, changes: list[bytes]) -> None:
+        self.changes, self.told = changes, []
+
+    def cut(self) -> SimpleNamespace:
+        return SimpleNamespace(changes=list(self.changes))
+
+    def summary(self) -> dict:
+        return {}
+
+    def written(self, cut) -> None:
+        self.told.append(cut.changes)
+
+
+def _sent(slow: _Slow) -> list:
+    said = [entry for entry in slow.log if entry[0] != "poll"]
+    return [entry[1:] if entry[0] == "produce" else entry[0] for entry in said]
+
+
+def test_a_checkpoint_stops_the_data_path_for_its_cut_and_writes_its_records_over_turns(
+    monkeypatch,
+):
+    """Exactly-once: the cut is the stop. From it on, what the data path produces is held
+    for the next transaction, the checkpoint's changelog records go into this one a piece per
+    turn of the loop, the commit goes to its thread once they all have, and the held messages
+    follow it."""
+    monkeypatch.setattr(checkpoint, "CHANGELOG_PIECE", 1)
+    monkeypatch.setattr(checkpoint, "CHANGELOG_TURN_S", 0.0)  # one piece per turn
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    changelog, stage = _Changelog(slow), _Stage([b"a", b"b", b"c"])
+    done: list = []
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    checkpoints = Checkpoints(output, None, telemetry, lambda log, q: done.append(q))
+    output.produce("metrics", b"before")
+    checkpoints.transact([(changelog, 0, stage)], ["offsets"], object(), wait=False)
+    output.produce("metrics", b"after the cut")
+    assert checkpoints.committing and not output.committing
+    assert _sent(slow) == [("metrics", b"before")]  # the stop was the cut alone
+    assert not checkpoints.landed()  # a turn: one piece
+    assert _sent(slow)[1:] == [("fraud-join-changelog", b"a")]
+    assert not checkpoints.landed() and not checkpoints.landed()
+    assert not output.committing  # the generator is not exhausted yet
+    assert not checkpoints.landed()  # exhausted: the commit is handed to its thread
+    assert output.committing and stage.told == [] and done == []
+    output.produce("metrics", b"while committing")
+    slow.release.set()
+    assert checkpoints.landed(wait=True) and not checkpoints.committing
+    assert _sent(slow) == [
+        ("metrics", b"before"),
+        ("fraud-join-changelog", b"a"),
+        ("fraud-join-changelog", b"b"),
+        ("fraud-join-changelog", b"c"),
+        "commit",
+        "begin",
+        ("metrics", b"after the cut"),
+        ("metrics", b"while committing"),
+    ]
+    assert stage.told == [[b"a", b"b", b"c"]] and done == [0]
+    output.produce("metrics", b"next")  # holding no more
+    assert _sent(slow)[-1] == ("metrics", b"next")
+
+
+def test_a_checkpoint_whose_records_are_refused_throws_the_held_messages_away(monkeypatch):
+    """A refusal while its records are written stops the worker: the messages held since the
+    cut never go out, and nothing is held any more."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+
+    class Gone(_Changelog):
+        def write(self, q, changes, piece):
+            raise ChangelogError("the changelog fraud-join-changelog (partition 0) is gone")
+            yield
+
+    checkpoints = Checkpoints(output, None, None, lambda log, q: None)
+    checkpoints.transact([(Gone(slow), 0, _Stage([b"a"]))], [], object(), wait=False)
+    output.produce("metrics", b"held")
+    with pytest.raises(ChangelogError, match="is gone"):
+        checkpoints.landed()
+    assert not checkpoints.committing and not output.committing and not output.holding
+    assert output.held_bytes == 0 and ("metrics", b"held") not in _sent(slow)
+
+
+def test_a_checkpoint_left_half_written_is_never_committed():
+    """Kafka gone at a shutdown's deadline while a checkpoint's records are written: some of
+    them are in the open transaction, and the stages gave their changes to it. A later commit
+    (the shutdown's final checkpoint) must not make that half visible: it aborts, and the last
+    checkpoints stand."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    slow.release.set()
+
+    class Stalling(_Changelog):
+        def write(self, q, changes, piece):
+            self.producer.produce(self.topic, changes[0])
+            yield 1
+            raise NoAnswer("1 messages not acknowledged by Kafka")
+
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
+    stage = _Stage([b"a", b"b"])
+    checkpoints.transact([(Stalling(slow), 0, stage)], [], object(), wait=False)
+    with pytest.raises(NoAnswer):
+        checkpoints.landed(wait=True)
+    assert not checkpoints.committing and output.given_up is not None
+    with pytest.raises(TransactionAborted, match="half written"):
+        checkpoints.transact([(_Changelog(slow), 0, stage)], [], object(), wait=True)
+    assert "commit" not in _sent(slow) and _sent(slow)[-2:] == ["abort", "begin"]
+    assert stage.told == []  # its last checkpoint stands
+    assert output.given_up is None  # the next transaction is a clean one
+
+
+def test_held_messages_that_cannot_all_be_produced_fail_the_transaction_they_went_into():
+    """Kafka gone at a shutdown's deadline while the held messages go out after a commit:
+    the open transaction lacks some of them, and the state that made them is past its
+    checkpoint. It must never be committed (the final checkpoint aborts instead)."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    slow.release.set()
+    output.commit_in_background([], object())
+    output.produce("metrics", b"held 1")
+    output.produce("metrics", b"held 2")
+    assert output.landed(wait=True)
+
+    def full(*args, **kwargs):
+        raise BufferError("the local queue is full")
+
+    slow.produce = full
+    output.deadline = time.monotonic()  # stopping, and past it
+    with pytest.raises(NoAnswer):
+        output.release()
+    assert not output.holding and output.held_bytes == 0
+    assert output.given_up is not None
+    with pytest.raises(TransactionAborted, match="held messages not produced"):
+        output.commit([], object())
+    assert _sent(slow)[-2:] == ["abort", "begin"] and output.given_up is None
+
+
+def test_lost_partitions_write_no_more_of_a_checkpoint(monkeypatch):
+    """The group went on without the worker: the checkpoint being written is given up and
+    the open transaction failed, so that nothing of it is committed."""
+    monkeypatch.setattr(checkpoint, "CHANGELOG_TURN_S", 0.0)
+    monkeypatch.setattr(checkpoint, "CHANGELOG_PIECE", 1)
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    checkpoints = Checkpoints(output, None, None, lambda log, q: None)
+    checkpoints.transact([(_Changelog(slow), 0, _Stage([b"a", b"b"]))], [], object(), wait=False)
+    output.produce("metrics", b"held")
+    assert not checkpoints.landed()  # one piece written
+    checkpoints.give_up("the partitions were lost")
+    assert not checkpoints.committing and not output.holding and output.held_bytes == 0
+    assert output.given_up == "the partitions were lost"
+    assert _sent(slow) == [("fraud-join-changelog", b"a")]
+    checkpoints.give_up("again")  # nothing being written: nothing to do
+    assert output.given_up == "the partitions were lost"
+    output.abort()  # (what the worker does next)
+    assert output.given_up is None and _sent(slow)[-2:] == ["abort", "begin"]

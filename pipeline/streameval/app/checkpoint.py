@@ -20,12 +20,12 @@ shutdown, in these steps:
 The data path goes on between the steps (one step per turn of the loop, so it stops for one
 at a time); revocation and shutdown wait for all of them. Under exactly-once
 (:meth:`Checkpoints.transact`) the steps run inside the worker's Kafka transaction: the cut
-and the write in one stop of the data path, then the commit with the input offsets in a
-thread of its own while the data path goes on (:meth:`Checkpoints.landed`), then a disk
-store's batch in a turn of the loop of its own. A stage has at most
-one checkpoint on its way. If Kafka refuses an output or a changelog record, the worker
-stops without writing another checkpoint: the last one stands, and a restart continues
-exactly from it.
+(from which on the data path's messages are held for the next transaction), the write a few
+pieces per turn of the loop, then the commit with the input offsets in a thread of its own
+while the data path goes on (:meth:`Checkpoints.landed`), then a disk store's batch in a turn
+of the loop of its own. A stage has at most one checkpoint on its way. If Kafka refuses an
+output or a changelog record, the worker stops without writing another checkpoint: the last
+one stands, and a restart continues exactly from it.
 """
 
 from __future__ import annotations
@@ -104,12 +104,16 @@ class Round:
 
     @property
     def pause(self) -> float:
-        """The longest the data path stopped for it (the steps are apart; exactly-once: from
-        its cut until its commit is handed to a thread of its own, or done when waited for,
-        is one step)."""
+        """The longest the data path stopped for it (the steps are apart; exactly-once: the
+        cut, or all of it when waited for, is the one step "stop")."""
         steps = self.steps
         if "stop" in steps:
-            return max(steps["stop"], steps.get("landing", 0.0), steps.get("store", 0.0))
+            return max(
+                steps["stop"],
+                steps.get("changelog", 0.0),
+                steps.get("landing", 0.0),
+                steps.get("store", 0.0),
+            )
         return max(steps.values(), default=0.0)
 
     def describe(self) -> str:
@@ -124,12 +128,13 @@ class Round:
 
 @dataclass
 class _Landing:
-    """An exactly-once checkpoint whose commit is on its way (:meth:`Checkpoints.landed`)."""
+    """An exactly-once checkpoint cut and not yet committed (:meth:`Checkpoints.landed`)."""
 
     round: Round
     stages: list[tuple[Changelog, int, Any]]
     offsets: list[Any]
-    handed: float  # when the commit went to its thread
+    group: Any  # the consumer's group metadata, committed with the offsets
+    handed: float | None  # when the commit went to its thread (None: records being written)
     settle_later: bool
     on_commit: Callable[[list[Any]], None] | None
 
@@ -244,16 +249,22 @@ class Checkpoints:
         the data path stops for the two apart. Everything the transaction holds — outputs,
         internal batches, changelog records, offsets — becomes visible at once or never.
 
-        The data path stops for the cut and the changelog records; waiting for Kafka's
-        acknowledgements and the commit happens in a thread of its own
+        The data path stops for the cut. From the cut on, every message it produces is held
+        for the next transaction; the changelog records go into this one a few pieces per
+        turn of the loop (:meth:`landed`, as at-least-once writes them), and once they all
+        have, the transaction is committed in a thread of its own
         (:meth:`~streameval.app.transactions.Transactions.commit_in_background`). With
-        ``wait`` this returns once the commit is done; without, the data path goes on (its
-        messages held for the next transaction) and :meth:`landed` tells when it is.
-        ``on_commit(offsets)`` is called once it is committed. Raises (here or from
-        :meth:`landed`) :class:`~streameval.app.output.TransactionAborted` when Kafka aborted
-        it (the caller restores its stages from their last checkpoints), ``ChangelogError``
-        when a record was refused, ``NoAnswer`` at the output's deadline."""
+        ``wait`` this returns once the commit is done; without, the data path goes on and
+        :meth:`landed` tells when it is. ``on_commit(offsets)`` is called once it is
+        committed. Raises (here or from :meth:`landed`)
+        :class:`~streameval.app.output.TransactionAborted` when Kafka aborted it (the caller
+        restores its stages from their last checkpoints), ``ChangelogError`` when a record
+        was refused, ``NoAnswer`` at the output's deadline."""
         self.landed(wait=True)  # one commit at a time
+        if self.output.given_up is not None:  # a checkpoint left half written: not this one
+            said = self.output.given_up
+            self.output.abort()
+            raise TransactionAborted(said)
         started = time.monotonic()
         self.settle()  # the stages' previous checkpoint first, in this same stop
         settled = time.monotonic()
@@ -264,58 +275,61 @@ class Checkpoints:
         for changelog, q, stage in stages:
             cuts.append((changelog, q, stage, stage.cut()))
             changelog.describe(q, stage.summary())
+        self.output.hold()  # what the data path makes from here on is the next one's
         steps = {"cut": time.monotonic() - settled}
         if settled - started >= 0.001:
             steps["settle"] = settled - started  # the previous one's batch
         round_ = Round(0, cuts, [], started, steps, wait=True)
         self.output.topics.update(changelog.topic for changelog, _, _ in stages)
-        try:
-            self._write(round_, wait=True)
-        except TransactionAborted as err:  # it failed meanwhile: the commit says why
-            self.output.failed = self.output.failed or str(err)
-        self.output.commit_in_background(offsets, group)
-        round_.steps["stop"] = time.monotonic() - started  # the data path's, until here
-        self._landing = _Landing(round_, stages, offsets, time.monotonic(), settle_later, on_commit)
+        round_.steps["stop"] = time.monotonic() - started  # the data path's, the cut's
+        self._landing = _Landing(round_, stages, offsets, group, None, settle_later, on_commit)
         if wait:
             self.landed(wait=True, same_stop=True)
 
     @property
     def committing(self) -> bool:
-        """Exactly-once: a commit is on its way (:meth:`transact` without ``wait``)."""
+        """Exactly-once: a checkpoint was cut and its commit has not landed yet (its
+        changelog records being written, or the commit on its way: :meth:`transact`
+        without ``wait``)."""
         return self._landing is not None
 
     def landed(self, wait: bool = False, same_stop: bool = False) -> bool:
-        """Exactly-once: whether the commit on its way (if any) is done (``wait``: wait for
-        it); raises what it raised (:meth:`transact`). Once done, the messages held meanwhile
-        go into the next transaction. ``same_stop``: the data path has not gone on since the
-        commit was handed over (its wait belongs to the checkpoint's one stop)."""
+        """Exactly-once: whether the checkpoint cut last (if any) is committed (``wait``:
+        write what is left of its changelog records and wait for the commit); else one
+        more turn of its changelog records is written, or, once they all are, its commit
+        handed to a thread of its own. Raises what the commit raised (:meth:`transact`).
+        Once it is done, the messages held since its cut go into the next transaction.
+        ``same_stop``: the data path has not gone on since the cut (its wait belongs to the
+        checkpoint's one stop)."""
         landing = self._landing
         if landing is None:
             return True
         began = time.monotonic()
         try:
+            if landing.handed is None:  # its changelog records are being written
+                self._hand_over(landing, wait)
+                if landing.handed is None:
+                    return False
             if not self.output.landed(wait):
                 return False
         except MissingTopic as err:  # a changelog deleted under the worker says so
-            self._landing = None
+            self._give_up()
             for changelog, q, _ in landing.stages:
                 if changelog.topic == err.topic:
                     raise changelog.gone(q, str(err)) from None
             raise
         except OutputError:
-            self._landing = None
+            self._give_up()
             self._refused()  # a record refused: said as a refusal
             raise
         except BaseException:
-            self._landing = None
+            self._give_up()
             raise
         self._landing = None
         round_ = landing.round
         now = time.monotonic()
         round_.steps["commit"] = now - landing.handed  # (in a thread: the data path went on)
         round_.steps["transaction"] = now - round_.started  # cut to commit
-        if landing.on_commit is not None:
-            landing.on_commit(landing.offsets)
         if landing.settle_later:
             self.committed = round_
         try:
@@ -323,6 +337,8 @@ class Checkpoints:
         except OutputError:
             self._refused()
             raise
+        if landing.on_commit is not None:
+            landing.on_commit(landing.offsets)
         waited = time.monotonic() - began  # what the data path stopped for: the wait, if any,
         if same_stop:  # and the held messages produced
             round_.steps["stop"] += waited
@@ -331,6 +347,40 @@ class Checkpoints:
         if not landing.settle_later:  # in the same stop as the rest
             self._complete(round_, pause=round_.pause)
         return True
+
+    def _hand_over(self, landing: _Landing, wait: bool) -> None:
+        """A turn of the cut checkpoint's changelog records (``wait``: all of them); once
+        they are all produced, its commit goes to a thread of its own."""
+        round_ = landing.round
+        try:
+            self._write(round_, wait)
+        except TransactionAborted as err:  # it failed meanwhile: the commit says why
+            self.output.failed = self.output.failed or str(err)
+            round_.sent = True
+        if round_.sent:
+            self.output.commit_in_background(landing.offsets, landing.group)
+            landing.handed = time.monotonic()
+
+    def give_up(self, why: str) -> None:
+        """Exactly-once: if the checkpoint cut last is still being written, write no more of
+        it and fail the open transaction (``why``), so that nothing of it is ever committed:
+        the partitions were lost, and their next owner restores them from their last
+        checkpoints."""
+        landing = self._landing
+        if landing is not None and landing.handed is None:
+            self.output.give_up(why)
+            self._give_up()
+
+    def _give_up(self) -> None:
+        """The checkpoint cut last failed: nothing more of it is written, and the messages
+        held since its cut go with the state the caller gives up. If its records were being
+        written, the open transaction holds some of them and its stages have given their
+        changes to it: it is failed, so that no later commit (a shutdown's) makes it visible —
+        it aborts, and the stages' last checkpoints stand."""
+        landing, self._landing = self._landing, None
+        if landing is not None and landing.handed is None:
+            self.output.give_up("a checkpoint was left half written")
+        self.output.drop_held()
 
     def settle(self) -> None:
         """Exactly-once: tell the stages of the last committed checkpoint (a disk store

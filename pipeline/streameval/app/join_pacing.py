@@ -114,9 +114,9 @@ class JoinPacing:
                 # twice the bound it waits too, until that commit cuts it (Pipeline._commit).
                 # (Not at once: a pause drops what librdkafka had fetched of the partition,
                 # and holding at the bound itself cost a busy worker 7 % of its rate.)
-                if self.eo and stage.join.changed >= 2 * most and q not in self._held:
-                    if self.checkpoints.committing:
-                        self._hold(q)
+                past = self.eo and stage.join.changed >= 2 * most and q not in self._held
+                if past and self.checkpoints.committing:
+                    self._hold(q)
             elif q not in self._held:  # its last checkpoint is still on its way (Kafka is
                 self._hold(q)  # slow to answer): take no more of its events until it is
 
@@ -131,7 +131,7 @@ class JoinPacing:
         if now - self._held_said >= 60:  # once a minute at most
             self._held_said = now
             waits = (
-                ("a commit is on its way", "the next commit cuts them")
+                ("a checkpoint's commit is on its way", "the next commit cuts them")
                 if self.eo
                 else ("its last checkpoint is not acknowledged yet", "it is")
             )

@@ -243,6 +243,7 @@ class Rebalancing:
         its way forgotten with its offsets, and every stage dropped (its inputs re-read from
         the committed offsets when assigned again)."""
         if self.eo:  # nothing of the open transaction may ever be visible
+            self.checkpoints.give_up("the partitions were lost")  # (a checkpoint being written)
             self._land_for_good("the partitions were lost")
             purged = len(self.output.producer)
             try:

@@ -72,8 +72,9 @@ log = logging.getLogger("streameval.worker")
 #: being worked on and trigger full collections of the whole heap (docs/performance.md); the
 #: data path makes almost no cycles.
 GC_THRESHOLDS = (500_000, 20, 100)
-#: Exactly-once: while a commit is on its way, the data path waits for messages at most this
-#: long a turn, so that the commit's landing (and the messages held meanwhile) is seen soon.
+#: Exactly-once: from a checkpoint's cut until its commit has landed, the data path waits for
+#: messages at most this long a turn, so that the checkpoint's records are written and its
+#: landing (and the messages held meanwhile) seen soon.
 COMMIT_LOOK_S = 0.005
 
 

@@ -81,9 +81,14 @@ class Transactions(Output):
         #: produced (the worker is stopping; its next start aborts what is open)
         self.stuck = False
         #: the commit on its way in a thread of its own (:meth:`commit_in_background`), and
-        #: what it raised; meanwhile produce() holds its messages for the next transaction
+        #: what it raised
         self._committing: threading.Thread | None = None
         self._raised: BaseException | None = None
+        #: produce() holds its messages for the next transaction (:meth:`hold`), from a
+        #: checkpoint's cut until its commit has landed and :meth:`release` sends them
+        self.holding = False
+        #: the open transaction was given up (:meth:`give_up`): it is aborted, never committed
+        self.given_up: str | None = None
         self._held: list[tuple[str, bytes, bytes | None, int, Any]] = []
         #: the bytes of the messages held (the data path waits for the commit past
         #: :data:`HELD_MAX_BYTES`)
@@ -137,6 +142,10 @@ class Transactions(Output):
         :class:`NoAnswer` at the :attr:`deadline`."""
         if self.stuck:
             raise NoAnswer("a transaction was left unfinished")
+        if self.given_up is not None:  # nothing of it is committed
+            said = self.given_up
+            self.abort()
+            raise TransactionAborted(said)
         self.flush()
         if self.error is not None:
             raise OutputError(self.error)
@@ -166,6 +175,13 @@ class Transactions(Output):
         self.producer.begin_transaction()
 
     # -- the commit off the data path -----------------------------------------------------
+    def hold(self) -> None:
+        """From now on produce() holds every message for the next transaction, until
+        :meth:`release` (a checkpoint was cut: what the data path makes from here on is not
+        covered by it). The changelogs go on writing into the open transaction: they produce
+        on the librdkafka producer itself."""
+        self.holding = True
+
     def commit_in_background(self, offsets: list[Any], group: Any) -> None:
         """:meth:`commit`, in a thread of its own, so that the data path goes on while Kafka
         acknowledges the transaction's messages and commits it. Until :meth:`landed` says it
@@ -182,6 +198,7 @@ class Transactions(Output):
                 self._raised = err
 
         self._raised = None
+        self.holding = True
         self._committing = threading.Thread(target=commit, name="streameval-commit", daemon=True)
         self._committing.start()
 
@@ -206,18 +223,34 @@ class Transactions(Output):
         self._committing = None
         if self._raised is not None:
             raised, self._raised = self._raised, None
-            self._held, self.held_bytes = [], 0
+            self.drop_held()
             raise raised
         return True
 
+    def give_up(self, why: str) -> None:
+        """Never commit the open transaction (``why``): the next :meth:`commit` aborts it and
+        raises :class:`TransactionAborted` — what it holds was left half done (a checkpoint's
+        records, the messages held for it)."""
+        self._no_commit_on_its_way()
+        self.given_up = self.given_up or why
+
+    def drop_held(self) -> None:
+        """Throw the held messages away and stop holding (the transaction they would have
+        gone into is given up with the state that made them)."""
+        self._held, self.held_bytes, self.holding = [], 0, False
+
     def release(self) -> None:
-        """Produce the messages held while the last commit was on its way, in their order,
-        into the transaction begun after it."""
+        """Produce the messages held since the last checkpoint's cut, in their order, into
+        the transaction begun after its commit, and stop holding."""
         if self._committing is not None:
             raise RuntimeError("the commit on its way must land first (Transactions.landed)")
-        held, self._held, self.held_bytes = self._held, [], 0
-        for topic, value, key, partition, headers in held:
-            self.produce(topic, value, key, partition, headers)
+        held, self._held, self.held_bytes, self.holding = self._held, [], 0, False
+        try:
+            for topic, value, key, partition, headers in held:
+                self.produce(topic, value, key, partition, headers)
+        except BaseException as err:  # the rest would be missing from the open transaction
+            self.give_up(f"held messages not produced ({err})")
+            raise
 
     def produce(
         self,
@@ -227,7 +260,7 @@ class Transactions(Output):
         partition: int = -1,
         headers: Any = None,
     ) -> None:
-        if self._committing is not None:
+        if self.holding:
             self._held.append((topic, value, key, partition, headers))
             self.held_bytes += len(value)
             return
@@ -253,7 +286,7 @@ class Transactions(Output):
             self._renew(err)
             return
         self.producer.poll(0)  # the aborted transaction's reports, before forgetting them
-        self.failed = None
+        self.failed = self.given_up = None
         self.topics.clear()
         self.producer.begin_transaction()
 
@@ -388,7 +421,7 @@ class Transactions(Output):
         except Exception as err:  # a fatal producer may refuse even that
             log.debug("purging the fenced producer: %s", err)
         self.producer = Producer(self._config)
-        self.failed = None
+        self.failed = self.given_up = None
         self.topics.clear()
         try:
             self._transact(self.producer.init_transactions)
