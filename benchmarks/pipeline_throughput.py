@@ -87,8 +87,18 @@ def bootstrap() -> str:
 
     instance = KafkaInstance.named("default")
     running = KafkaInstance.load(instance)
-    if running is not None and running.running():
-        return running.bootstrap
+    # a broker that a benchmark run just before started goes down with it, for a few seconds:
+    # use the local broker once it answers, or start one once it is gone
+    deadline = time.monotonic() + 60
+    while running is not None and running.running():
+        if running._serves_metadata():
+            return running.bootstrap
+        if time.monotonic() >= deadline:
+            raise SystemExit(
+                f"the local broker at {running.bootstrap} neither answers nor stops: stop it "
+                "(.venv/bin/streameval kafka stop) and run the benchmark again"
+            )
+        time.sleep(0.5)
     return KafkaInstance.start(instance).bootstrap  # lives as long as the benchmark
 
 

@@ -158,7 +158,7 @@ def _queue_keys(records: dict, memory: dict, ttl: int) -> set:
             st.integers(0, 80),
             st.sampled_from(["a", "b", 7]),
             st.integers(-5, 40),
-            st.sampled_from([None, None, "cut", "cut", "written", "crash"]),
+            st.sampled_from([None, None, "cut", "cut", "prepare", "written", "crash"]),
         ),
         max_size=60,
     ),
@@ -169,7 +169,8 @@ def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, t
     """The worker cuts a checkpoint, goes on, and writes the cut's batch once Kafka has it:
     the join's outcomes are those of a join that stops for each checkpoint, the database
     holds exactly the state at the cut written last (its time queues those of its records),
-    and a crash with a cut not yet written leaves the database at the one before."""
+    and a crash with a cut not yet written leaves the database at the one before — whether
+    or not its batch was prepared (built while the join went on, before it was written)."""
     path = tmp_path_factory.mktemp("cuts")
     memory = Join(2, ttl, max_pending)
     disk = Join(2, ttl, max_pending, DiskState(path, cache_mb=1, cache_entries=3))
@@ -190,6 +191,8 @@ def test_a_checkpoint_written_while_the_join_goes_on(tmp_path_factory, events, t
                 {i: list(r) for i, r in memory.state.records.items()},
                 dict(memory.state.memory),
             )
+        elif action == "prepare" and cut is not None:
+            disk.prepare(cut)
         elif action == "written" and cut is not None:
             disk.written(cut, n, (n, 1))
             cut, at_written = None, at_cut

@@ -314,16 +314,9 @@ class DiskState:
         with the changelog ``position`` it ends at and the number and intent chunks of the
         checkpoint (``sealed``). A new ``position`` also says what the changelog still lacks
         (:attr:`carried`, :attr:`carries_all`): nothing, once a checkpoint was written."""
-        from rocksdict import WriteBatch
-
-        batch = WriteBatch(raw_mode=True)
-        for key, value in cut.changes.items():
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        for name, (puts, deletes) in cut.queues.items():
-            TimeQueue.write(batch, _QUEUES[name], puts, deletes)
+        if cut.batch is None:
+            self.prepare(cut)
+        batch, cut.batch = cut.batch, None
         local = self._local()
         pending, remembered = cut.counts
         local.update(
@@ -348,6 +341,22 @@ class DiskState:
             self.queues[name].written(puts, deletes)
         if len(self.records) + len(self.memory) > self.cache_entries:
             self._shrink()
+
+    def prepare(self, cut: Cut) -> None:
+        """Build ``cut``'s batch (its changes and time queues' changes), so that
+        :meth:`written` only adds the local keys and writes it: the part of the work that
+        does not wait for the checkpoint to be durable. Touches nothing else."""
+        from rocksdict import WriteBatch
+
+        batch = WriteBatch(raw_mode=True)
+        for key, value in cut.changes.items():
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        for name, (puts, deletes) in cut.queues.items():
+            TimeQueue.write(batch, _QUEUES[name], puts, deletes)
+        cut.batch = batch
 
     def _shrink(self) -> None:
         """Start the cache again, but for what changed since the last freeze (the database

@@ -101,6 +101,7 @@ class Round:
     sent: bool = False  # written to the changelogs (not yet acknowledged)
     writing: Iterator[int] | None = None  # its records being produced, a piece per turn
     wait: bool = False  # revocation or shutdown: commit the offsets synchronously
+    prepared: int = 0  # exactly-once: its cuts whose store batch is built (Checkpoints._prepare)
 
     @property
     def pause(self) -> float:
@@ -111,6 +112,7 @@ class Round:
             return max(
                 steps["stop"],
                 steps.get("changelog", 0.0),
+                steps.get("prepare", 0.0),
                 steps.get("landing", 0.0),
                 steps.get("store", 0.0),
             )
@@ -311,6 +313,7 @@ class Checkpoints:
                 if landing.handed is None:
                     return False
             if not self.output.landed(wait):
+                self._prepare(landing.round)
                 return False
         except MissingTopic as err:  # a changelog deleted under the worker says so
             self._give_up()
@@ -360,6 +363,20 @@ class Checkpoints:
         if round_.sent:
             self.output.commit_in_background(landing.offsets, landing.group)
             landing.handed = time.monotonic()
+
+    def _prepare(self, round_: Round) -> None:
+        """While its commit is on its way, a turn of the loop builds one join partition's
+        disk store batch (:meth:`~streameval.store.DiskState.prepare`), so that writing it,
+        once the commit has landed, is a shorter stop."""
+        while round_.prepared < len(round_.cuts):
+            _, _, stage, cut = round_.cuts[round_.prepared]
+            round_.prepared += 1
+            if isinstance(stage, JoinStage):  # (in RAM: nothing to build)
+                started = time.monotonic()
+                stage.prepare(cut)
+                took = time.monotonic() - started
+                round_.steps["prepare"] = max(round_.steps.get("prepare", 0.0), took)
+                return
 
     def give_up(self, why: str) -> None:
         """Exactly-once: if the checkpoint cut last is still being written, write no more of

@@ -179,6 +179,9 @@ class JoinStage:
             "waiting": join.waiting,
         }
 
+    def prepare(self, cut: Any) -> None:
+        self.join.prepare(cut)
+
     def written(self, cut: Any, *where: Any) -> None:
         self.join.written(cut, *where)
 

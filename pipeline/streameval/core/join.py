@@ -328,6 +328,11 @@ class Join(JoinRules):
         self._waiting.committed()
         return cut
 
+    def prepare(self, cut: Any) -> None:
+        """Prepare what :meth:`written` writes of ``cut`` (a disk store's batch), before the
+        checkpoint is durable; optional."""
+        self.state.prepare(cut)
+
     def written(self, cut: Any, *where: Any) -> None:
         """The checkpoint of ``cut`` (:meth:`freeze`'s) is durable; ``where`` tells a disk
         store what to write with it."""

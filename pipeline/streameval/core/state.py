@@ -113,9 +113,11 @@ def encode_changes(
 class Cut:
     """What one checkpoint writes of a state, closed by ``freeze`` while the join goes on:
     the encoded ``changes`` (for the changelog and a disk store's batch), and for a disk store
-    the time queues' changes and its counts as they were then."""
+    the time queues' changes, its counts as they were then, and the write ``batch`` of those
+    once prepared (``prepare``: built while the checkpoint's commit is on its way, so that
+    writing it is a shorter stop)."""
 
-    __slots__ = ("changes", "counts", "queues")
+    __slots__ = ("batch", "changes", "counts", "queues")
 
     def __init__(
         self,
@@ -126,6 +128,7 @@ class Cut:
         self.changes = changes
         self.queues = queues
         self.counts = counts
+        self.batch: Any = None
 
 
 class MemoryState:
@@ -291,6 +294,9 @@ class MemoryState:
         self._fresh_records.clear()
         self._fresh_memory.clear()
         return Cut(changes)
+
+    def prepare(self, cut: Cut) -> None:
+        """Nothing to prepare in RAM (a disk store builds its batch)."""
 
     def written(self, cut: Cut, *_: Any) -> None:
         """The checkpoint of ``cut`` is durable (nothing to do in RAM; the arguments are a
