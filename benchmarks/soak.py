@@ -15,7 +15,11 @@ topics or between its stages (either growing means the worker does not keep up w
 ``--rate``); of that backlog, the events the join holds for its clock and the outcomes the
 evaluation holds for the join partitions' frontiers. It prints a line per minute and, at the
 end, the checkpoint durations of the first and the last fifth of the run side by side, how many
-pauses passed 100 ms, and whether the worker ran through (it must: exit 1 otherwise).
+pauses passed 100 ms, and whether the worker ran through (it must: exit 1 otherwise). Each
+line also says how busy the machine's CPUs were over its minute (the broker, its log cleaner and
+the load generator share them with the worker), and how much of their time went to I/O wait and
+to other guests (steal). The worker's log (its path is printed) names each checkpoint pause
+over 100 ms with its steps and what the data path's thread got of the machine during each.
 """
 
 from __future__ import annotations
@@ -44,6 +48,27 @@ from pipeline_throughput import (  # noqa: E402
     stop,
 )
 from streameval.devkafka import free_port  # noqa: E402
+
+
+def _cpu_times() -> list[int]:
+    """The machine's CPU time so far, in ticks: user, nice, system, idle, iowait, irq, softirq,
+    steal (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(x) for x in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
+def _cpu_line(was: list[int], now: list[int]) -> str:
+    """How busy the machine's CPUs were between two readings of :func:`_cpu_times`."""
+    if len(was) < 8 or len(now) < 8:
+        return ""
+    d = [b - a for a, b in zip(was, now, strict=True)]
+    total = sum(d) or 1
+    busy, iowait, steal = (100 * x / total for x in (total - d[3] - d[4], d[4], d[7]))
+    return f"  machine CPU busy {busy:3.0f} % (I/O wait {iowait:2.0f} %, steal {steal:2.0f} %)"
+
 
 CONFIG = """
 publish_every = 100000
@@ -113,6 +138,7 @@ def main() -> None:
     time.sleep(8)  # the worker joins its group
     start = time.monotonic()
     next_sample, next_line = start, start + 60
+    cpu = _cpu_times()
     alive = True
     try:
         while time.monotonic() - start < seconds:
@@ -141,6 +167,7 @@ def main() -> None:
                 pauses = _pauses(text)
             if now >= next_line and samples:
                 next_line = now + 60
+                cpu, cpu_was = _cpu_times(), cpu
                 t, _, rss, store, pending, lag, debt, behind, events, outcomes = samples[-1]
                 recent = [s[1] for s in samples if s[0] > t - 60]
                 total = pauses.get(float("inf"), 0.0)
@@ -150,7 +177,8 @@ def main() -> None:
                       f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}  "
                       f"outcomes behind {behind:>10,.0f} (waiting: join {events:>9,.0f}, "
                       f"evaluation {outcomes:>9,.0f})  "
-                      f"compaction debt {debt / 1e6:6.0f} MB", flush=True)  # fmt: skip
+                      f"compaction debt {debt / 1e6:6.0f} MB" + _cpu_line(cpu_was, cpu),
+                      flush=True)  # fmt: skip
             time.sleep(0.001)
         producer.flush(60)
     finally:
@@ -173,6 +201,7 @@ def main() -> None:
         )
     if pauses:
         print(_pause_line(pauses))
+    print(f"the worker's log: {tmp / 'worker.log'}")
     print("the worker ran through" if alive else "THE WORKER STOPPED: see " + str(tmp))
     sys.exit(0 if alive else 1)
 

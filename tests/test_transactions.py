@@ -5,7 +5,9 @@ tests/integration/test_worker.py, tests/integration/test_secured.py and tests/re
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -16,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 from streameval.app import checkpoint, transactions
 from streameval.app.changelog import ChangelogError
 from streameval.app.checkpoint import Checkpoints
+from streameval.app.join_stage import JoinStage
 from streameval.app.output import KafkaErrors, NoAnswer, Output, OutputError
 from streameval.app.settings import WorkerSettings
 from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
@@ -493,3 +496,101 @@ def test_lost_partitions_write_no_more_of_a_checkpoint(monkeypatch):
     assert output.given_up == "the partitions were lost"
     output.abort()  # (what the worker does next)
     assert output.given_up is None and _sent(slow)[-2:] == ["abort", "begin"]
+
+
+class _SlowCut(_Stage):
+    def cut(self) -> SimpleNamespace:
+        time.sleep(0.12)  # the data path's thread waits: little CPU of its own
+        return super().cut()
+
+
+def test_a_long_stop_says_what_the_data_path_got_of_the_machine(caplog):
+    """A checkpoint's stop over 100 ms is logged with its thread's CPU time, waits,
+    preemptions and page faults: a stop spent waiting was not the worker's own work."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    slow.release.set()
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
+    with caplog.at_level(logging.INFO, logger="streameval.worker"):
+        checkpoints.transact([(_Changelog(slow), 0, _SlowCut([b"a"]))], ["offsets"], object())
+    [line] = [r.getMessage() for r in caplog.records if "over 100 ms" in r.getMessage()]
+    cut = re.search(r"cut (\S+) s \(CPU (\S+) s, preempted \d+×, waited (\d+)×, \d+ page", line)
+    assert cut is not None, line
+    took, cpu, waits = float(cut[1]), float(cut[2]), int(cut[3])
+    assert took >= 0.12 and cpu < took / 2 and waits >= 1
+
+
+def test_a_watch_tells_work_from_waiting():
+    watch = checkpoint.Watch()
+    time.sleep(0.05)
+    waited = watch.used()
+    watch = checkpoint.Watch()
+    end = time.thread_time() + 0.05
+    while time.thread_time() < end:
+        pass
+    worked = watch.used()
+    assert waited.cpu < 0.025 <= worked.cpu
+    assert (waited + worked).cpu == waited.cpu + worked.cpu
+
+
+class _Join(JoinStage):
+    """A join partition's stage that says when its store batch is built and written."""
+
+    def __init__(self, changes: list[bytes]) -> None:  # (none of a real stage's state)
+        self.changes, self.said = changes, []
+
+    def cut(self) -> SimpleNamespace:
+        return SimpleNamespace(changes=list(self.changes))
+
+    def summary(self) -> dict:
+        return {}
+
+    def prepare(self, cut) -> None:
+        self.said.append("prepare")
+
+    def written(self, cut, *where) -> None:
+        self.said.append("written")
+
+
+class _Acknowledged(_Changelog):
+    acked = False
+
+    def acknowledged(self, q) -> bool:
+        return self.acked
+
+    def position(self, q) -> int:
+        return 0
+
+    def sealed(self, q) -> None:
+        return None
+
+
+def test_at_least_once_builds_the_store_batch_while_kafka_acknowledges():
+    """Under at-least-once a turn with no other checkpoint step builds a join partition's
+    store batch while its records wait for Kafka's acknowledgement; the batch is written once
+    they are acknowledged, never before."""
+    output = SimpleNamespace(
+        error=None, next_epoch=lambda: 1, oldest_unanswered=lambda: 2, send_now=lambda: None
+    )
+    produced: list = []
+    changelog = _Acknowledged(SimpleNamespace(produce=lambda topic, value: produced.append(value)))
+    join = _Join([b"a", b"b"])
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    consumer = SimpleNamespace(commit=lambda offsets, asynchronous: None)
+    checkpoints = Checkpoints(output, consumer, telemetry, lambda log, q: None)
+
+    def turn() -> None:
+        checkpoints.stepped = False
+        checkpoints.advance()
+
+    checkpoints.begin([(changelog, 0, join)], ["offsets"])
+    turn()  # its records
+    assert produced == [b"a", b"b"] and join.said == []
+    turn()  # not yet acknowledged: its batch is built meanwhile
+    assert join.said == ["prepare"] and checkpoints.stepped
+    turn()  # nothing more to do until Kafka answers
+    assert join.said == ["prepare"] and not checkpoints.stepped
+    changelog.acked = True
+    turn()
+    assert join.said == ["prepare", "written"] and not checkpoints.rounds

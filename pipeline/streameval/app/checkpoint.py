@@ -14,7 +14,8 @@ shutdown, in these steps:
    (:class:`~streameval.app.changelog.Changelog`: intent, seal, materialize; no intent
    under exactly-once), a few pieces per turn of the loop;
 4. **durable** — once Kafka has acknowledged those records, every stage is told (a disk store
-   writes its batch, with the changelog offset it covers);
+   writes its batch, with the changelog offset it covers; while Kafka acknowledges, the turns
+   with no other step build one join partition's batch each);
 5. **commit** — the input offsets are committed, each with its partition's progress.
 
 The data path goes on between the steps (one step per turn of the loop, so it stops for one
@@ -33,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import resource
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -89,6 +91,60 @@ def progress_from_metadata(metadata: str | None) -> int | None:
     return ts if type(ts) is int else None
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the data path's thread got of the machine during a step of a checkpoint: its CPU
+    time, how often it waited (a lock, the GIL, I/O) or was preempted by the scheduler, and
+    its page faults that read from disk. A step that took long with little CPU was not the
+    worker's own work."""
+
+    cpu: float = 0.0
+    waits: int = 0
+    preemptions: int = 0
+    disk_faults: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.cpu + other.cpu,
+            self.waits + other.waits,
+            self.preemptions + other.preemptions,
+            self.disk_faults + other.disk_faults,
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"CPU {self.cpu:.3f} s, preempted {self.preemptions}×, waited {self.waits}×, "
+            f"{self.disk_faults} page faults from disk"
+        )
+
+
+def _rusage() -> Usage:
+    """This thread's usage so far (Linux; elsewhere its CPU time only)."""
+    if not hasattr(resource, "RUSAGE_THREAD"):
+        return Usage(time.thread_time())
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return Usage(r.ru_utime + r.ru_stime, r.ru_nvcsw, r.ru_nivcsw, r.ru_majflt)
+
+
+class Watch:
+    """A step of the data path being timed (:meth:`Round.took`)."""
+
+    __slots__ = ("usage", "wall")
+
+    def __init__(self) -> None:
+        self.wall, self.usage = time.monotonic(), _rusage()
+
+    def used(self) -> Usage:
+        now = _rusage()
+        was = self.usage
+        return Usage(
+            now.cpu - was.cpu,
+            now.waits - was.waits,
+            now.preemptions - was.preemptions,
+            now.disk_faults - was.disk_faults,
+        )
+
+
 @dataclass
 class Round:
     """One checkpoint on its way, and the data path's time spent on each of its steps."""
@@ -101,7 +157,20 @@ class Round:
     sent: bool = False  # written to the changelogs (not yet acknowledged)
     writing: Iterator[int] | None = None  # its records being produced, a piece per turn
     wait: bool = False  # revocation or shutdown: commit the offsets synchronously
-    prepared: int = 0  # exactly-once: its cuts whose store batch is built (Checkpoints._prepare)
+    prepared: int = 0  # its cuts whose store batch was built meanwhile (Checkpoints._prepare)
+    usage: dict[str, Usage] = field(default_factory=dict)  # of the data path's steps
+
+    def took(self, step: str, watch: Watch, *, longest: bool = False, more: bool = False) -> float:
+        """Record how long ``step`` took since ``watch`` started, and what the data path's
+        thread got of the machine meanwhile (``longest``: the step is taken once per turn of
+        the loop, keep its longest turn; ``more``: add to it)."""
+        took, used = time.monotonic() - watch.wall, watch.used()
+        if longest and took <= self.steps.get(step, 0.0):
+            return took
+        if more and step in self.steps:
+            took, used = took + self.steps[step], used + self.usage.get(step, Usage())
+        self.steps[step], self.usage[step] = took, used
+        return took
 
     @property
     def pause(self) -> float:
@@ -124,7 +193,10 @@ class Round:
             f"({len(cut.changes):,} changes)"
             for _, q, stage, cut in self.cuts
         )
-        steps = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.steps.items())
+        steps = ", ".join(
+            f"{name} {seconds:.3f} s" + (f" ({self.usage[name]})" if name in self.usage else "")
+            for name, seconds in self.steps.items()
+        )
         return f"checkpoint of {stages or 'offsets'}: {steps}"
 
 
@@ -174,7 +246,7 @@ class Checkpoints:
         self, stages: list[tuple[Changelog, int, Any]], offsets: list[Any], wait: bool = False
     ) -> None:
         """Step 1 for the stages with no checkpoint on their way; the rest in :meth:`advance`."""
-        started = time.monotonic()
+        watch = Watch()
         cuts = []
         for changelog, q, stage in stages:
             if (changelog.topic, q) not in self.busy:
@@ -183,10 +255,9 @@ class Checkpoints:
                 self.busy.add((changelog.topic, q))
         if not cuts and not offsets:
             return
-        epoch = self.output.next_epoch()
-        self.rounds.append(
-            Round(epoch, cuts, offsets, started, {"cut": time.monotonic() - started}, wait=wait)
-        )
+        round_ = Round(self.output.next_epoch(), cuts, offsets, watch.wall, wait=wait)
+        round_.took("cut", watch)
+        self.rounds.append(round_)
         self.stepped = True
 
     def advance(self, wait: bool = False) -> None:
@@ -207,6 +278,11 @@ class Checkpoints:
                 self.rounds.remove(round_)
                 self.stepped = True
                 return
+        if not wait:  # nothing else to do: a store batch built while Kafka acknowledges
+            for round_ in self.rounds:
+                if round_.sent and self._prepare(round_):
+                    self.stepped = True
+                    return
 
     def _refused(self) -> None:
         """Stop (ChangelogError) once Kafka has refused an output: no checkpoint may pass it."""
@@ -220,7 +296,7 @@ class Checkpoints:
 
     def _write(self, round_: Round, wait: bool) -> None:
         """Step 3: its records, piece by piece, until done or this turn's time is up."""
-        started = time.monotonic()
+        watch = Watch()
         if round_.writing is None:
             round_.writing = itertools.chain.from_iterable(
                 changelog.write(q, cut.changes, CHANGELOG_PIECE)
@@ -228,11 +304,10 @@ class Checkpoints:
             )
         while not round_.sent:
             round_.sent = next(round_.writing, None) is None
-            if not wait and time.monotonic() - started >= CHANGELOG_TURN_S:
+            if not wait and time.monotonic() - watch.wall >= CHANGELOG_TURN_S:
                 break
         self.output.send_now()
-        took = time.monotonic() - started
-        round_.steps["changelog"] = max(round_.steps.get("changelog", 0.0), took)
+        round_.took("changelog", watch, longest=True)
         self.stepped = True
 
     def transact(
@@ -267,9 +342,9 @@ class Checkpoints:
             said = self.output.given_up
             self.output.abort()
             raise TransactionAborted(said)
-        started = time.monotonic()
+        watch = Watch()
         self.settle()  # the stages' previous checkpoint first, in this same stop
-        settled = time.monotonic()
+        settled = Watch()
         self._refused()
         if self.output.stuck:  # stopping: the last commit never finished
             raise NoAnswer("a transaction was left unfinished")
@@ -278,12 +353,12 @@ class Checkpoints:
             cuts.append((changelog, q, stage, stage.cut()))
             changelog.describe(q, stage.summary())
         self.output.hold()  # what the data path makes from here on is the next one's
-        steps = {"cut": time.monotonic() - settled}
-        if settled - started >= 0.001:
-            steps["settle"] = settled - started  # the previous one's batch
-        round_ = Round(0, cuts, [], started, steps, wait=True)
+        round_ = Round(0, cuts, [], watch.wall, wait=True)
+        round_.took("cut", settled)
+        if settled.wall - watch.wall >= 0.001:  # the previous one's batch
+            round_.steps["settle"] = settled.wall - watch.wall
         self.output.topics.update(changelog.topic for changelog, _, _ in stages)
-        round_.steps["stop"] = time.monotonic() - started  # the data path's, the cut's
+        round_.took("stop", watch)  # the data path's, the cut's
         self._landing = _Landing(round_, stages, offsets, group, None, settle_later, on_commit)
         if wait:
             self.landed(wait=True, same_stop=True)
@@ -306,15 +381,11 @@ class Checkpoints:
         landing = self._landing
         if landing is None:
             return True
-        began = time.monotonic()
+        watch = Watch()
         try:
             if landing.handed is None:  # its changelog records are being written
                 self._hand_over(landing, wait)
-                if landing.handed is None:
-                    return False
-            if not self.output.landed(wait):
-                self._prepare(landing.round)
-                return False
+            done = landing.handed is not None and self.output.landed(wait)
         except MissingTopic as err:  # a changelog deleted under the worker says so
             self._give_up()
             for changelog, q, _ in landing.stages:
@@ -328,6 +399,10 @@ class Checkpoints:
         except BaseException:
             self._give_up()
             raise
+        if not done:
+            if landing.handed is not None:  # the commit on its way: a store batch meanwhile
+                self._prepare(landing.round)
+            return False
         self._landing = None
         round_ = landing.round
         now = time.monotonic()
@@ -342,11 +417,11 @@ class Checkpoints:
             raise
         if landing.on_commit is not None:
             landing.on_commit(landing.offsets)
-        waited = time.monotonic() - began  # what the data path stopped for: the wait, if any,
-        if same_stop:  # and the held messages produced
-            round_.steps["stop"] += waited
-        elif waited >= 0.001:
-            round_.steps["landing"] = waited
+        # what the data path stopped for: the wait, if any, and the held messages produced
+        if same_stop:
+            round_.took("stop", watch, more=True)
+        elif time.monotonic() - watch.wall >= 0.001:
+            round_.took("landing", watch)
         if not landing.settle_later:  # in the same stop as the rest
             self._complete(round_, pause=round_.pause)
         return True
@@ -364,19 +439,20 @@ class Checkpoints:
             self.output.commit_in_background(landing.offsets, landing.group)
             landing.handed = time.monotonic()
 
-    def _prepare(self, round_: Round) -> None:
-        """While its commit is on its way, a turn of the loop builds one join partition's
+    def _prepare(self, round_: Round) -> bool:
+        """While it waits for Kafka (its commit under exactly-once, the acknowledgement of
+        its records under at-least-once), a turn of the loop builds one join partition's
         disk store batch (:meth:`~streameval.store.DiskState.prepare`), so that writing it,
-        once the commit has landed, is a shorter stop."""
+        once the checkpoint is durable, is a shorter stop. Whether it built one."""
         while round_.prepared < len(round_.cuts):
             _, _, stage, cut = round_.cuts[round_.prepared]
             round_.prepared += 1
             if isinstance(stage, JoinStage):  # (in RAM: nothing to build)
-                started = time.monotonic()
+                watch = Watch()
                 stage.prepare(cut)
-                took = time.monotonic() - started
-                round_.steps["prepare"] = max(round_.steps.get("prepare", 0.0), took)
-                return
+                round_.took("prepare", watch, longest=True)
+                return True
+        return False
 
     def give_up(self, why: str) -> None:
         """Exactly-once: if the checkpoint cut last is still being written, write no more of
@@ -410,7 +486,7 @@ class Checkpoints:
     def _complete(self, round_: Round, pause: float | None = None) -> None:
         """Steps 4 and 5 (``pause``: how long the data path had already stopped for it in the
         same turn of the loop)."""
-        started = time.monotonic()
+        watch = Watch()
         for changelog, q, stage, cut in round_.cuts:
             error = changelog.confirm(q)
             if error is not None:
@@ -430,8 +506,8 @@ class Checkpoints:
                 self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
             except Exception as err:  # the group is rebalancing: the next round commits
                 log.warning("offset commit failed (%s); input may be re-read, never lost", err)
-        round_.steps["store"] = time.monotonic() - started
-        pause = round_.pause if pause is None else pause + round_.steps["store"]
+        store = round_.took("store", watch)
+        pause = round_.pause if pause is None else pause + store
         if pause > 0.1:
             log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
         self.telemetry.checkpointed(time.monotonic() - round_.started, pause)
