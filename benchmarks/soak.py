@@ -64,7 +64,7 @@ def _cpu_line(was: list[int], now: list[int]) -> str:
     """How busy the machine's CPUs were between two readings of :func:`_cpu_times`."""
     if len(was) < 8 or len(now) < 8:
         return ""
-    d = [b - a for a, b in zip(was, now, strict=True)]
+    d = [max(0, b - a) for a, b in zip(was, now, strict=True)]  # (iowait may go back)
     total = sum(d) or 1
     busy, iowait, steal = (100 * x / total for x in (total - d[3] - d[4], d[4], d[7]))
     return f"  machine CPU busy {busy:3.0f} % (I/O wait {iowait:2.0f} %, steal {steal:2.0f} %)"

@@ -22,6 +22,7 @@ from streameval.app.join_stage import JoinStage
 from streameval.app.output import KafkaErrors, NoAnswer, Output, OutputError
 from streameval.app.settings import WorkerSettings
 from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
+from streameval.store import DiskState
 
 from tests.test_mistakes import _worker
 
@@ -530,8 +531,12 @@ def test_a_watch_tells_work_from_waiting():
     while time.thread_time() < end:
         pass
     worked = watch.used()
-    assert waited.cpu < 0.025 <= worked.cpu
-    assert (waited + worked).cpu == waited.cpu + worked.cpu
+    assert waited.cpu < 0.025 <= worked.cpu and waited.waits >= 1
+
+
+class _Disk(DiskState):
+    def __init__(self) -> None:  # (no database: the stage below builds no real batch)
+        pass
 
 
 class _Join(JoinStage):
@@ -539,8 +544,10 @@ class _Join(JoinStage):
 
     def __init__(self, changes: list[bytes]) -> None:  # (none of a real stage's state)
         self.changes, self.said = changes, []
+        self.join = SimpleNamespace(state=_Disk())
 
     def cut(self) -> SimpleNamespace:
+        self.said.append("cut")
         return SimpleNamespace(changes=list(self.changes))
 
     def summary(self) -> dict:
@@ -586,11 +593,56 @@ def test_at_least_once_builds_the_store_batch_while_kafka_acknowledges():
 
     checkpoints.begin([(changelog, 0, join)], ["offsets"])
     turn()  # its records
-    assert produced == [b"a", b"b"] and join.said == []
+    assert produced == [b"a", b"b"] and join.said == ["cut"]
     turn()  # not yet acknowledged: its batch is built meanwhile
-    assert join.said == ["prepare"] and checkpoints.stepped
+    assert join.said == ["cut", "prepare"] and checkpoints.stepped
     turn()  # nothing more to do until Kafka answers
-    assert join.said == ["prepare"] and not checkpoints.stepped
+    assert join.said == ["cut", "prepare"] and not checkpoints.stepped
     changelog.acked = True
     turn()
-    assert join.said == ["prepare", "written"] and not checkpoints.rounds
+    assert join.said == ["cut", "prepare", "written"] and not checkpoints.rounds
+
+
+def test_each_disk_store_batch_of_a_committed_checkpoint_goes_in_a_turn_of_its_own():
+    """Exactly-once: once a commit has landed, each join partition's disk store writes its
+    batch in a turn of the loop of its own (``settle(whole=False)``; the evaluation stages
+    with the last); a cut first writes whatever is left."""
+    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    slow.release.set()
+    pauses: list = []
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: pauses.append(pause))
+    checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
+    changelog = _Acknowledged(slow)
+    a, b, evaluation = _Join([b"a"]), _Join([b"b"]), _Stage([b"e"])
+    stages = [(changelog, 0, a), (changelog, 1, b), (changelog, 2, evaluation)]
+    checkpoints.transact(stages, ["offsets"], object(), settle_later=True)
+    assert checkpoints.committed is not None and "written" not in a.said + b.said
+    checkpoints.settle(whole=False)  # a turn: the first store
+    assert a.said[-1] == "written" and "written" not in b.said and evaluation.told == []
+    assert pauses == [] and checkpoints.committed is not None
+    checkpoints.settle(whole=False)  # the next: the evaluation stage and the last store
+    assert b.said[-1] == "written" and evaluation.told == [[b"e"]]
+    assert len(pauses) == 1 and checkpoints.committed is None
+    checkpoints.transact(stages, ["offsets"], object(), settle_later=True)
+    checkpoints.settle(whole=False)
+    assert a.said.count("written") == 2 and b.said.count("written") == 1
+    checkpoints.transact(stages, ["offsets"], object(), settle_later=True)  # the rest first
+    assert b.said[-2:] == ["written", "cut"] and a.said.count("written") == 2
+    assert a.said == ["cut", "written", "cut", "written", "cut"]
+
+
+def test_a_round_keeps_each_step_s_longest_turn_or_adds_to_it():
+    round_ = checkpoint.Round(0, [], [], time.monotonic())
+    for took in (0.02, 0.05, 0.01):
+        watch = checkpoint.Watch()
+        watch.wall -= took  # as if it had started that long ago
+        round_.took("changelog", watch, longest=True)
+    watch = checkpoint.Watch()
+    watch.wall -= 0.03
+    round_.took("stop", watch)
+    watch.wall -= 0.01
+    round_.took("stop", watch, more=True)
+    assert round_.steps["changelog"] == pytest.approx(0.05, abs=0.005)
+    assert round_.steps["stop"] == pytest.approx(0.07, abs=0.005)
+    assert set(round_.usage) == {"changelog", "stop"} and round_.pause == round_.steps["stop"]

@@ -23,7 +23,7 @@ at a time); revocation and shutdown wait for all of them. Under exactly-once
 (:meth:`Checkpoints.transact`) the steps run inside the worker's Kafka transaction: the cut
 (from which on the data path's messages are held for the next transaction), the write a few
 pieces per turn of the loop, then the commit with the input offsets in a thread of its own
-while the data path goes on (:meth:`Checkpoints.landed`), then a disk store's batch in a turn
+while the data path goes on (:meth:`Checkpoints.landed`), then each disk store's batch in a turn
 of the loop of its own. A stage has at most one checkpoint on its way. If Kafka refuses an
 output or a changelog record, the worker stops without writing another checkpoint: the last
 one stands, and a restart continues exactly from it.
@@ -158,6 +158,7 @@ class Round:
     writing: Iterator[int] | None = None  # its records being produced, a piece per turn
     wait: bool = False  # revocation or shutdown: commit the offsets synchronously
     prepared: int = 0  # its cuts whose store batch was built meanwhile (Checkpoints._prepare)
+    told: int = 0  # its cuts whose stages were told it is durable (Checkpoints._complete)
     usage: dict[str, Usage] = field(default_factory=dict)  # of the data path's steps
 
     def took(self, step: str, watch: Watch, *, longest: bool = False, more: bool = False) -> float:
@@ -198,6 +199,12 @@ class Round:
             for name, seconds in self.steps.items()
         )
         return f"checkpoint of {stages or 'offsets'}: {steps}"
+
+
+def _stored(cut: tuple[Changelog, int, Any, Any]) -> bool:
+    """Whether the stage of a round's cut is a join partition over a disk store."""
+    stage = cut[2]
+    return isinstance(stage, JoinStage) and isinstance(stage.join.state, DiskState)
 
 
 @dataclass
@@ -399,7 +406,7 @@ class Checkpoints:
         except BaseException:
             self._give_up()
             raise
-        if not done:
+        if not done:  # (what building a batch raises leaves the commit on its way alone)
             if landing.handed is not None:  # the commit on its way: a store batch meanwhile
                 self._prepare(landing.round)
             return False
@@ -445,9 +452,10 @@ class Checkpoints:
         disk store batch (:meth:`~streameval.store.DiskState.prepare`), so that writing it,
         once the checkpoint is durable, is a shorter stop. Whether it built one."""
         while round_.prepared < len(round_.cuts):
-            _, _, stage, cut = round_.cuts[round_.prepared]
+            entry = round_.cuts[round_.prepared]
             round_.prepared += 1
-            if isinstance(stage, JoinStage):  # (in RAM: nothing to build)
+            if _stored(entry):
+                _, _, stage, cut = entry
                 watch = Watch()
                 stage.prepare(cut)
                 round_.took("prepare", watch, longest=True)
@@ -475,19 +483,30 @@ class Checkpoints:
             self.output.give_up("a checkpoint was left half written")
         self.output.drop_held()
 
-    def settle(self) -> None:
+    def settle(self, whole: bool = True) -> None:
         """Exactly-once: tell the stages of the last committed checkpoint (a disk store
-        writes its batch). Its changes are Kafka's already: a crash before this only leaves
-        the store behind its changelog, which the next start reads on from."""
-        round_, self.committed = self.committed, None
-        if round_ is not None:
-            self._complete(round_)
+        writes its batch) — all of them, or without ``whole`` those up to the next disk
+        store's batch: a turn of the loop each, so that the data path stops for one store at
+        a time. Its changes are Kafka's already: a crash before this only leaves the store
+        behind its changelog, which the next start reads on from."""
+        round_ = self.committed
+        if round_ is None:
+            return
+        try:
+            done = self._complete(round_, whole=whole)
+        except BaseException:
+            self.committed = None  # (the worker stops, or its stages go)
+            raise
+        if done:
+            self.committed = None
 
-    def _complete(self, round_: Round, pause: float | None = None) -> None:
+    def _complete(self, round_: Round, pause: float | None = None, whole: bool = True) -> bool:
         """Steps 4 and 5 (``pause``: how long the data path had already stopped for it in the
-        same turn of the loop)."""
+        same turn of the loop; without ``whole``, up to the next disk store's batch).
+        Whether every stage is told."""
         watch = Watch()
-        for changelog, q, stage, cut in round_.cuts:
+        while round_.told < len(round_.cuts):
+            changelog, q, stage, cut = round_.cuts[round_.told]
             error = changelog.confirm(q)
             if error is not None:
                 raise ChangelogError(
@@ -495,22 +514,31 @@ class Checkpoints:
                     f"({error}). The worker stops without writing more: its last "
                     "checkpoint stands, and a restart continues exactly from it"
                 )
+            round_.told += 1
             if isinstance(stage, JoinStage):  # a disk store writes its batch now
                 stage.written(cut, changelog.position(q), changelog.sealed(q))
             else:
                 stage.written(cut)
             self.busy.discard((changelog.topic, q))
             self.durable(changelog, q)
+            if (
+                not whole
+                and _stored(round_.cuts[round_.told - 1])
+                and any(map(_stored, round_.cuts[round_.told :]))
+            ):
+                round_.took("store", watch, longest=True)  # the next store in another turn
+                return False
         if round_.offsets:
             try:
                 self.consumer.commit(offsets=round_.offsets, asynchronous=not round_.wait)
             except Exception as err:  # the group is rebalancing: the next round commits
                 log.warning("offset commit failed (%s); input may be re-read, never lost", err)
-        store = round_.took("store", watch)
+        store = round_.took("store", watch, longest=True)
         pause = round_.pause if pause is None else pause + store
         if pause > 0.1:
             log.info("%s (the data path's longest stop: over 100 ms)", round_.describe())
         self.telemetry.checkpointed(time.monotonic() - round_.started, pause)
+        return True
 
     def drain(self) -> None:
         """Wait until every checkpoint on its way is durable."""

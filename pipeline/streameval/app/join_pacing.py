@@ -113,7 +113,8 @@ class JoinPacing:
                 # exactly-once: the commit that cuts it waits for the one on its way; past
                 # twice the bound it waits too, until that commit cuts it (Pipeline._commit).
                 # (Not at once: a pause drops what librdkafka had fetched of the partition,
-                # and holding at the bound itself cost a busy worker 7 % of its rate.)
+                # and holding at the bound itself cost a busy worker about 9 % of its rate:
+                # docs/performance.md, "The commit off the data path".)
                 past = self.eo and stage.join.changed >= 2 * most and q not in self._held
                 if past and self.checkpoints.committing:
                     self._hold(q)

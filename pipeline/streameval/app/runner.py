@@ -226,8 +226,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         commit_interval = s.commit_interval_ms / 1000.0
         self._next_commit = time.monotonic() + commit_interval
         next_heartbeat = 0.0
-        # a commit is due but waits for the last one's disk store batches (one turn) or for
-        # the commit on its way to land
+        # a commit is due but waits for the last one's disk store batches (a turn each) or
+        # for the commit on its way to land
         commit_waits = False
         eof = KafkaError._PARTITION_EOF
         inputs, events, outcomes = self.topics.inputs, self.topics.events, self.topics.outcomes
@@ -295,15 +295,15 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                     wait=self.output.held_bytes >= HELD_MAX_BYTES
                 )
                 due = self._commit_soon or time.monotonic() >= self._next_commit
-                # the last commit's disk store batches go in a turn of their own, after it
-                # landed: a commit due meanwhile waits for the next turn, so that the data
-                # path never stops for both at once; and for the commit on its way to land
+                # the last commit's disk store batches go a turn each, after it landed: a
+                # commit due meanwhile waits until they all have, so that the data path
+                # never stops for a cut and a batch at once; and for the commit on its way
                 commit_waits = due and (checkpoints.committed is not None or checkpoints.committing)
                 if due and not commit_waits:
                     self._next_commit = time.monotonic() + commit_interval
                     self._commit(wait=False)
-                elif not landed:
-                    checkpoints.settle()
+                elif not landed:  # a disk store's batch per turn
+                    checkpoints.settle(whole=False)
                 continue
             if self._due:
                 kind, p = self._due.popleft()
