@@ -36,7 +36,8 @@ import time
 
 import numpy as np
 from river import metrics, utils
-from streameval.core import Evaluator, roc_auc
+from streameval.core import Evaluator
+from streameval.core import kernels as loops
 from streameval.core.forgetting import parse_estimators
 from streameval.core.probabilistic import ScoredBatch, ScoreEstimator
 
@@ -201,11 +202,11 @@ def main() -> None:
         )
     y_true, y_pred = make_stream(args.outcomes, 2, seed=2)
     p1 = make_scores(y_pred, seed=2)
-    compiled = roc_auc.use_kernels(True)
+    compiled = loops.use(True)
     t_ours, _, probabilistic = run_streameval_scores(y_true, y_pred, p1, args.batch)
-    roc_auc.use_kernels(False)
+    loops.use(False)
     t_numpy, _, in_numpy = run_streameval_scores(y_true, y_pred, p1, args.batch)
-    roc_auc.use_kernels(True)
+    loops.use(True)
     assert repr(in_numpy) == repr(probabilistic), "the compiled loops and numpy differ"
     t_river, river = run_river_scores(y_true[:n_river], y_pred[:n_river], p1[:n_river], args.batch)
     agreement = ""

@@ -16,7 +16,7 @@ import sys
 import time
 
 import numpy as np
-from streameval.core import roc_auc
+from streameval.core import kernels as loops
 from streameval.core.roc_auc import HeldAUC, auc_horizon
 
 BATCH = 1000
@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--outcomes", type=int, default=200_000)
     args = parser.parse_args()
-    if not roc_auc.use_kernels(True):
+    if not loops.use(True):
         sys.exit("streameval_kernels is not installed: pip install ./pipeline/kernels")
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, args.outcomes)
@@ -54,9 +54,9 @@ def main() -> None:
     for factor, name in ((0.999, "fading 0.999"), (None, "window 1000")):
         for p1, kind in ((rounded, "3 decimals"), (continuous, "continuous")):
             proba = np.column_stack([1.0 - p1, p1])
-            roc_auc.use_kernels(False)
+            loops.use(False)
             numpy_update, numpy_read, reference = run(y, proba, factor)
-            roc_auc.use_kernels(True)
+            loops.use(True)
             update, read, compiled = run(y, proba, factor)
             assert repr(reference) == repr(compiled), "the two paths gave different AUCs"
             print(

@@ -308,13 +308,14 @@ def worker(
 
     # the worker's log format from here on (the check below waits for Kafka, and says so)
     logging.config.dictConfig(logging_config(worker_settings.log_level, worker_settings.log_format))
-    from streameval.core.roc_auc import kernels_in_use
+    from streameval.core import kernels
 
-    if not kernels_in_use():
+    if not kernels.in_use():
         logging.getLogger("streameval.worker").warning(
-            "the compiled kernels (streameval_kernels) are not installed: the ROC AUC runs in "
-            "numpy, with the same numbers and more time per batch; from a checkout of "
-            "streameval, `pip install ./pipeline/kernels` (it needs Rust's cargo) adds them"
+            "the compiled kernels (streameval_kernels) are not installed: the ROC AUC and the "
+            "drift detectors run in numpy, with the same numbers and more time per batch; from "
+            "a checkout of streameval, `pip install ./pipeline/kernels` (it needs Rust's cargo) "
+            "adds them"
         )
     signal.signal(signal.SIGTERM, _stopped_before_start)  # until Faust handles it
     check_before_start(worker_settings, config, config_path)  # what its checkpoints hold

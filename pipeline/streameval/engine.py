@@ -447,14 +447,19 @@ class Engine:
         if notices:
             maturity.predicted(notices)
         every = self.config.maturity.every_ms
-        dues = np.fromiter(map(_due, outcomes), dtype=np.int64, count=len(outcomes))
-        # the maturity ticks the model's stream enters here, and the first row of each
+        # the maturity ticks the model's stream enters here, and the first row of each (the
+        # outcomes come in order of due)
         entered: dict[int, Outcome] = {}
-        ticks = dues // every
-        if ticks.size:
-            starts = np.flatnonzero(np.diff(ticks, prepend=ticks[0] - 1))
-            for i in starts.tolist():
-                entered[int(ticks[i])] = outcomes[i]
+        dues = None  # all in one tick, the usual case with many models: no array needed
+        if outcomes:
+            first = outcomes[0].due // every
+            entered[first] = outcomes[0]
+            if outcomes[-1].due // every != first:
+                dues = np.fromiter(map(_due, outcomes), dtype=np.int64, count=len(outcomes))
+                ticks = dues // every
+                starts = np.flatnonzero(np.diff(ticks))
+                for i in (starts + 1).tolist():
+                    entered[int(ticks[i])] = outcomes[i]
         for row in notices:
             entered.setdefault(row.due // every, row)
         last = self._tick.get(model_id)  # where the latest tick the stream entered begins
@@ -464,7 +469,10 @@ class Engine:
         done = 0
         for tick in sorted(t for t in entered if t * every > last):
             boundary = tick * every
-            end = int(np.searchsorted(dues, boundary, side="left"))
+            if dues is not None:
+                end = int(np.searchsorted(dues, boundary, side="left"))
+            else:  # every due lies in the tick entered first (or there are none)
+                end = len(outcomes) if outcomes and tick > first else 0
             if end > done:
                 records += self._evaluate_outcomes(model_id, outcomes[done:end])
                 maturity.labelled(outcomes[done:end])

@@ -6,6 +6,7 @@ it is missing: a build that silently fell back to numpy would otherwise pass unn
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -13,11 +14,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streameval.core import roc_auc
+from streameval.core import kernels as loops
+from streameval.core.drift import make_detector
+from streameval.core.fading_mean import FadingMean
+from streameval.core.page_hinkley import PageHinkley
 from streameval.core.roc_auc import (
     CountedAUC,
     HeldAUC,
     Ordered,
+    auc_horizon,
     held_mann_whitney,
     mann_whitney,
 )
@@ -25,14 +30,14 @@ from streameval.core.roc_auc import (
 
 def twice(fn):
     """fn() with the compiled loops and with numpy."""
-    assert roc_auc.use_kernels(True), (
+    assert loops.use(True), (
         "the compiled kernels are not installed: `make test` builds them from "
         "pipeline/kernels (it needs Rust's cargo; see the README)"
     )
     compiled = fn()
-    roc_auc.use_kernels(False)
+    loops.use(False)
     reference = fn()
-    roc_auc.use_kernels(True)
+    loops.use(True)
     return compiled, reference
 
 
@@ -130,7 +135,7 @@ def test_held_auc_reads_the_same_with_either_loop(factor, decimals):
         p = np.round(p, decimals)
 
     def run():
-        held = HeldAUC(300 if factor is None else roc_auc.auc_horizon(factor), factor)
+        held = HeldAUC(300 if factor is None else auc_horizon(factor), factor)
         held.track([0, 2])
         out = []
         for lo in range(0, y.size, 137):
@@ -154,16 +159,112 @@ def test_the_compiled_loops_refuse_what_they_cannot_read():
     with pytest.raises(ValueError, match="no room"):
         kernels.ordered_advance(values, codes, 4, 0, one, one_code, np.zeros(4), codes.copy())
     for counted in (True, False):  # NaN counts nowhere, on either path
-        roc_auc.use_kernels(counted)
+        loops.use(counted)
         with pytest.raises(ValueError, match="NaN"):
             auc = CountedAUC(8)
             auc.track([1])
             auc.update(np.array([1]), np.array([[np.nan, np.nan]]))
-    roc_auc.use_kernels(True)
+    loops.use(True)
     for compiled in (True, False):  # an age the decay table does not hold, on either path
-        roc_auc.use_kernels(compiled)
+        loops.use(compiled)
         with pytest.raises(ValueError, match="decay table"):
             held_mann_whitney(values, codes + 20, np.ones(4), 3)
-    roc_auc.use_kernels(True)
+    loops.use(True)
     with pytest.raises(ValueError, match="must not be the input"):
         kernels.ordered_advance(values, codes, 3, 0, one, one_code, values, codes)
+
+
+# -- the drift detectors: the Page-Hinkley scan and the fading mean it watches --------------
+
+# a test's settings: small thresholds so that alarms and restarts fire within a few values
+tests = st.fixed_dictionaries(
+    {
+        "delta": st.sampled_from([0.0, 0.005, 0.1]),
+        "threshold": st.sampled_from([0.5, 2.0, 10.0]),
+        "min_instances": st.sampled_from([1, 5, 30]),
+        "restart_threshold": st.sampled_from([0.0, 0.3, 3.0]),
+        "standardize": st.booleans(),
+    }
+)
+signal = st.lists(
+    st.one_of(st.sampled_from([0.0, 1.0]), st.floats(-3, 3, allow_nan=False)), max_size=400
+)
+
+
+def pieces(values, cuts):
+    """``values`` cut at the sorted positions ``cuts``."""
+    bounds = [0, *sorted(c % (len(values) + 1) for c in cuts), len(values)]
+    return [values[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(tests, signal, st.lists(st.integers(0, 400), max_size=6), st.booleans())
+def test_the_page_hinkley_scan_gives_the_references_bits(spec, values, cuts, restore):
+    def run():
+        test, out = PageHinkley(**spec), []
+        for piece in pieces(values, cuts):
+            if restore:  # through a checkpoint between batches
+                test = PageHinkley.from_state(json.loads(json.dumps(test.state())))
+            out.append([tuple(change) for change in test.detect(np.array(piece, dtype=float))])
+            out.append(json.dumps(test.state()))
+        return out
+
+    compiled, reference = twice(run)
+    assert compiled == reference  # the floats' reprs, in the state's text and the changes
+    assert same_bits(
+        [c[1] for batch in compiled[::2] for c in batch],
+        [c[1] for batch in reference[::2] for c in batch],
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([0.3, 0.9, 0.999]),  # blocks of 39, 393 and 1024 outcomes
+    st.lists(st.sampled_from([0.0, 1.0]), max_size=2_500),
+    st.lists(st.integers(0, 2_500), max_size=5),
+)
+def test_the_fading_mean_gives_the_references_bits(factor, losses, cuts):
+    def run():
+        mean, out = FadingMean(factor), []
+        for piece in pieces(losses, cuts):
+            out += mean.advance(np.array(piece, dtype=float)).tolist()
+            out.append(json.dumps(mean.state()))
+        return out
+
+    compiled, reference = twice(run)
+    assert compiled == reference
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "page_hinkley", "threshold": 15.0, "standardize": False},
+        {"type": "page_hinkley", "threshold": 5.0, "restart_threshold": 2.0, "standardize": True},
+        {"type": "ratio_page_hinkley", "threshold": 5.0},
+    ],
+)
+def test_a_detectors_alarms_are_the_same_with_either_loop(spec):
+    rng = np.random.default_rng(11)
+    # the error rate moves between 0.1 and 0.6 every 3 000 outcomes
+    rate = np.repeat(rng.choice([0.1, 0.6], 10), 3_000)
+    errors = (rng.random(rate.size) < rate).astype(float)
+
+    def run():
+        detector, alarms = make_detector(spec), []
+        for lo in range(0, errors.size, 97):
+            alarms += detector.update(errors[lo : lo + 97])
+        return [repr(alarm) for alarm in alarms], json.dumps(detector.state())
+
+    compiled, reference = twice(run)
+    assert len(compiled[0]) >= 2  # the test drives the alarm's path, not only the scan's
+    assert compiled == reference
+
+
+def test_the_compiled_scan_refuses_what_it_cannot_read():
+    import streameval_kernels as kernels
+
+    state = (0, 0.0, 0.0, math.inf, 0, 0.0, 0.0, -math.inf)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.page_hinkley_scan(np.zeros(8)[::2], state, 0.1, 1.0, 1, 0.0, False, 0.01)
+    with pytest.raises(ValueError, match="block"):
+        kernels.fading_mean_advance(np.zeros(2), np.ones(1), 0.5, 0, (0.0, 0.0), (0.0, 0.0))

@@ -273,7 +273,8 @@ def test_gathered_outcomes_give_the_numbers_of_each_batch_taken_at_once(cuts, se
     """A model gathers its outcomes for its estimators across calls (GATHER_MAX at most), and
     its detectors see each call: the alarms come from the call that holds the outcome which
     fired them, and every number and the state are those of one batch, or of each batch
-    given to the estimators at once."""
+    given to the estimators at once; label delays read between calls count each outcome
+    once."""
     outcomes = _scored_drifting(6000, seed)
     bounds = [0, *sorted(set(cuts)), 6000]
     whole = ModelEvaluator("m", positive_label="a", costs={"a": {"b": 2}, "b": {"a": 1}})
@@ -292,6 +293,9 @@ def test_gathered_outcomes_give_the_numbers_of_each_batch_taken_at_once(cuts, se
         assert len(gathering._gathered) == pending
         eager.update(outcomes[lo:hi])
         eager.flush()
+        if lo % 2:  # label delays read in between (a label-maturity record), counted once
+            assert json.dumps(gathering.label_delays()) == json.dumps(eager.label_delays())
+            assert len(gathering._gathered) == pending  # read without the estimators' work
     assert got == want_alarms
     assert _same(gathering.state(), whole.state())  # a checkpoint takes the gathered ones
     want = json.dumps(whole.measures())

@@ -1,6 +1,7 @@
 //! Compiled loops of streameval's evaluation core.
 //!
-//! Each function here has a numpy reference in `streameval.core.roc_auc` that the tests
+//! Each function here has a numpy reference in `streameval.core` (`roc_auc`, `page_hinkley`,
+//! `forgetting`) that the tests
 //! compare it with bit for bit: the floating-point operations are the same and in the same
 //! order (every sum runs sequentially in array order, as `np.bincount` and `np.cumsum` do).
 //! The Python side uses these when this module is installed and the reference when not.
@@ -366,11 +367,140 @@ fn held_mann_whitney(
     })
 }
 
+/// The running state of a Page-Hinkley test (`streameval.core.page_hinkley.PageHinkley`): t,
+/// Σx, m_t, M_t, t*, Σx through t*, and the mirrored test's m'_t and M'_t.
+type TestState = (i64, f64, f64, f64, i64, f64, f64, f64);
+
+const FRESH: TestState = (0, 0.0, 0.0, f64::INFINITY, 0, 0.0, 0.0, f64::NEG_INFINITY);
+
+/// An alarm: position, PH_T, where the change began (None: not known), mean before, after.
+type Change = (i64, f64, Option<i64>, Option<f64>, Option<f64>);
+
+/// `PageHinkley._scan`: the test over `x`, value by value, with the reference's operations in
+/// its order (the reference computes a chunk at a time with sequential accumulations; a reset
+/// after an alarm or a fall starts again from the next value). Returns the alarms and the
+/// state after the last value.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn page_hinkley_scan(
+    py: Python<'_>,
+    x: PyReadonlyArray1<'_, f64>,
+    state: TestState,
+    delta: f64,
+    threshold: f64,
+    min_instances: i64,
+    restart_threshold: f64,
+    standardize: bool,
+    variance_floor: f64,
+) -> PyResult<(Vec<Change>, TestState)> {
+    let x = slice(&x, "x")?;
+    Ok(py.allow_threads(|| {
+        let (
+            mut t,
+            mut sum,
+            mut cumulative,
+            mut minimum,
+            mut at,
+            mut at_sum,
+            mut rise,
+            mut maximum,
+        ) = state;
+        let mut alarms = Vec::new();
+        for (i, &value) in x.iter().enumerate() {
+            t += 1;
+            sum += value;
+            let mean = sum / t as f64;
+            let mut deviation = value - mean;
+            if standardize {
+                deviation /= (mean * (1.0 - mean)).max(variance_floor).sqrt();
+            }
+            cumulative += deviation - delta;
+            minimum = minimum.min(cumulative);
+            if cumulative == minimum {
+                at = t;
+                at_sum = sum;
+            }
+            let statistic = cumulative - minimum;
+            let ready = t >= min_instances;
+            if ready && statistic > threshold {
+                let change = if at != 0 {
+                    let after = (sum - at_sum) / (t - at) as f64;
+                    (
+                        Some(i as i64 - (t - at)),
+                        Some(at_sum / at as f64),
+                        Some(after),
+                    )
+                } else {
+                    (None, None, None)
+                };
+                alarms.push((i as i64, statistic, change.0, change.1, change.2));
+                (t, sum, cumulative, minimum, at, at_sum, rise, maximum) = FRESH;
+                continue;
+            }
+            if restart_threshold != 0.0 {
+                rise += deviation + delta;
+                maximum = maximum.max(rise);
+                if ready && maximum - rise > restart_threshold {
+                    (t, sum, cumulative, minimum, at, at_sum, rise, maximum) = FRESH;
+                }
+            }
+        }
+        (
+            alarms,
+            (t, sum, cumulative, minimum, at, at_sum, rise, maximum),
+        )
+    }))
+}
+
+/// `BlockFading.running` of the rows (loss, 1), divided: the fading mean of the losses after
+/// each, with the reference's operations in its order. `growth` is a^(−k) for k = 0..block,
+/// `decay` a^block; returns the means and the sums' state after the last loss (n, base,
+/// partial).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn fading_mean_advance<'py>(
+    py: Python<'py>,
+    losses: PyReadonlyArray1<'py, f64>,
+    growth: PyReadonlyArray1<'py, f64>,
+    decay: f64,
+    n: i64,
+    base: (f64, f64),
+    partial: (f64, f64),
+) -> PyResult<(Bound<'py, PyArray1<f64>>, i64, (f64, f64), (f64, f64))> {
+    let (losses, growth) = (slice(&losses, "losses")?, slice(&growth, "growth")?);
+    if growth.len() < 2 || n < 0 {
+        return Err(PyValueError::new_err(
+            "growth needs a block of at least one outcome",
+        ));
+    }
+    let block = (growth.len() - 1) as i64;
+    let (means, state) = py.allow_threads(|| {
+        let (mut n, (mut b0, mut b1), (mut p0, mut p1)) = (n, base, partial);
+        let mut means = Vec::with_capacity(losses.len());
+        for &loss in losses {
+            let weight = growth[(n % block + 1) as usize];
+            p0 += weight * loss;
+            p1 += weight * 1.0;
+            means.push((b0 + p0) / (b1 + p1));
+            n += 1;
+            if n % block == 0 {
+                b0 = decay * (b0 + p0);
+                b1 = decay * (b1 + p1);
+                (p0, p1) = (0.0, 0.0);
+            }
+        }
+        (means, (n, (b0, b1), (p0, p1)))
+    });
+    Ok((means.into_pyarray(py), state.0, state.1, state.2))
+}
+
 #[pymodule]
 fn streameval_kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ordered_advance, m)?)?;
     m.add_function(wrap_pyfunction!(counted_add, m)?)?;
     m.add_function(wrap_pyfunction!(mann_whitney, m)?)?;
     m.add_function(wrap_pyfunction!(held_mann_whitney, m)?)?;
+    m.add_function(wrap_pyfunction!(page_hinkley_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(fading_mean_advance, m)?)?;
     Ok(())
 }

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from streameval.core import kernels
 from streameval.core.forgetting import BlockFading, block_size
 
 __all__ = ["FadingMean"]
@@ -49,7 +50,12 @@ class FadingMean:
         return self._last
 
     def advance(self, losses: np.ndarray) -> np.ndarray:
-        """Add a batch of losses; return M_a after each of them."""
+        """Add a batch of losses (``float64``); return M_a after each of them."""
+        if (compiled := kernels.active) is not None:
+            means = self._sums.running_ratio(compiled, losses)
+            if means.size:
+                self._last = float(means[-1])
+            return means
         values = np.empty((losses.size, 2))
         values[:, 0] = losses
         values[:, 1] = 1.0

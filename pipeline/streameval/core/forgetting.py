@@ -37,6 +37,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
@@ -515,6 +516,24 @@ class BlockFading:
                 self._base = self._decay[block] * (self._base + self._partial)
                 self._partial = np.zeros(self._base.size)
         return out
+
+    def running_ratio(self, compiled: ModuleType, losses: np.ndarray) -> np.ndarray:
+        """:meth:`running` of the rows (loss, 1) of two bins, compiled: the first running sum
+        over the second after each loss (:class:`~streameval.core.fading_mean.FadingMean`),
+        the same bits as the ratio of :meth:`running`'s columns."""
+        if self._base.size != 2:
+            raise ValueError(f"running_ratio needs two bins; these sums have {self._base.size}")
+        base, partial = self._base, self._partial
+        means, self._n, base, partial = compiled.fading_mean_advance(
+            losses if losses.flags.c_contiguous else np.ascontiguousarray(losses),
+            self._growth,
+            float(self._decay[self._block]),
+            self._n,
+            (float(base[0]), float(base[1])),
+            (float(partial[0]), float(partial[1])),
+        )
+        self._base, self._partial = np.array(base), np.array(partial)
+        return means
 
     def start_at(self, count: int, values: np.ndarray) -> None:
         """Set the sums to ``values`` after ``count`` outcomes (for a state that predates

@@ -48,6 +48,8 @@ __all__ = ["SECOND", "LabelMaturity"]
 SECOND = 1000
 
 _first = itemgetter(0)
+#: :meth:`LabelMaturity.labelled` counts what it took once this many have come
+COUNT_AT = 2048
 
 
 class LabelMaturity:
@@ -110,6 +112,8 @@ class LabelMaturity:
         #: totals of every cohort counted (kept or not): predicted, labelled, by class
         self._predicted = 0
         self._labelled: Counter[Label] = Counter()
+        #: outcomes :meth:`labelled` took and has not counted yet (counted before any read)
+        self._waiting: list[Outcome] = []
 
     # -- input ------------------------------------------------------------------------------
     def predicted(self, notices: Sequence[Outcome]) -> None:
@@ -125,14 +129,34 @@ class LabelMaturity:
 
     def labelled(self, outcomes: Sequence[Outcome]) -> None:
         """Count a batch of the model's outcomes, each in the cohort of its first prediction,
-        by true class (any order, any split)."""
+        by true class (any order, any split).
+
+        They are counted when :data:`COUNT_AT` have come or before the counts are read
+        (:meth:`fold`, :meth:`snapshot`, :meth:`state`): the counts are integers, the same
+        for any split, and a model among a hundred brings a few dozen a call.
+        """
+        self._waiting += outcomes
+        if len(self._waiting) >= COUNT_AT:
+            self._count()
+
+    def _count(self) -> None:
+        """Count the outcomes :meth:`labelled` took."""
+        outcomes = self._waiting
         if not outcomes:
             return
+        self._waiting = []
         _, _, y_true, times, *_ = zip(*outcomes, strict=True)
-        first = np.fromiter(map(_first, times), dtype=np.int64, count=len(times))
-        starts = (first // self.cohort_ms * self.cohort_ms).tolist()
+        width = self.cohort_ms
+        firsts = list(map(_first, times))
+        lowest = min(firsts)
+        if lowest // width == max(firsts) // width:  # one cohort, as a batch's usually is
+            start = lowest // width * width
+            cells = Counter({(start, label): count for label, count in Counter(y_true).items()})
+        else:
+            first = np.array(firsts, dtype=np.int64)
+            starts = (first // width * width).tolist()
+            cells = Counter(zip(starts, y_true, strict=True))
         since = self.since
-        cells = Counter(zip(starts, y_true, strict=True))
         cohorts, totals = self._cohorts, self._labelled
         for (start, label), count in cells.items():
             if since is not None and start < since:
@@ -146,6 +170,7 @@ class LabelMaturity:
     def fold(self, boundary: int) -> None:
         """Count the notices due before ``boundary``; keep the latest ``cohorts`` cohorts
         that start before it."""
+        self._count()  # first: an outcome of a cohort about to go counts in the totals
         upcoming = self._upcoming
         width, since, cohorts = self.cohort_ms, self.since, self._cohorts
         for due in [d for d in upcoming if d < boundary]:
@@ -197,6 +222,7 @@ class LabelMaturity:
     # -- state ------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Plain values (labels keep their type: pairs, not keys)."""
+        self._count()
         return {
             "cohort_ms": self.cohort_ms,
             "cohorts": self.cohorts,

@@ -7,6 +7,7 @@ into the initial and final views (every measure under every estimator), the dela
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import chain
@@ -158,6 +159,9 @@ class ModelEvaluator:
         self._delays = LabelDelays()  # t_label − t_instance by true class, a log histogram
         #: outcomes the detectors have seen and the estimators have not taken yet (:meth:`update`)
         self._gathered: list[Outcome] = []
+        #: of those, how many the label delays counted already (:meth:`label_delays` counts
+        #: them without the estimators' work, as a label-maturity record reads them)
+        self._delays_counted = 0
 
     @property
     def n(self) -> int:
@@ -189,10 +193,12 @@ class ModelEvaluator:
             *outcomes, strict=True
         )
         # what the estimators would refuse when they take it: refused now
-        check_latency(t_instances, t_labels)
-        lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
-        codes = self._codes(y_trues, labels, scores, lengths)
-        y_true, final = codes[:n], codes[n:][np.cumsum(lengths) - 1]
+        if any(map(operator.lt, t_labels, t_instances)):  # at C speed: rare, and it raises
+            check_latency(t_instances, t_labels)
+        codes = self._codes(y_trues, labels, scores)
+        y_true, final = codes[:n], codes[n:]
+        if final.size != n:  # re-predictions: each outcome's last
+            final = final[np.cumsum(_lengths(labels)) - 1]
         self._gathered += outcomes
         if len(self._gathered) >= GATHER_MAX:
             self.flush()
@@ -211,15 +217,18 @@ class ModelEvaluator:
         y_trues: Sequence[Label],
         labels: Sequence[Sequence[Label]],
         scores: Sequence[tuple[Scores | None, ...]],
-        lengths: np.ndarray,
+        lengths: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Codes of the truths, then of every prediction; new classes added (all or nothing)."""
+        """Codes of the truths, then of every prediction; new classes added (all or nothing).
+        ``lengths``: the predictions of each outcome, if known."""
         codes = self._labels.lookup([*y_trues, *chain.from_iterable(labels)])
         if codes is not None and any(scores):
             if self._labels.lookup(named_classes(scores)) is None:
                 codes = None
         if codes is None:  # a new class
             extra = score_classes(scores) if any(scores) else None
+            if lengths is None:
+                lengths = _lengths(labels)
             codes = _discover(self._labels, y_trues, labels, lengths, extra)
         return codes
 
@@ -230,17 +239,19 @@ class ModelEvaluator:
         if not gathered:
             return False
         self._gathered = []
-        self._absorb(gathered)
+        counted, self._delays_counted = self._delays_counted, 0
+        self._absorb(gathered, counted)
         return True
 
-    def _absorb(self, outcomes: Sequence[Outcome]) -> None:
+    def _absorb(self, outcomes: Sequence[Outcome], delays_counted: int = 0) -> None:
         """The estimators' part of :meth:`update`: views, transitions, the delayed block,
-        label delays, the scores' measures (the outcomes' classes are known)."""
+        label delays (of the outcomes after the first ``delays_counted``), the scores'
+        measures (the outcomes' classes are known)."""
         n = len(outcomes)
         _, _, y_trues, timelines, labels, t_instances, t_labels, _, scores, _ = zip(
             *outcomes, strict=True
         )
-        lengths = np.fromiter(map(len, labels), dtype=np.int64, count=n)
+        lengths = _lengths(labels)
         codes = self._codes(y_trues, labels, scores, lengths)
         views = view_scores(scores) if any(scores) else None
         y_true, predicted = codes[:n], codes[n:]
@@ -268,11 +279,10 @@ class ModelEvaluator:
                 predicted[later],
             )
         )
-        latency = t_label - t_instance
-        self._latency[0] += n
-        self._latency[1] += int(latency.sum())
-        self._latency[2] = max(self._latency[2], int(latency.max()))
-        self._delays.update(y_true, latency)
+        if delays_counted < n:
+            self._count_delays(
+                y_true[delays_counted:], t_label[delays_counted:] - t_instance[delays_counted:]
+            )
         if views is not None:
             self._scored.update(y_true, views, self._labels, self._positive_code())
             self._update_psi(y_true, scores, lengths, starts, times, t_instance, t_label)
@@ -313,12 +323,31 @@ class ModelEvaluator:
         """The ``latency_ms`` of :meth:`measures`: the mean and longest label delay, their
         quantiles overall and by true class, and whether the delay depends on the class
         (:class:`~streameval.core.label_delay.LabelDelays`, significant below
-        1 − ``confidence``)."""
-        self.flush()
+        1 − ``confidence``). Counts the gathered outcomes' delays, not the rest of their
+        work: a model among a hundred gives a label-maturity record every ``every_ms`` of
+        event time, and a flush each time would cost the estimators' work per call again."""
+        gathered = self._gathered
+        if self._delays_counted < len(gathered):
+            _, _, y_trues, _, _, t_instances, t_labels, *_ = zip(
+                *gathered[self._delays_counted :], strict=True
+            )
+            self._count_delays(
+                self._labels.lookup(y_trues),  # known: update() encoded them
+                np.array(t_labels, dtype=np.int64) - np.array(t_instances, dtype=np.int64),
+            )
+            self._delays_counted = len(gathered)
         count, total, longest = self._latency
         latency = {"mean": total / count if count else float("nan"), "max": longest}
         latency.update(self._delays.measures(self._labels.classes, alpha=1.0 - confidence))
         return latency
+
+    def _count_delays(self, y_true: np.ndarray, latency: np.ndarray) -> None:
+        """Count outcomes' label delays (true class codes, t_label − t_instance): integer
+        sums and a histogram, the same for any split."""
+        self._latency[0] += latency.size
+        self._latency[1] += int(latency.sum())
+        self._latency[2] = max(self._latency[2], int(latency.max()))
+        self._delays.update(y_true, latency)
 
     def _add_costs(self, views: dict[str, dict[str, dict[str, Any]]], z: float) -> None:
         """The cost measures (:mod:`streameval.core.cost`) of every view and estimator."""
@@ -506,6 +535,11 @@ class ModelEvaluator:
         # a state from before the histogram: the delays' quantiles count from here
         ev._delays = LabelDelays.from_state(state.get("delays", []))
         return ev
+
+
+def _lengths(labels: Sequence[Sequence[Label]]) -> np.ndarray:
+    """The number of predictions of each outcome."""
+    return np.fromiter(map(len, labels), dtype=np.int64, count=len(labels))
 
 
 class _Places(Sequence):

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from streameval.core import kernels
 
 __all__ = ["Change", "PageHinkley"]
 
@@ -90,6 +93,20 @@ def _as_values(values: Any, name: str, non_negative: bool) -> np.ndarray:
 
 
 _FIRST_CHUNK = 256  # outcomes examined at once after a reset; doubles while no alarm fires
+
+
+#: the running state of a test, in the order the compiled scan takes and returns it
+_RUNNING = (
+    "_observations",
+    "_sum",
+    "_cumulative",
+    "_minimum",
+    "_minimum_at",
+    "_minimum_sum",
+    "_rise",
+    "_maximum",
+)
+_running = attrgetter(*_RUNNING)
 
 
 class Change(NamedTuple):
@@ -244,7 +261,22 @@ class PageHinkley:
         return self._scan(_as_values(x, "x", non_negative=False))
 
     def _scan(self, x: np.ndarray) -> list[Change]:
-        """:meth:`detect` for a checked ``float64`` array."""
+        """:meth:`detect` for a checked ``float64`` array (compiled when
+        :mod:`~streameval.core.kernels` are in use; the numpy below is their reference)."""
+        if (compiled := kernels.active) is not None and x.size:
+            changes, state = compiled.page_hinkley_scan(
+                x if x.flags.c_contiguous else np.ascontiguousarray(x),
+                _running(self),
+                self.delta,
+                self.threshold,
+                self.min_instances,
+                self.restart_threshold,
+                self.standardize,
+                VARIANCE_FLOOR,
+            )
+            for name, value in zip(_RUNNING, state, strict=True):
+                setattr(self, name, value)
+            return [Change(*change) for change in changes]
         alarms: list[Change] = []
         start, chunk = 0, _FIRST_CHUNK
         while start < x.size:

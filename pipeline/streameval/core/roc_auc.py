@@ -18,8 +18,8 @@ prequential AUC of Brzezinski & Stefanowski 2017):
 The loops of both run compiled when the ``streameval_kernels`` extension (``pipeline/kernels``,
 Rust) is installed: :func:`mann_whitney`, :func:`held_mann_whitney`, :meth:`Ordered.advance`
 and the counting of :meth:`CountedAUC.update` each keep a numpy reference that gives the same
-bits (every sum sequential, in array order), which the tests check; :func:`use_kernels`
-chooses.
+bits (every sum sequential, in array order), which the tests check;
+:func:`streameval.core.kernels.use` chooses.
 
 References
 ----------
@@ -36,12 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from streameval.core import kernels
 from streameval.core.forgetting import Ring
-
-try:
-    import streameval_kernels as _kernels
-except ImportError:  # not built: the numpy references do the same, slower
-    _kernels = None
 
 __all__ = [
     "AUC_HORIZON",
@@ -51,9 +47,7 @@ __all__ = [
     "HeldAUC",
     "auc_horizon",
     "held_mann_whitney",
-    "kernels_in_use",
     "mann_whitney",
-    "use_kernels",
 ]
 
 #: The fading AUC holds the outcomes whose weight is at least this share of the newest's...
@@ -74,22 +68,6 @@ def auc_horizon(fading_factor: float) -> int:
     """
     horizon = math.ceil(math.log(AUC_HORIZON) / math.log(fading_factor))
     return max(1, min(MAX_AUC_HORIZON, horizon))
-
-
-_use_kernels = _kernels is not None
-
-
-def use_kernels(on: bool) -> bool:
-    """Run the loops compiled (``True``, when the extension is installed) or in numpy; returns
-    whether the compiled ones are in use now."""
-    global _use_kernels
-    _use_kernels = bool(on) and _kernels is not None
-    return _use_kernels
-
-
-def kernels_in_use() -> bool:
-    """Whether the compiled loops run (the extension is installed and not switched off)."""
-    return _use_kernels
 
 
 def _sequential_sum(values: np.ndarray) -> float:
@@ -125,8 +103,8 @@ def mann_whitney(values: np.ndarray, positive: np.ndarray, negative: np.ndarray)
     values = np.ascontiguousarray(values, dtype=np.float64)
     positive = np.ascontiguousarray(positive, dtype=np.float64)
     negative = np.ascontiguousarray(negative, dtype=np.float64)
-    if _use_kernels:
-        return _kernels.mann_whitney(values, positive, negative)
+    if (compiled := kernels.active) is not None:
+        return compiled.mann_whitney(values, positive, negative)
     return _statistic(values, positive, negative)
 
 
@@ -139,8 +117,8 @@ def held_mann_whitney(
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     if decay is not None:
         decay = np.ascontiguousarray(decay, dtype=np.float64)
-    if _use_kernels:
-        return _kernels.held_mann_whitney(values, codes, decay, newest)
+    if (compiled := kernels.active) is not None:
+        return compiled.held_mann_whitney(values, codes, decay, newest)
     of_class = (codes & 1).astype(np.float64)
     if decay is None:
         return _statistic(values, of_class, 1.0 - of_class)
@@ -204,13 +182,13 @@ class Ordered:
         outcomes newer than every one held (``index`` ascending)."""
         codes = index.astype(np.int64) * 2 + positive
         values = np.ascontiguousarray(values, dtype=np.float64)
-        if _use_kernels:
+        if (compiled := kernels.active) is not None:
             out_values, out_codes = self._spare
             needed = self._n + values.size
             if needed > out_values.size:
                 room = max(needed, 2 * out_values.size)
                 out_values, out_codes = np.empty(room), np.empty(room, dtype=np.int64)
-            n = _kernels.ordered_advance(
+            n = compiled.ordered_advance(
                 self._values, self._codes, self._n, 2 * first, values, codes, out_values, out_codes
             )
             self._spare = (self._values, self._codes)
@@ -364,8 +342,8 @@ class CountedAUC:
         values = np.ascontiguousarray(values, dtype=np.float64) + 0.0  # −0 counts as +0
         if np.isnan(values).any():  # equal to no value: it would have no tally of its own
             raise ValueError("a value to count is NaN")
-        if _use_kernels:
-            self._values[j], self._positive[j], self._negative[j] = _kernels.counted_add(
+        if (compiled := kernels.active) is not None:
+            self._values[j], self._positive[j], self._negative[j] = compiled.counted_add(
                 self._values[j],
                 self._positive[j],
                 self._negative[j],
