@@ -312,10 +312,11 @@ def worker(
 
     if not kernels.in_use():
         logging.getLogger("streameval.worker").warning(
-            "the compiled kernels (streameval_kernels) are not installed: the ROC AUC and the "
+            "the compiled kernels (streameval_kernels) are not in use (%s): the ROC AUC and the "
             "drift detectors run in numpy, with the same numbers and more time per batch; from "
             "a checkout of streameval, `pip install ./pipeline/kernels` (it needs Rust's cargo) "
-            "adds them"
+            "installs them",
+            kernels.PROBLEM,
         )
     signal.signal(signal.SIGTERM, _stopped_before_start)  # until Faust handles it
     check_before_start(worker_settings, config, config_path)  # what its checkpoints hold

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -229,6 +230,7 @@ def test_the_fading_mean_gives_the_references_bits(factor, losses, cuts):
         for piece in pieces(losses, cuts):
             out += mean.advance(np.array(piece, dtype=float)).tolist()
             out.append(json.dumps(mean.state()))
+            mean = FadingMean.from_state(factor, json.loads(out[-1]))  # through a checkpoint
         return out
 
     compiled, reference = twice(run)
@@ -268,3 +270,18 @@ def test_the_compiled_scan_refuses_what_it_cannot_read():
         kernels.page_hinkley_scan(np.zeros(8)[::2], state, 0.1, 1.0, 1, 0.0, False, 0.01)
     with pytest.raises(ValueError, match="block"):
         kernels.fading_mean_advance(np.zeros(2), np.ones(1), 0.5, 0, (0.0, 0.0), (0.0, 0.0))
+
+
+def test_an_extension_from_an_older_checkout_is_not_used(monkeypatch):
+    """One without a loop this version calls would fail on its first call: numpy runs, and
+    the worker's warning at start says why."""
+    import types
+
+    old = types.ModuleType("streameval_kernels")
+    old.mann_whitney = old.held_mann_whitney = lambda *args: 0.0
+    monkeypatch.setitem(sys.modules, "streameval_kernels", old)
+    extension, problem = loops._load()
+    assert extension is None
+    assert "older checkout" in problem and "page_hinkley_scan" in problem
+    monkeypatch.setitem(sys.modules, "streameval_kernels", None)  # not installed
+    assert loops._load() == (None, "not installed")

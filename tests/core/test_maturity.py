@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from streameval.codec import InstanceEvent, LabelEvent, PredictionEvent
 from streameval.config import load_config
 from streameval.core.join import Join
-from streameval.core.maturity import LabelMaturity
+from streameval.core.maturity import COUNT_AT, LabelMaturity
 from streameval.core.outcome import Outcome, is_notice, notice
 from streameval.engine import Engine
 
@@ -250,6 +250,38 @@ def test_counts_between_two_boundaries_come_in_any_order():
     m = LabelMaturity(cohort_ms=1000, cohorts=5)
     m.predicted(rows[::2])
     assert m.snapshot(T0 + 1_000)["predicted"] == 2
+
+
+def test_outcomes_are_counted_alike_however_they_come_and_whenever_they_are_read():
+    """labelled() counts when COUNT_AT have come or before a read: one outcome at a time and
+    pieces, with a read between them, give the same snapshots and state, and the read the
+    snapshot of what came so far in one batch; an outcome of a cohort a fold has let go
+    counts in the totals all the same."""
+    n = COUNT_AT * 2 + 500
+    rows = [  # first predictions over 9 s of 1 s cohorts, 3 kept
+        Outcome("m", f"i{i}", "xy"[i % 3 == 0], (T0 + 2 * i,), ("x",), T0 + 2 * i, 0, 0)
+        for i in range(n)
+    ]
+    rows.insert(3000, Outcome("m", "old", "y", (T0,), ("x",), T0, 0, 0))  # after the fold
+    pieces = LabelMaturity(cohort_ms=1000, cohorts=3)
+    single = LabelMaturity(cohort_ms=1000, cohorts=3)
+    for lo in range(0, len(rows), 700):
+        pieces.labelled(rows[lo : lo + 700])
+        assert len(pieces._waiting) < COUNT_AT  # what waits is bounded
+        for row in rows[lo : lo + 700]:
+            single.labelled([row])
+        if lo // 700 == 3:  # a read between pieces
+            so_far = LabelMaturity(cohort_ms=1000, cohorts=3)
+            so_far.labelled(rows[: lo + 700])
+            want = so_far.snapshot(T0 + 5_000)
+            assert pieces.snapshot(T0 + 5_000) == single.snapshot(T0 + 5_000) == want
+    assert pieces.state() == single.state()
+    assert [c["start"] for c in pieces.snapshot(T0 + 10_000)["cohorts"]] == [
+        T0 + 7_000,
+        T0 + 8_000,
+        T0 + 9_000,
+    ]
+    assert pieces.state()["labelled"] == [["x", n - n // 3], ["y", n // 3 + 1]]
 
 
 def test_a_model_evaluated_before_maturity_was_counted_starts_at_the_next_cohort():

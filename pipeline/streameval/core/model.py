@@ -344,10 +344,10 @@ class ModelEvaluator:
     def _count_delays(self, y_true: np.ndarray, latency: np.ndarray) -> None:
         """Count outcomes' label delays (true class codes, t_label − t_instance): integer
         sums and a histogram, the same for any split."""
+        self._delays.update(y_true, latency)  # first: what raises here changes nothing
         self._latency[0] += latency.size
         self._latency[1] += int(latency.sum())
         self._latency[2] = max(self._latency[2], int(latency.max()))
-        self._delays.update(y_true, latency)
 
     def _add_costs(self, views: dict[str, dict[str, dict[str, Any]]], z: float) -> None:
         """The cost measures (:mod:`streameval.core.cost`) of every view and estimator."""
