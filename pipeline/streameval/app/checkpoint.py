@@ -111,6 +111,14 @@ class Usage:
             self.disk_faults + other.disk_faults,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.cpu - other.cpu,
+            self.waits - other.waits,
+            self.preemptions - other.preemptions,
+            self.disk_faults - other.disk_faults,
+        )
+
     def __str__(self) -> str:
         return (
             f"CPU {self.cpu:.3f} s, preempted {self.preemptions}×, waited {self.waits}×, "
@@ -135,14 +143,8 @@ class Watch:
         self.wall, self.usage = time.monotonic(), _rusage()
 
     def used(self) -> Usage:
-        now = _rusage()
-        was = self.usage
-        return Usage(
-            now.cpu - was.cpu,
-            now.waits - was.waits,
-            now.preemptions - was.preemptions,
-            now.disk_faults - was.disk_faults,
-        )
+        """What the thread got since the watch started."""
+        return _rusage() - self.usage
 
 
 @dataclass
