@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from streameval.app.changelog_format import Restorer, checkpoint_records
 from streameval.core.join import Join
@@ -247,3 +247,162 @@ def test_which_stores_a_worker_reads_on_and_which_it_rebuilds(tmp_path):
     _stamp(state, fingerprint="rules-b")
     assert state.usable() == (False, "written under other join rules")
     state.close()
+
+
+class _OrderedKeys:
+    """An ordered key space as a TimeQueue uses RocksDB (``iter`` a snapshot): fast enough for
+    thousands of hypothesis cases; the real database runs fewer of them."""
+
+    def __init__(self) -> None:
+        self.keys: set[bytes] = set()
+
+    def iter(self):
+        return _Cursor(sorted(self.keys))
+
+    def write(self, puts, deletes) -> None:
+        from streameval.core.state import time_key
+
+        self.keys -= {time_key(b"x", *e) for e in deletes}
+        self.keys |= {time_key(b"x", *e) for e in puts}
+
+    def entries(self) -> set:
+        from streameval.core.state import split_time_key
+
+        return {split_time_key(k) for k in self.keys}
+
+
+class _Cursor:
+    def __init__(self, keys: list[bytes]) -> None:
+        self.keys, self.at = keys, 0
+
+    def seek(self, key: bytes) -> None:
+        import bisect
+
+        self.at = bisect.bisect_left(self.keys, key)
+
+    def valid(self) -> bool:
+        return self.at < len(self.keys)
+
+    def key(self) -> bytes:
+        return self.keys[self.at]
+
+    def next(self) -> None:
+        self.at += 1
+
+
+class _RealKeys:
+    """The same over a RocksDB database, as the disk store opens it."""
+
+    def __init__(self, path: str) -> None:
+        from rocksdict import Options, Rdict
+
+        self.db = Rdict(path, Options(raw_mode=True))
+
+    def iter(self):
+        return self.db.iter()
+
+    def write(self, puts, deletes) -> None:
+        from rocksdict import WriteBatch
+        from streameval.store_queues import TimeQueue
+
+        batch = WriteBatch(raw_mode=True)
+        TimeQueue.write(batch, b"x", puts, deletes)
+        self.db.write(batch)
+
+    def entries(self) -> set:
+        from streameval.core.state import split_time_key
+
+        out, it = set(), self.db.iter()
+        it.seek_to_first()
+        while it.valid():
+            out.add(split_time_key(it.key()))
+            it.next()
+        return out
+
+
+_QUEUE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from("push push push discard pop peek freeze written refreeze reread".split()),
+        st.integers(0, 2),  # t
+        st.sampled_from(["a", "b"]),
+    ),
+    max_size=40,
+)
+
+
+def _run_queue(keys, ops) -> None:
+    """Drive a TimeQueue over ``keys`` with ``ops`` against a model: the set of live entries
+    (the join pushes only an entry that is not live, and discards only one that is)."""
+    from streameval.store_queues import TimeQueue
+
+    queue, live, frozen, at_freeze = TimeQueue(keys, b"x"), set(), None, set()
+    for op, t, instance_id in ops:
+        entry = (t, instance_id)
+        if op == "push" and entry not in live:
+            queue.push(t, instance_id)
+            live.add(entry)
+        elif op == "discard" and entry in live:
+            queue.discard(t, instance_id)
+            live.discard(entry)
+        elif op == "pop" and live:
+            assert queue.pop() == min(live)
+            live.discard(min(live))
+        elif op == "peek":
+            assert queue.peek() == min(live, default=None)
+        elif op in ("freeze", "refreeze") and (frozen is None or op == "refreeze"):
+            # refreeze: the batch out is dropped (never written) and another is cut
+            frozen, at_freeze = queue.freeze(), set(live)
+            puts, deletes = frozen
+            assert puts | (keys.entries() - deletes) == at_freeze
+            if op == "freeze":  # no tombstone for a key never written
+                assert deletes <= keys.entries()
+        elif op == "written" and frozen is not None:
+            keys.write(*frozen)
+            queue.written(*frozen)
+            frozen = None
+            assert keys.entries() == at_freeze
+            assert not queue.cancelled and not queue._frozen
+            assert queue.fresh <= live and queue.shadowed <= live
+        elif op == "reread":  # RAM forgotten: what the database holds is the queue
+            queue.reread()
+            live, frozen = keys.entries(), None
+    while live:  # everything live comes out once, in order, and nothing else
+        assert queue.pop() == min(live)
+        live.discard(min(live))
+    assert queue.peek() is None
+
+
+_B1 = [("push", 0, "b"), ("push", 1, "a"), ("discard", 1, "a"), ("push", 1, "a"), ("pop", 0, "a"),
+       ("pop", 0, "a"), ("freeze", 0, "a"), ("written", 0, "a")]  # fmt: skip
+_P1 = [("push", 1, "a"), ("freeze", 0, "a"), ("written", 0, "a"), ("freeze", 0, "a"),
+       ("pop", 0, "a"), ("push", 1, "a"), ("written", 0, "a"), ("pop", 0, "a")]  # fmt: skip
+_P3 = [("push", 1, "a"), ("freeze", 0, "a"), ("written", 0, "a"), ("pop", 0, "a"),
+       ("freeze", 0, "a"), ("push", 1, "a"), ("written", 0, "a"), ("discard", 1, "a"),
+       ("freeze", 0, "a")]  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None)
+@given(ops=_QUEUE_OPS)
+@example(ops=[("push", 1, "a"), ("discard", 1, "a"), ("freeze", 0, "a")])
+@example(ops=_B1)
+@example(ops=_P1)
+@example(ops=_P3)
+def test_a_time_queue_is_its_live_entries_and_deletes_only_what_was_written(ops):
+    """Pushes, discards and pops between freezes and writes of their batches, a batch dropped
+    for another, RAM forgotten: the queue gives the live entries in order, each once; a batch
+    brings the database to the live entries at its freeze; and it deletes only keys the
+    database has — an entry pushed and discarded between two freezes leaves nothing on disk,
+    not even a tombstone."""
+    _run_queue(_OrderedKeys(), ops)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=_QUEUE_OPS)
+@example(ops=_B1)
+def test_a_time_queue_on_rocksdb_is_its_live_entries(tmp_path_factory, ops):
+    """The same over RocksDB: its iterators, seeks and batches behave as the model's."""
+    keys = _RealKeys(str(tmp_path_factory.mktemp("queue") / "db"))
+    try:
+        _run_queue(keys, ops)
+    finally:
+        keys.db.close()
