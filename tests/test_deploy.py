@@ -408,6 +408,7 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     exporter.set_store(100, 1, 1, 10)
     exporter.set_checkpoint(0.5, 0.01)
     exporter.set_lag("labels", "0", 5)
+    exporter.set_internal_lag("join", "0", 2)
     exporter.set_build_info(build_info("streameval", "0123456789abcdef"))
     text = exporter.scrape().decode()  # what /metrics serves
     return [(s.name, s.labels) for f in text_string_to_metric_families(text) for s in f.samples]

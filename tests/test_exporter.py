@@ -564,6 +564,47 @@ def test_consumer_lag_shows_only_the_partitions_being_fetched():
     }
 
 
+def test_internal_lag_shows_the_batches_each_stage_has_not_read():
+    """The events and outcomes topics' lag, by stage, of the partitions this worker fetches:
+    from the last batch the stage was handed, or before it has one, from the committed
+    offset (under exactly-once the one its last transaction committed)."""
+    import orjson
+    from streameval.app.telemetry import Telemetry
+
+    registry = CollectorRegistry()
+    topics = {"app-events": "join", "app-outcomes": "evaluation"}
+    telemetry = Telemetry(Exporter(registry), ["instances"], topics)
+
+    def stats(states, topic="app-events", app_offset=-1001):
+        partitions = {
+            str(p): {
+                "consumer_lag": 10 * (p + 1),
+                "ls_offset": 50,
+                "app_offset": app_offset,
+                "fetch_state": state,
+            }
+            for p, state in enumerate(states)
+        }
+        return orjson.dumps({"topics": {topic: {"partitions": partitions}}}).decode()
+
+    def lags(name):
+        return {dict(k[1])["partition"]: v for k, v in _series(registry).items() if k[0] == name}
+
+    telemetry.on_stats(stats(["active", "active", "none"]))
+    assert lags("streameval_internal_lag") == {"0": 10.0, "1": 20.0}
+    assert lags("streameval_consumer_lag") == {}  # the input topics' gauge shows none of it
+    telemetry.committed = {("app-outcomes", 0): 45}  # exactly-once: the committed offsets
+    telemetry.on_stats(stats(["active"], "app-outcomes"))
+    internal = {
+        tuple(sorted(dict(k[1]).items())): v
+        for k, v in _series(registry).items()
+        if k[0] == "streameval_internal_lag"
+    }
+    assert internal == {(("partition", "0"), ("stage", "evaluation")): 5.0}  # the join's went
+    telemetry.on_stats(stats(["active"], "app-outcomes", app_offset=48))  # read up to 47
+    assert lags("streameval_internal_lag") == {"0": 2.0}
+
+
 def test_a_child_process_series_reach_the_parent_exporter_in_order():
     """worker.processes > 1: a child's exporter calls travel over a pipe and give the series
     the parent's own calls would; pending instances are summed over the processes."""
@@ -587,6 +628,9 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
         exporter.count_dropped("late_prediction", "champion", 2)
         exporter.count_dead_letters("not_json")
         exporter.set_lag("in", "0", 12)
+        exporter.set_internal_lag("join", "1", 3)
+        exporter.set_internal_lag("evaluation", "2", 4)
+        exporter.remove_internal_lag("evaluation", "2")
         exporter.set_pending(30, source=1)
         exporter.set_waiting(5, 700, source=1)
     parent.set_pending(12, source=0)  # the parent's own pipeline
@@ -607,6 +651,7 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
         assert relayed_series.pop((name, ())) == total
         direct_series.pop((name, ()))
     assert direct_series.keys() == relayed_series.keys()
+    assert relayed_series["streameval_internal_lag", (("partition", "1"), ("stage", "join"))] == 3
     assert all(
         _same(direct_series[k], relayed_series[k])
         for k in direct_series

@@ -827,6 +827,21 @@ def health() -> dict[str, Any]:
             "Growing: one partition runs behind the others in event time and holds them back.",
         ),
     )
+    lay.add(
+        panel(
+            "timeseries",
+            "Internal batches not yet read",
+            [
+                target(
+                    f"streameval_internal_lag{{{worker}}}",
+                    "{{stage}}[{{partition}}] {{instance}}",
+                )
+            ],
+            description="Batches of events (join) and of outcomes (evaluation) in the internal "
+            "topics that the stage has not read yet. Growing: that stage does not keep up with "
+            "the input.",
+        ),
+    )
     lay.row("Bad and odd input")
     lay.add(
         panel(

@@ -198,6 +198,13 @@ class Exporter:
             ["topic", "partition"],
             registry=registry,
         )
+        self.internal_lag = Gauge(
+            "streameval_internal_lag",
+            "Internal batches not yet read by this worker's stages, per internal partition: "
+            "stage join (the events topic) or evaluation (the outcomes topic).",
+            ["stage", "partition"],
+            registry=registry,
+        )
         self.store_bytes = Gauge(
             "streameval_store_bytes",
             "Bytes the join's disk stores take on disk.",
@@ -417,6 +424,12 @@ class Exporter:
 
     def remove_lag(self, topic: str, partition: str) -> None:
         self.lag.remove(topic, partition)
+
+    def set_internal_lag(self, stage: str, partition: str, lag: int) -> None:
+        self.internal_lag.labels(stage, partition).set(lag)
+
+    def remove_internal_lag(self, stage: str, partition: str) -> None:
+        self.internal_lag.remove(stage, partition)
 
     def count_dropped(self, reason: str, model_id: str = "", amount: int = 1) -> None:
         self._child(self.dropped, reason, model_id).inc(amount)

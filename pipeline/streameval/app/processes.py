@@ -127,6 +127,12 @@ class ExporterProxy:
     def remove_lag(self, topic: str, partition: str) -> None:
         self._call("remove_lag", topic, partition)
 
+    def set_internal_lag(self, stage: str, partition: str, lag: int) -> None:
+        self._call("set_internal_lag", stage, partition, lag)
+
+    def remove_internal_lag(self, stage: str, partition: str) -> None:
+        self._call("remove_internal_lag", stage, partition)
+
     def forget_models(self, model_ids: Any) -> None:
         self._call("forget_models", list(model_ids))
         self.flush()  # before the partitions can reach another process (see the module doc)

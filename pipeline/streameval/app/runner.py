@@ -94,7 +94,11 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.client = {**client, "logger": KAFKA_LOG}
         self.topics = Topics.with_prefix(settings.topic_prefix, settings.app_id)
         self.fingerprint = config_fingerprint(config)
-        self.telemetry = Telemetry(exporter, self.topics.inputs)
+        self.telemetry = Telemetry(
+            exporter,
+            self.topics.inputs,
+            {self.topics.events: "join", self.topics.outcomes: "evaluation"},
+        )
         self.stats = self.telemetry.stats
         self.stopping = threading.Event()
         self.failure: BaseException | None = None
@@ -557,11 +561,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
     def _offsets_committed(self, offsets: list[Any]) -> None:
         committed = self.telemetry.committed
         if committed is not None:  # the consumer lag is measured from them
-            committed.update(
-                ((tp.topic, tp.partition), tp.offset)
-                for tp in offsets
-                if tp.topic in self.topics.inputs
-            )
+            committed.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
 
     def _new_producer(self, producer: Any) -> None:
         """The output replaced a fenced producer: the changelogs write with the new one."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import platform
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import confluent_kafka
 import orjson
@@ -61,11 +62,19 @@ class Stats:
 class Telemetry:
     """The worker's counts, and the exporter's series of them."""
 
-    def __init__(self, exporter: Exporter | None, inputs: Iterable[str]) -> None:
+    def __init__(
+        self,
+        exporter: Exporter | None,
+        inputs: Iterable[str],
+        internal: Mapping[str, str] | None = None,
+    ) -> None:
+        """``internal``: the internal topics the stages read, each with its stage's name."""
         self.exporter = exporter
         self.stats = Stats()
         self._inputs = set(inputs)
+        self._internal = dict(internal or {})
         self._lag_shown: set[tuple[str, str]] = set()  # consumer-lag series exported
+        self._internal_shown: set[tuple[str, str]] = set()  # internal-lag series exported
         #: exactly-once: the input offsets the last transaction committed (the consumer
         #: never learns them: they are committed by the producer)
         self.committed: dict[tuple[str, int], int] | None = None
@@ -163,30 +172,51 @@ class Telemetry:
 
     def on_stats(self, raw: str) -> None:
         """librdkafka's statistics: the consumer lag of every input partition fetched (from
-        the offsets the worker's last transaction committed, under exactly-once)."""
-        if self.exporter is None:
+        the offsets the worker's last transaction committed, under exactly-once), and of
+        every internal partition fetched, from the last batch its stage was handed."""
+        exporter = self.exporter
+        if exporter is None:
             return
         try:
             stats = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return
-        # librdkafka keeps reporting the last lag of partitions it no longer fetches (after a
-        # rebalance moved them away): only partitions in fetch_state "active" are ours; the
-        # others' series go, or the lag of a moved partition would be counted twice
-        shown = set()
+        shown, internal = set(), set()
         for topic, info in stats.get("topics", {}).items():
-            if topic not in self._inputs:
+            stage = self._internal.get(topic)
+            if stage is None and topic not in self._inputs:
                 continue
-            for partition, p in info.get("partitions", {}).items():
-                lag = p.get("consumer_lag", -1)
-                if self.committed is not None and partition != "-1":
-                    at = self.committed.get((topic, int(partition)))
-                    end = p.get("ls_offset", -1)  # what a read_committed consumer may read
-                    if at is not None and end >= 0:
-                        lag = max(0, end - at)
-                if partition != "-1" and lag >= 0 and p.get("fetch_state") == "active":
-                    self.exporter.set_lag(topic, partition, lag)
+            for partition, lag in self._lags(topic, info, read=stage is not None):
+                if stage is None:
+                    exporter.set_lag(topic, partition, lag)
                     shown.add((topic, partition))
+                else:
+                    exporter.set_internal_lag(stage, partition, lag)
+                    internal.add((stage, partition))
         for labels in self._lag_shown - shown:
-            self.exporter.remove_lag(*labels)
-        self._lag_shown = shown
+            exporter.remove_lag(*labels)
+        for labels in self._internal_shown - internal:
+            exporter.remove_internal_lag(*labels)
+        self._lag_shown, self._internal_shown = shown, internal
+
+    def _lags(
+        self, topic: str, info: dict[str, Any], read: bool = False
+    ) -> Iterator[tuple[str, int]]:
+        """The lag of each partition of ``topic`` this consumer fetches: from its committed
+        offset, or (``read``) from the last message the worker was handed, once there is one.
+        librdkafka keeps reporting the last lag of partitions it no longer fetches (after a
+        rebalance moved them away): only partitions in fetch_state "active" are ours; the
+        others' series go, or the lag of a moved partition would be counted twice."""
+        for partition, p in info.get("partitions", {}).items():
+            if partition == "-1" or p.get("fetch_state") != "active":
+                continue
+            lag = p.get("consumer_lag", -1)
+            end = p.get("ls_offset", -1)  # what a read_committed consumer may read
+            if read and p.get("app_offset", -1) >= 0 and end >= 0:
+                lag = max(0, end - p["app_offset"])
+            elif self.committed is not None:
+                at = self.committed.get((topic, int(partition)))
+                if at is not None and end >= 0:
+                    lag = max(0, end - at)
+            if lag >= 0:
+                yield partition, lag
