@@ -9,17 +9,19 @@ default ``label_ttl`` of 7 days, so the resolved instances it remembers grow all
 Every ``--sample-s`` seconds it reads the worker's /metrics: the duration of the latest
 checkpoint (from its cut to durable; the data path goes on meanwhile), the pauses checkpoints
 made in the data path (a histogram), resident memory, the store's size and compaction debt,
-pending instances, the input messages not yet consumed, and the outcomes behind: three per
-label sent (one per model) less those evaluated — a backlog anywhere in the worker, on the input
-topics or between its stages (either growing means the worker does not keep up with
-``--rate``); of that backlog, the events the join holds for its clock and the outcomes the
-evaluation holds for the join partitions' frontiers. It prints a line per minute and, at the
-end, the checkpoint durations of the first and the last fifth of the run side by side, how many
-pauses passed 100 ms, and whether the worker ran through (it must: exit 1 otherwise). Each
-line also says how busy the machine's CPUs were over its minute (the broker, its log cleaner and
-the load generator share them with the worker), and how much of their time went to I/O wait and
-to other guests (steal). The worker's log (its path is printed) names each checkpoint pause
-over 100 ms with its steps and what the data path's thread got of the machine during each.
+pending instances, the input messages not yet consumed, the internal batches not yet read by
+the join and evaluation stages, and the outcomes behind: three per label sent (one per model)
+less those evaluated — a backlog anywhere in the worker, on the input topics or between its
+stages (either growing means the worker does not keep up with ``--rate``); of that backlog, the
+events the join holds for its clock and the outcomes the evaluation holds for the join
+partitions' frontiers. It prints a line per minute and, at the end, the checkpoint durations of
+the first and the last fifth of the run side by side (mean and maximum), the median and 90th
+percentile of each fifth, how many pauses passed 100 ms, and whether the worker ran through (it
+must: exit 1 otherwise). Each line also says how busy the machine's CPUs were over its minute
+(the broker, its log cleaner and the load generator share them with the worker), and how much
+of their time went to I/O wait and to other guests (steal). The worker's log (its path is
+printed) names each checkpoint pause over 100 ms with its steps and what the data path's thread
+got of the machine during each.
 """
 
 from __future__ import annotations
@@ -109,6 +111,21 @@ def _pause_line(hist: dict[float, float]) -> str:
             f"{below * 1000:.0f} and {longest * 1000:.0f} ms")  # fmt: skip
 
 
+def _fifths_line(durations: list[float]) -> str:
+    """The checkpoint duration's median and 90th percentile in each fifth of the run, and the
+    change of the median from the first fifth to the last: a mean moves with one slow minute
+    (a backlog episode, the machine busy with something else), a median only when most
+    checkpoints take longer."""
+    fifths = np.array_split(np.asarray(durations, dtype=float), 5)
+    if any(len(f) == 0 for f in fifths):
+        return "checkpoint duration by fifth: too few samples"
+    cells = [f"{np.median(f):.3f} / {np.percentile(f, 90):.3f}" for f in fifths]
+    first, last = np.median(fifths[0]), np.median(fifths[-1])
+    change = f"{(last / first - 1) * 100:+.0f} %" if first > 0 else "n/a"
+    return (f"checkpoint duration by fifth, median / p90 (s): {'; '.join(cells)}; median, "
+            f"first fifth to last: {change}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -163,18 +180,21 @@ def main() -> None:
                                 - _total(text, "streameval_outcomes_total"),
                                 series(text, "streameval_join_waiting_events") or 0,
                                 series(text, "streameval_evaluation_waiting_outcomes") or 0,
+                                _total(text, "streameval_internal_lag"),
                                 ))  # fmt: skip
                 pauses = _pauses(text)
             if now >= next_line and samples:
                 next_line = now + 60
                 cpu, cpu_was = _cpu_times(), cpu
-                t, _, rss, store, pending, lag, debt, behind, events, outcomes = samples[-1]
+                latest = samples[-1]
+                t, _, rss, store, pending, lag, debt, behind, events, outcomes, internal = latest
                 recent = [s[1] for s in samples if s[0] > t - 60]
                 total = pauses.get(float("inf"), 0.0)
                 print(f"{t / 60:5.1f} min  sent {sent:>12,}  checkpoint max {max(recent):6.3f} s  "
                       f"pauses > 100 ms {total - pauses.get(0.1, 0.0):>4,.0f} of {total:>6,.0f}  "
                       f"RSS {rss / 1e6:6.0f} MB  store {store / 1e6:7.1f} MB  "
                       f"pending {pending:>9,.0f}  input lag {lag:>11,.0f}  "
+                      f"internal lag {internal:>7,.0f} batches  "
                       f"outcomes behind {behind:>10,.0f} (waiting: join {events:>9,.0f}, "
                       f"evaluation {outcomes:>9,.0f})  "
                       f"compaction debt {debt / 1e6:6.0f} MB" + _cpu_line(cpu_was, cpu),
@@ -199,6 +219,7 @@ def main() -> None:
             f"checkpoint duration (cut to durable), first fifth: mean {np.mean(first):.3f} s, max "
             f"{max(first):.3f} s; last fifth: mean {np.mean(last):.3f} s, max {max(last):.3f} s"
         )
+        print(_fifths_line([s[1] for s in samples]))
     if pauses:
         print(_pause_line(pauses))
     print(f"the worker's log: {tmp / 'worker.log'}")

@@ -1,10 +1,10 @@
 //! Compiled loops of streameval's evaluation core.
 //!
 //! Each function here has a numpy reference in `streameval.core` (`roc_auc`, `page_hinkley`,
-//! `forgetting`) that the tests
-//! compare it with bit for bit: the floating-point operations are the same and in the same
-//! order (every sum runs sequentially in array order, as `np.bincount` and `np.cumsum` do).
-//! The Python side uses these when this module is installed and the reference when not.
+//! `forgetting`) that the tests compare it with bit for bit: the floating-point operations
+//! are the same and in the same order (every sum runs sequentially in array order, as
+//! `np.bincount` and `np.cumsum` do). The Python side uses these when this module is
+//! installed and the reference when not (`streameval.core.kernels`).
 
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
