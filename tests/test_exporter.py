@@ -572,7 +572,7 @@ def test_internal_lag_shows_the_batches_each_stage_has_not_read():
     from streameval.app.telemetry import Telemetry
 
     registry = CollectorRegistry()
-    topics = {"app-events": "join", "app-outcomes": "evaluation"}
+    topics = {"app-events": "join", "app-outcomes": "evaluate"}
     telemetry = Telemetry(Exporter(registry), ["instances"], topics)
 
     def stats(states, topic="app-events", app_offset=-1001):
@@ -600,7 +600,7 @@ def test_internal_lag_shows_the_batches_each_stage_has_not_read():
         for k, v in _series(registry).items()
         if k[0] == "streameval_internal_lag"
     }
-    assert internal == {(("partition", "0"), ("stage", "evaluation")): 5.0}  # the join's went
+    assert internal == {(("partition", "0"), ("stage", "evaluate")): 5.0}  # the join's went
     telemetry.on_stats(stats(["active"], "app-outcomes", app_offset=48))  # read up to 47
     assert lags("streameval_internal_lag") == {"0": 2.0}
 
@@ -629,8 +629,8 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
         exporter.count_dead_letters("not_json")
         exporter.set_lag("in", "0", 12)
         exporter.set_internal_lag("join", "1", 3)
-        exporter.set_internal_lag("evaluation", "2", 4)
-        exporter.remove_internal_lag("evaluation", "2")
+        exporter.set_internal_lag("evaluate", "2", 4)
+        exporter.remove_internal_lag("evaluate", "2")
         exporter.set_pending(30, source=1)
         exporter.set_waiting(5, 700, source=1)
     parent.set_pending(12, source=0)  # the parent's own pipeline

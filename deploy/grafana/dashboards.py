@@ -810,6 +810,7 @@ def health() -> dict[str, Any]:
             "Instances waiting for a label",
             [target(f"streameval_pending_instances{{{worker}}}", "{{instance}}")],
         ),
+        8,
     )
     lay.add(
         panel(
@@ -826,6 +827,7 @@ def health() -> dict[str, Any]:
             "partition's clock passes them, outcomes until every join partition reaches them. "
             "Growing: one partition runs behind the others in event time and holds them back.",
         ),
+        8,
     )
     lay.add(
         panel(
@@ -841,6 +843,7 @@ def health() -> dict[str, Any]:
             "topics that the stage has not read yet. Growing: that stage does not keep up with "
             "the input.",
         ),
+        8,
     )
     lay.row("Bad and odd input")
     lay.add(

@@ -201,7 +201,7 @@ class Exporter:
         self.internal_lag = Gauge(
             "streameval_internal_lag",
             "Internal batches not yet read by this worker's stages, per internal partition: "
-            "stage join (the events topic) or evaluation (the outcomes topic).",
+            "stage join (the events topic) or evaluate (the outcomes topic).",
             ["stage", "partition"],
             registry=registry,
         )

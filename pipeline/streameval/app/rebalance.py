@@ -323,5 +323,10 @@ class Rebalancing:
             self._input_next.pop(tp, None)
             if committed is not None:
                 committed.pop(tp, None)
+        if committed is not None:  # and the internal partitions' (their lag's fallback)
+            for q in joins:
+                committed.pop((self.topics.events, q), None)
+            for r in evals:
+                committed.pop((self.topics.outcomes, r), None)
         self.router.revoke(inputs)
         self.telemetry.dropped(joins, models)

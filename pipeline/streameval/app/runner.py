@@ -97,7 +97,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.telemetry = Telemetry(
             exporter,
             self.topics.inputs,
-            {self.topics.events: "join", self.topics.outcomes: "evaluation"},
+            {self.topics.events: "join", self.topics.outcomes: "evaluate"},
         )
         self.stats = self.telemetry.stats
         self.stopping = threading.Event()

@@ -75,8 +75,8 @@ class Telemetry:
         self._internal = dict(internal or {})
         self._lag_shown: set[tuple[str, str]] = set()  # consumer-lag series exported
         self._internal_shown: set[tuple[str, str]] = set()  # internal-lag series exported
-        #: exactly-once: the input offsets the last transaction committed (the consumer
-        #: never learns them: they are committed by the producer)
+        #: exactly-once: the offsets the last transactions committed, of the input and the
+        #: internal partitions (the consumer never learns them: the producer commits them)
         self.committed: dict[tuple[str, int], int] | None = None
         self._join_seen: dict[int, Counter[tuple[str, str]]] = {}
 
