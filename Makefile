@@ -45,6 +45,7 @@ bench: $(STAMP)  ## every benchmark, each side by side with its peer
 	$(BIN)/python benchmarks/scrape.py
 	$(BIN)/python benchmarks/many_models.py
 	$(BIN)/python benchmarks/checkpoint_writes.py
+	$(BIN)/python benchmarks/join_store.py
 	$(BIN)/python benchmarks/pipeline_throughput.py --compare-features 3
 
 soak: $(STAMP)  ## the long runs: 10^6 pending instances moving between workers; 30 min of traffic; the full fault campaign

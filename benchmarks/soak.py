@@ -111,12 +111,19 @@ def _pause_line(hist: dict[float, float]) -> str:
             f"{below * 1000:.0f} and {longest * 1000:.0f} ms")  # fmt: skip
 
 
+def _fifths(count: int) -> list[np.ndarray]:
+    """The indices of ``count`` samples in five consecutive parts as near equal as can be (the
+    first ones a sample longer): every per-fifth figure of the soak uses these."""
+    return np.array_split(np.arange(count), 5)
+
+
 def _fifths_line(durations: list[float]) -> str:
     """The checkpoint duration's median and 90th percentile in each fifth of the run, and the
     change of the median from the first fifth to the last: a mean moves with one slow minute
     (a backlog episode, the machine busy with something else), a median only when most
     checkpoints take longer."""
-    fifths = np.array_split(np.asarray(durations, dtype=float), 5)
+    values = np.asarray(durations, dtype=float)
+    fifths = [values[part] for part in _fifths(len(values))]
     if any(len(f) == 0 for f in fifths):
         return "checkpoint duration by fifth: too few samples"
     cells = [f"{np.median(f):.3f} / {np.percentile(f, 90):.3f}" for f in fifths]
@@ -205,12 +212,13 @@ def main() -> None:
         alive = alive and worker.poll() is None
         stop(worker)
     sent = traffic.sent
-    fifth = len(samples) // 5
-    first, last = [s[1] for s in samples[:fifth]], [s[1] for s in samples[-fifth:]]
-    if fifth:
-        print(f"input lag, end of the first fifth: {samples[fifth - 1][5]:,.0f} messages; "
-              f"at the end: {samples[-1][5]:,.0f}; outcomes behind {samples[fifth - 1][7]:,.0f} → "
-              f"{samples[-1][7]:,.0f}; RSS {samples[fifth - 1][2] / 1e6:,.0f} → "
+    parts = _fifths(len(samples))
+    first, last = [samples[i][1] for i in parts[0]], [samples[i][1] for i in parts[-1]]
+    if first:
+        end = samples[parts[0][-1]]  # the last sample of the first fifth
+        print(f"input lag, end of the first fifth: {end[5]:,.0f} messages; "
+              f"at the end: {samples[-1][5]:,.0f}; outcomes behind {end[7]:,.0f} → "
+              f"{samples[-1][7]:,.0f}; RSS {end[2] / 1e6:,.0f} → "
               f"{samples[-1][2] / 1e6:,.0f} MB")  # fmt: skip
     rate = sent / seconds
     print(f"sent {sent:,} events in {seconds / 60:.0f} min ({rate:,.0f}/s)")
