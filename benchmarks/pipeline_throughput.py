@@ -6,6 +6,7 @@ side with the raw consume ceiling and the pipeline a user would write without st
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-scores 3   # scores' cost
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-guarantees 3  # exactly-once's
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-features 3  # slices', maturity's
+    .venv/bin/python benchmarks/pipeline_throughput.py --pending 100000 400000  # memory: a line
 
 Phases (one run, one broker: $STREAMEVAL_BOOTSTRAP, else the local `streameval kafka start`);
 phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
@@ -27,7 +28,10 @@ phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
    ``--faust-seconds`` (first round only).
 5. **memory**: a fresh worker with the in-memory store (``store = "memory"``) reads K instances
    with 3 predictions each and no labels; resident memory per pending instance = ΔRSS / K (RSS
-   from the worker's own /metrics). The disk store's figures: ``benchmarks/pending_scale.py``.
+   from the worker's own /metrics). That spreads what a worker takes once, whatever K, over the
+   instances: with several ``--pending`` sizes, a fresh worker each, it also fits ΔRSS = a·K +
+   b and prints a, what one more pending instance costs, and b. The disk store's figures:
+   ``benchmarks/pending_scale.py``.
 6. **latency**, ``--rounds`` runs: a producer at half the measured sustained rate (the worker on
    all cores, median) with live timestamps, label grace 0; for every final metrics record, the
    delay from the label time of the previous record of that model (an upper bound on any
@@ -694,7 +698,11 @@ def main() -> None:
         help="rounds of the throughput phases (1-3) and of the latency phase (6)",
     )  # fmt: skip
     parser.add_argument("--faust-seconds", type=float, default=30.0)
-    parser.add_argument("--pending", type=int, default=200_000)
+    parser.add_argument(
+        "--pending", type=int, nargs="+", default=[200_000], metavar="K",
+        help="pending instances of the memory phase (5); with several, a fresh worker for each "
+        "and a line through them: what one more costs, and what does not depend on K",
+    )  # fmt: skip
     parser.add_argument(
         "--latency-seconds", type=float, default=110.0,
         help="length of a latency run (110 s gives about 330 final metrics records)",
@@ -765,13 +773,22 @@ def main() -> None:
             report("naive Faust agent", naive, f" of at most {args.faust_seconds:.0f} s")
     summarize(runs, args.processes)
     if "memory" not in args.skip:
-        memory = phase_memory(boot, args.pending, tmp)
-        print(
-            f"memory      {memory['per_instance']:>12,.0f} bytes per pending instance "
-            f"({memory['pending']:,.0f} pending, RSS {memory['base_rss'] / 2**20:.0f} -> "
-            f"{memory['rss'] / 2**20:.0f} MiB)",
-            flush=True,
-        )
+        grown = []  # (pending, RSS growth)
+        for pending in args.pending:
+            memory = phase_memory(boot, pending, tmp)
+            grown.append((memory["pending"], memory["rss"] - memory["base_rss"]))
+            print(
+                f"memory      {memory['per_instance']:>12,.0f} bytes per pending instance "
+                f"({memory['pending']:,.0f} pending, RSS {memory['base_rss'] / 2**20:.0f} -> "
+                f"{memory['rss'] / 2**20:.0f} MiB)",
+                flush=True,
+            )
+        if len({k for k, _ in grown}) > 1:
+            slope, fixed = np.polyfit([k for k, _ in grown], [g for _, g in grown], 1)
+            print(
+                f"memory, a line through the {len(grown)} sizes: {slope:,.0f} bytes per pending "
+                f"instance, and {fixed / 2**20:,.0f} MiB that do not depend on their number"
+            )
     if "latency" not in args.skip:
         rate = args.latency_rate or _spread([r["rate"] for r in runs["worker, all cores"]])[1] / 2
         p99s = []
