@@ -66,6 +66,14 @@ def instance_id(i: int, chars: int) -> str:
     return str(i).zfill(chars)
 
 
+def instance_rows(i: int, chars: int, offset: int) -> list[tuple]:
+    """Instance ``i``'s record and a prediction of each model, at offsets from ``offset`` on."""
+    key, ts = instance_id(i, chars), T0 + i
+    rows = [(INSTANCE, key, "", ts, "", 0, offset, None)]
+    rows += [(PREDICTION, key, m, ts, "yes", 0, offset + 1 + k, None) for k, m in enumerate(MODELS)]
+    return rows
+
+
 def resident() -> int:
     """The process's resident memory (bytes; Linux)."""
     with open("/proc/self/statm") as handle:
@@ -81,14 +89,10 @@ def memory_per_pending(instances: int, batch: int, chars: int) -> tuple[int, flo
     rows: list[tuple] = []
     offset = 0
     for i in range(instances):
-        ts = T0 + i
-        rows.append((INSTANCE, instance_id(i, chars), "", ts, "", 0, offset, None))
-        offset += 1
-        for model in MODELS:
-            rows.append((PREDICTION, instance_id(i, chars), model, ts, "yes", 0, offset, None))
-            offset += 1
+        rows += instance_rows(i, chars, offset)
+        offset += 1 + len(MODELS)
         if len(rows) >= batch or i == instances - 1:
-            join.add_events(rows, ts)
+            join.add_events(rows, T0 + i)
             rows = []
     gc.collect()
     return join.pending, (resident() - before) / max(join.pending, 1)
@@ -106,12 +110,8 @@ def one(instances: int, lag: int, batch: int, every: int, chars: int) -> Round:
         for i in range(instances + lag):
             ts = T0 + i
             if i < instances:
-                rows.append((INSTANCE, instance_id(i, chars), "", ts, "", 0, offset, None))
-                offset += 1
-                for model in MODELS:
-                    row = (PREDICTION, instance_id(i, chars), model, ts, "yes", 0, offset, None)
-                    rows.append(row)
-                    offset += 1
+                rows += instance_rows(i, chars, offset)
+                offset += 1 + len(MODELS)
             if i >= lag:
                 rows.append((LABEL, instance_id(i - lag, chars), "", ts, "yes", 0, offset, None))
                 offset += 1
