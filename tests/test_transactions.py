@@ -650,3 +650,24 @@ def test_a_round_keeps_each_step_s_longest_turn_or_adds_to_it(monkeypatch):
     assert round_.steps["stop"] == pytest.approx(0.04, abs=1e-9)
     assert set(round_.usage) == {"changelog", "stop"}
     assert round_.pause == round_.steps["changelog"]  # the longest step the data path stopped
+
+
+def test_a_hanging_transaction_is_named_with_the_commands_that_end_it():
+    """The error for a transaction the broker lost track of names each partition at the
+    offset where it starts, and gives the abort command for each, so that an operator can
+    paste them; the group's offsets, whose partition the worker cannot see, get the command
+    that finds it."""
+    from streameval.app.transactions import HANGING, hanging_transactions
+
+    said = hanging_transactions(
+        "kafka:9092", {("app-join-changelog", 1): 480, ("app-events", 0): 9_001}, True
+    )
+    assert said.startswith(HANGING)
+    assert "app-events[0] from offset 9001, app-join-changelog[1] from offset 480" in said
+    tool = "kafka-transactions.sh --bootstrap-server kafka:9092"
+    assert f"`{tool} abort --topic app-events --partition 0 --start-offset 9001`" in said
+    assert f"`{tool} abort --topic app-join-changelog --partition 1 --start-offset 480`" in said
+    assert f"`{tool} find-hanging --topic __consumer_offsets --max-transaction-timeout 1`" in said
+    only_changelogs = hanging_transactions("kafka:9092", {("app-events", 0): 3})
+    assert "__consumer_offsets" not in only_changelogs
+    assert 'docs/operations.md, "A hanging transaction"' in only_changelogs

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -76,10 +77,12 @@ def ensure_artifacts(log=print) -> Path:
     """
     home = cache_dir() / f"kafka-{KAFKA_VERSION}"
     libs = home / "libs"
-    if (libs / ".complete").exists():
+    # the jars of this pom: a cache resolved from another one is resolved again
+    wanted = hashlib.sha256((KAFKA_FILES / "pom.xml").read_bytes()).hexdigest()[:16]
+    if _complete(libs) == wanted:
         return libs
     with _locked(home / ".lock"):
-        if (libs / ".complete").exists():
+        if _complete(libs) == wanted:
             return libs
         java, mvn = shutil.which("java"), shutil.which("mvn")
         if java is None or mvn is None:
@@ -111,8 +114,16 @@ def ensure_artifacts(log=print) -> Path:
             )
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
-        (libs / ".complete").write_text(KAFKA_VERSION)
+        (libs / ".complete").write_text(wanted)
     return libs
+
+
+def _complete(libs: Path) -> str | None:
+    """What the cache's jars were resolved from (None: not resolved, or cut short)."""
+    try:
+        return (libs / ".complete").read_text().strip()
+    except OSError:
+        return None
 
 
 def free_port() -> int:
@@ -460,6 +471,35 @@ class KafkaInstance:
                 if text:
                     return "\n".join(text[-lines:])
         return "(no log)"
+
+    def transactions(self, *arguments: str, timeout: float = 120.0) -> str:
+        """What ``kafka-transactions.sh --bootstrap-server <this broker> <arguments>`` prints:
+        ``find-hanging --broker-id 1 --max-transaction-timeout 1`` lists the transactions
+        the broker left hanging, ``abort --topic T --partition P --start-offset O`` ends one
+        — what an operator does (docs/operations.md, "A hanging transaction")."""
+        if self.secured:
+            raise LauncherError("transactions(): for an instance without TLS and SASL only")
+        done = subprocess.run(
+            [
+                shutil.which("java") or "java",
+                *JVM_OPTIONS,
+                "-cp",
+                f"{ensure_artifacts()}/*",
+                "org.apache.kafka.tools.TransactionsCommand",
+                "--bootstrap-server",
+                self.bootstrap,
+                *arguments,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise LauncherError(
+                f"kafka-transactions {' '.join(arguments)} failed (exit {done.returncode}):\n"
+                f"{(done.stdout + done.stderr)[-2000:]}"
+            )
+        return done.stdout
 
     def running(self) -> bool:
         if self.pid is None:

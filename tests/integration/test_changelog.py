@@ -254,3 +254,50 @@ def test_a_changelog_created_again_gets_the_whole_store_through_crashes(
         back.join.state.close()
     finally:
         admin.delete_topics(made)
+
+
+def test_a_transaction_that_outlives_the_wait_is_restored_around(
+    changelog, kafka_bootstrap, tmp_path, caplog
+):
+    """The disk store is past the changelog's last stable offset, and the transaction that
+    holds the records between them stays open past the assignment's deadline (a hanging
+    transaction, which only an administrator's abort ends): the store is rebuilt from the
+    records before it — the state once it is aborted — and is not taken for a changelog
+    deleted and created again, which would write the store's lost checkpoint into it."""
+    import time
+
+    from confluent_kafka import Producer
+    from streameval.app.join_stage import JoinStage
+
+    config, restored, checkpoint = _restoring(changelog, tmp_path)
+    stage = JoinStage(0, config, [])
+    _events(stage, 0, 40, 10)
+    checkpoint(stage, changelog())
+    before = _kept(changelog().read(0)[0].items())
+    ahead = restored(changelog())
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"hang-{tmp_path.name}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    try:
+        open_log = changelog()
+        open_log.producer, open_log.transactional = producer, True
+        _events(ahead, 40, 20, 5)
+        checkpoint(ahead, open_log)  # written, acknowledged, never committed
+        assert ahead.join.state.position > changelog().read(0)[2]
+        ahead.join.state.close()  # the worker dies with its transaction open
+
+        log = changelog()
+        log.wait_until = time.monotonic() + 1.0  # the assignment's deadline, long past
+        began = time.monotonic()
+        with caplog.at_level("WARNING", logger="streameval.worker"):
+            back = restored(log)
+        assert time.monotonic() - began < 20  # not OPEN_WAIT_S
+        assert "a hanging transaction holds the changelog" in caplog.text
+        assert "deleted and created again" not in caplog.text
+        assert _kept(back.join.state.items()) == before
+        assert not back.join.state.carries_all and log.carried(0) == {}
+        back.join.state.close()
+    finally:
+        producer.abort_transaction(30)

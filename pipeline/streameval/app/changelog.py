@@ -54,6 +54,7 @@ class _Partition:
     end: int = 0  # the offset after the latest record acknowledged
     unacked: int = 0  # records of the checkpoint being written not yet acknowledged
     recreated: bool = False  # the topic was deleted and created again under us
+    hanging: bool = False  # the last read stopped at a transaction that outlived its timeout
     summary: dict[str, Any] | None = None  # what the next checkpoint's seal says it holds
     seal: dict[str, Any] | None = None  # the latest seal read
 
@@ -94,6 +95,10 @@ class Changelog:
         #: transaction rather than the topic gone, and a checkpoint needs no intent (its
         #: records are seen whole or not at all: streameval.app.changelog_format)
         self.transactional = False
+        #: the monotonic time until which a restore waits for a transaction open on a
+        #: partition (None: ``OPEN_WAIT_S``); the worker sets it once per assignment, so that
+        #: the assignment's waits share one deadline
+        self.wait_until: float | None = None
         self._partitions: dict[int, _Partition] = {}
 
     def write(
@@ -255,6 +260,8 @@ class Changelog:
             }
         )
         restorer = Restorer(sink=sink, lookup=lookup)
+        if partition in self._partitions:
+            self._partitions[partition].hanging = False
         try:
             low, high = watermarks(reader, self.topic, partition)
             if start is not None and start > high:  # deleted and created again, or a
@@ -310,9 +317,10 @@ class Changelog:
     def _settled(self, reader: Any, partition: int, start: int, high: int) -> int:
         """The partition's committed end, once it is past ``start`` — when it is only behind
         because a transaction of another worker process is still open (it ends by its
-        commit, abort, or ``transaction_timeout_ms``; at most ``OPEN_WAIT_S`` is waited) —
-        or ``high`` if the partition really ends before ``start`` (the topic was deleted and
-        created again)."""
+        commit, abort, or ``transaction_timeout_ms``; at most ``OPEN_WAIT_S`` is waited, and
+        not past :attr:`wait_until`) — or ``high`` if the partition really ends before
+        ``start`` (the topic was deleted and created again), or if the transaction is still
+        open then (:meth:`hanging` says so)."""
         import time
 
         from confluent_kafka import Consumer
@@ -325,10 +333,22 @@ class Changelog:
         finally:
             probe.close()
         deadline = time.monotonic() + OPEN_WAIT_S
+        if self.wait_until is not None:
+            deadline = min(deadline, self.wait_until)
         while high < start and time.monotonic() < deadline:
             time.sleep(0.2)
             high = watermarks(reader, self.topic, partition)[1]
+        if high < start:  # the records are there, and the transaction that holds them hangs
+            self._partitions.setdefault(partition, _Partition()).hanging = True
         return high
+
+    def hanging(self, partition: int) -> bool:
+        """Whether the last read of ``partition`` stopped before the offset it was asked to
+        start from because a transaction there stayed open past every deadline (a hanging
+        transaction: streameval.app.transactions.hanging_transactions), rather than because
+        the topic was deleted and created again."""
+        part = self._partitions.get(partition)
+        return part is not None and part.hanging
 
     def check(self, partition: int, seal: dict[str, Any]) -> None:
         """Refuse a seal of a version this release cannot continue (ChangelogError)."""

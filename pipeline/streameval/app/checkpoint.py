@@ -602,6 +602,21 @@ def _restore_join(
     # store says so (its carried keys, or the whole of it), so that a crash before it loses
     # nothing: the changelog's records no longer differ from the store once it holds them
     recreated = start is not None and end < start  # not the changelog the store knew
+    if recreated and changelog.hanging(q):
+        # a transaction that outlived its timeout holds the changelog from ``end`` on (an
+        # error has said how to abort it): what is before it is the state once it is aborted
+        log.warning(
+            "join %d: a hanging transaction holds the changelog from offset %d, before the "
+            "store's position %d; rebuilding the store at %s from the changelog's records "
+            "before it",
+            q,
+            end,
+            start,
+            state.path,
+        )
+        state.close()
+        DiskState.wipe(state.path)
+        return _restore_join(changelog, q, settings, config, inputs, fingerprint, lag)
     if (state.carries_all and sealed) or (recreated and changelog.latest(q)[0] is not None):
         # a checkpoint written into the new changelog since (by another worker, or one of
         # this store's own that a crash cut short: its intent holds it all) is the state now

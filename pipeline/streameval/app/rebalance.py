@@ -17,7 +17,7 @@ from ..clients import unpolled
 from .changelog import ChangelogError
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
 from .output import NoAnswer
-from .transactions import TransactionAborted
+from .transactions import TransactionAborted, hanging_transactions
 
 __all__ = ["Rebalancing"]
 
@@ -137,12 +137,18 @@ class Rebalancing:
         limit = self.settings.transaction_timeout_ms / 1000.0 + 5.0
         began = time.monotonic()
         deadline = began + limit
+        # one deadline for all of this assignment's waits: a restore does not wait again for
+        # a transaction this wait gave up on (Changelog.read)
+        self.join_changelog.wait_until = self.eval_changelog.wait_until = deadline
+        group_hangs = False
         try:
             consumer.committed(
                 [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=limit
             )
         except Exception as err:  # the coordinator is busy: the changelogs still wait
-            log.warning("stable offsets not fetched before restoring (%s)", err)
+            group_hangs = time.monotonic() >= deadline - 1.0
+            if not group_hangs:
+                log.warning("stable offsets not fetched before restoring (%s)", err)
         offsets_s = time.monotonic() - began
         if offsets_s >= SLOW_WAIT_S:
             log.warning(WAITED_OFFSETS, offsets_s)
@@ -151,6 +157,8 @@ class Rebalancing:
         wanted += [(self.eval_changelog.topic, tp.partition) for tp in partitions
                    if tp.topic == t.outcomes]  # fmt: skip
         if not wanted:
+            if group_hangs and not self.stopping.is_set():
+                log.error(hanging_transactions(self.client["bootstrap.servers"], {}, True))
             return
         client = unpolled(self.client)
         group = f"{self.settings.app_id}-stable"
@@ -159,11 +167,13 @@ class Rebalancing:
         try:
             ends = {tp: watermarks(uncommitted, *tp)[1] for tp in wanted}
             waiting = held = dict(ends)  # held: the partitions that waited longest
+            stable: dict[tuple[str, int], int] = {}  # their last stable offsets
             said = False
-            while waiting and time.monotonic() < deadline and not self.stopping.is_set():
-                waiting = {
-                    tp: end for tp, end in waiting.items() if watermarks(committed, *tp)[1] < end
-                }
+            while waiting and not self.stopping.is_set():  # checked once at least
+                stable = {tp: watermarks(committed, *tp)[1] for tp in waiting}
+                waiting = {tp: end for tp, end in waiting.items() if stable[tp] < end}
+                if waiting and time.monotonic() >= deadline:
+                    break
                 if waiting:
                     held = waiting
                     if not said and time.monotonic() - began >= SLOW_WAIT_S:
@@ -176,12 +186,9 @@ class Rebalancing:
                     time.sleep(0.1)
             if waiting and self.stopping.is_set():
                 self.unsettled = True
-            elif waiting:
-                log.warning(
-                    "a transaction is still open on %s after %.0f s: restoring without it",
-                    ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
-                    limit,
-                )
+            elif waiting or group_hangs:
+                open_at = {tp: stable.get(tp, end) for tp, end in waiting.items()}
+                log.error(hanging_transactions(client["bootstrap.servers"], open_at, group_hangs))
             elif (took := time.monotonic() - began - offsets_s) >= SLOW_WAIT_S:
                 log.warning(
                     WAITED_CHANGELOGS, took, ", ".join(f"{topic}[{p}]" for topic, p in sorted(held))

@@ -32,6 +32,7 @@ __all__ = [
     "TransactionAborted",
     "Transactions",
     "claim_transactional_id",
+    "hanging_transactions",
 ]
 
 log = logging.getLogger("streameval.worker")
@@ -536,3 +537,47 @@ def claim_transactional_id(settings: WorkerSettings) -> tuple[str, Any]:
             f"there and cannot ({err.strerror}: {err.filename}). Point state_dir (or "
             "STREAMEVAL_STATE_DIR) at a directory the worker may write"
         ) from None
+
+
+#: the marker of the error :func:`hanging_transactions` words (tests and log searches use it)
+HANGING = "a hanging transaction"
+
+
+def hanging_transactions(
+    bootstrap: str, open_at: dict[tuple[str, int], int], group_offsets: bool = False
+) -> str:
+    """The error for partitions whose last stable offset has not moved for longer than
+    ``transaction_timeout_ms``: each ``(topic, partition)`` of ``open_at`` at the offset where
+    its open transaction starts (its last stable offset), ``group_offsets`` when the group's
+    committed offsets were not stable either. The broker ends every transaction by then,
+    unless it skipped the transaction's markers (Kafka 4.4 does when it cannot find a
+    partition's leader, as while a restarted broker is fenced): such a transaction stays
+    open until an administrator aborts it (KIP-664), and read_committed readers wait for it.
+    """
+    tool = f"kafka-transactions.sh --bootstrap-server {bootstrap}"
+    where = [f"{topic}[{p}] from offset {at}" for (topic, p), at in sorted(open_at.items())]
+    if group_offsets:
+        where.append("the group's committed offsets (a partition of __consumer_offsets)")
+    aborts = [
+        f"{tool} abort --topic {topic} --partition {p} --start-offset {at}"
+        for (topic, p), at in sorted(open_at.items())
+    ]
+    group = (
+        f"; and those `{tool} find-hanging --topic __consumer_offsets "
+        "--max-transaction-timeout 1` lists, in the same way"
+        if group_offsets
+        else ""
+    )
+    return (
+        f"{HANGING} on {', '.join(where)}: it has been open for longer than "
+        "transaction_timeout_ms, so the broker lost track of it (it skips a transaction's "
+        "markers when it cannot find a partition's leader, as while a restarted broker is "
+        "fenced), and no read_committed reader passes it until it is aborted. This worker "
+        "restores those partitions from before it, which is their state once it is aborted, "
+        "and their inputs wait. Check with "
+        f"`{tool} find-hanging --broker-id <the partitions' leader> --max-transaction-timeout 1`"
+        ", then abort each transaction it lists: "
+        + "; ".join(f"`{a}`" for a in aborts)
+        + group
+        + ' (docs/operations.md, "A hanging transaction")'
+    )
