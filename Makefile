@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)  ## every benchmark, each side by side with its peer
+bench: $(STAMP)  ## every benchmark: each with its peer where it has one, and the measurements of docs/performance.md
 	$(BIN)/python benchmarks/core_vs_river.py
 	$(BIN)/python benchmarks/held_auc.py
 	$(BIN)/python benchmarks/decode.py
