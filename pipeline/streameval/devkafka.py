@@ -71,18 +71,20 @@ def _locked(path: Path):
 
 
 def ensure_artifacts(log=print) -> Path:
-    """The directory of the broker's jars, resolving them with Maven the first time.
+    """The directory of the broker's jars (and of its command-line tools), resolving them
+    with Maven the first time.
 
     Safe to call from several processes at once (a file lock serialises the download).
     """
     home = cache_dir() / f"kafka-{KAFKA_VERSION}"
-    libs = home / "libs"
-    # the jars of this pom: a cache resolved from another one is resolved again
+    # the jars of this pom, in a directory of their own: another release's pom resolves into
+    # another, and a broker running from one keeps its jars
     wanted = hashlib.sha256((KAFKA_FILES / "pom.xml").read_bytes()).hexdigest()[:16]
-    if _complete(libs) == wanted:
+    libs = home / f"libs-{wanted}"
+    if (libs / ".complete").exists():
         return libs
     with _locked(home / ".lock"):
-        if _complete(libs) == wanted:
+        if (libs / ".complete").exists():
             return libs
         java, mvn = shutil.which("java"), shutil.which("mvn")
         if java is None or mvn is None:
@@ -93,7 +95,7 @@ def ensure_artifacts(log=print) -> Path:
             )
         pom = home / "pom.xml"
         shutil.copyfile(KAFKA_FILES / "pom.xml", pom)
-        staging = home / "libs.partial"
+        staging = home / f"libs-{wanted}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         log(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {home} ...")
         command = [
@@ -114,16 +116,8 @@ def ensure_artifacts(log=print) -> Path:
             )
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
-        (libs / ".complete").write_text(wanted)
+        (libs / ".complete").write_text(KAFKA_VERSION)
     return libs
-
-
-def _complete(libs: Path) -> str | None:
-    """What the cache's jars were resolved from (None: not resolved, or cut short)."""
-    try:
-        return (libs / ".complete").read_text().strip()
-    except OSError:
-        return None
 
 
 def free_port() -> int:

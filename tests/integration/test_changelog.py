@@ -294,10 +294,118 @@ def test_a_transaction_that_outlives_the_wait_is_restored_around(
         with caplog.at_level("WARNING", logger="streameval.worker"):
             back = restored(log)
         assert time.monotonic() - began < 20  # not OPEN_WAIT_S
-        assert "a hanging transaction holds the changelog" in caplog.text
+        assert "a transaction that hangs holds the changelog" in caplog.text
         assert "deleted and created again" not in caplog.text
         assert _kept(back.join.state.items()) == before
         assert not back.join.state.carries_all and log.carried(0) == {}
         back.join.state.close()
     finally:
         producer.abort_transaction(30)
+
+
+def test_an_assignment_waits_out_a_hanging_transaction_and_says_how_to_end_it(
+    changelog, kafka_bootstrap, caplog
+):
+    """A transaction still open on a changelog partition when the assignment's deadline has
+    passed (``transaction_timeout_ms`` and 5 s) hangs: the worker says so at ERROR with the
+    abort command for that partition, at the offset where the transaction starts, and waits
+    on — a restore now would miss the transaction's records. Once an administrator has
+    aborted it, the wait ends and that join partition's store is rebuilt from the changelog."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from streameval.app.rebalance import Rebalancing
+
+    log = changelog()
+    _written(log, {b"k": b"v"}, 0)
+    stable_end = log.position(0)
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"hang-{log.topic}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(log.topic, b"held", key=b"k", partition=0)  # (a compacted topic)
+    assert producer.flush(30) == 0
+
+    client = {"bootstrap.servers": kafka_bootstrap}
+    worker = Rebalancing()
+    worker.topics = SimpleNamespace(events="never-events", outcomes="never-outcomes")
+    worker.settings = SimpleNamespace(transaction_timeout_ms=1000, app_id="hang-test")
+    worker.join_changelog, worker.eval_changelog = log, changelog()
+    worker.client, worker.stopping, worker.unsettled = client, threading.Event(), False
+    consumer = Consumer({**client, "group.id": "hang-test"})
+    failed: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            worker._await_stable(consumer, [TopicPartition("never-events", 0)])
+        except BaseException as err:  # shown by the test
+            failed.append(err)
+            raise
+
+    waited = threading.Thread(target=wait)
+    try:
+        with caplog.at_level("INFO", logger="streameval.worker"):
+            waited.start()
+            deadline = time.monotonic() + 60
+            while "a hanging transaction" not in caplog.text and time.monotonic() < deadline:
+                assert not failed and waited.is_alive()
+                time.sleep(0.2)
+            assert "a hanging transaction" in caplog.text
+            time.sleep(2)
+            assert waited.is_alive()  # it waits on: nothing is restored past the transaction
+            producer.abort_transaction(30)  # what the administrator's abort does
+            waited.join(60)
+        assert not waited.is_alive()
+        assert (
+            f"abort --topic {log.topic} --partition 0 --start-offset {stable_end}`" in caplog.text
+        )
+        assert "has ended" in caplog.text and not worker.unsettled
+        assert worker._rebuild == {0}
+    finally:
+        worker.stopping.set()
+        waited.join(10)
+        consumer.close()
+
+
+def test_after_a_hanging_transaction_is_aborted_the_store_is_rebuilt_from_the_changelog(
+    changelog, kafka_bootstrap, tmp_path
+):
+    """The store took a checkpoint whose transaction the broker accepted and then left
+    hanging; an administrator aborts it. The store now holds a checkpoint the changelog does
+    not (read on from its position, it would keep it, and the inputs, whose committed
+    offsets the abort took back too, would be counted again): restored with ``rebuild``, it
+    is the changelog's state."""
+    from confluent_kafka import Producer
+    from streameval.app.checkpoint import restore_join
+    from streameval.app.join_stage import JoinStage
+    from streameval.app.settings import WorkerSettings
+
+    config, restored, checkpoint = _restoring(changelog, tmp_path)
+    stage = JoinStage(0, config, [])
+    _events(stage, 0, 40, 10)
+    checkpoint(stage, changelog())
+    before = _kept(changelog().read(0)[0].items())
+    ahead = restored(changelog())
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"abort-{tmp_path.name}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    open_log = changelog()
+    open_log.producer, open_log.transactional = producer, True
+    _events(ahead, 40, 20, 5)
+    checkpoint(ahead, open_log)
+    held = _kept(ahead.join.state.items())
+    ahead.join.state.close()
+    producer.abort_transaction(30)  # the administrator's abort
+
+    kept = restored(changelog())  # read on from the store's position: the aborted one stays
+    assert _kept(kept.join.state.items()) == held != before
+    kept.join.state.close()
+    settings = WorkerSettings(state_dir=tmp_path, app_id="carry")
+    rebuilt = restore_join(changelog(), 0, settings, config, [], "legacy", None, rebuild=True)
+    assert _kept(rebuilt.join.state.items()) == before
+    rebuilt.join.state.close()

@@ -208,25 +208,34 @@ class Campaign:
         partition's leader, as in the second after a restart when it fences itself), and
         no read_committed reader passes it until it is aborted. Looked for every 10 s."""
         from streameval.app.transactions import HANGING
+        from streameval.devkafka import LauncherError
 
         hanging, now = self._hanging, time.monotonic()
-        if now < hanging.checked + 10.0:
+        if now < hanging.checked + 10.0 or not self.broker.running():
             return
         hanging.checked = now
         said = sum(log.read_text(errors="replace").count(HANGING)
                    for _, _, log in self.deployment.workers)  # fmt: skip
         if said <= hanging.handled:
             return
-        listed = self.broker.transactions(
-            "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1"
-        )
-        rows = [line.split("\t") for line in listed.splitlines()[1:] if line.strip()]
-        for row in rows:  # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset
-            topic, partition, start = row[0], row[1], row[5]
-            self.broker.transactions(
-                "abort", "--topic", topic, "--partition", partition, "--start-offset", start
+        try:
+            listed = self.broker.transactions(
+                "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1", timeout=60
             )
-            self.note("hanging transaction aborted", f"{topic}[{partition}] from {start}")
+            # Topic Partition ProducerId ProducerEpoch CoordinatorEpoch StartOffset ...: cells
+            # padded with blanks, then a tab
+            rows = [cells for line in listed.splitlines()[1:]
+                    if len(cells := line.split()) >= 6 and cells[1].isdigit()
+                    and cells[5].isdigit()]  # fmt: skip
+            for topic, partition, *_, start in (cells[:6] for cells in rows):
+                self.broker.transactions(
+                    "abort", "--topic", topic, "--partition", partition, "--start-offset", start,
+                    timeout=60,
+                )  # fmt: skip
+                self.note("hanging transaction aborted", f"{topic}[{partition}] from {start}")
+        except (LauncherError, subprocess.TimeoutExpired) as err:  # the broker went away
+            self.log(f"[{self.now():7.1f} s] hanging transactions not ended yet: {err}")
+            rows = []
         hanging.empty = 0 if rows else hanging.empty + 1
         if rows or hanging.empty >= 3:  # ended, or another worker's error about the same
             hanging.handled = said

@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -567,9 +568,21 @@ def restore_join(
     inputs: list[tuple[str, int]],
     fingerprint: str,
     lag: Callable[[int], None] | None,
+    rebuild: bool = False,
 ) -> JoinStage:
     """A join partition from its changelog (a new one if it has none): into RAM, or into its
-    disk store, which only catches up from the changelog offset it is at."""
+    disk store, which only catches up from the changelog offset it is at — or, with
+    ``rebuild``, is emptied first (it may hold a checkpoint the changelog does not: one a
+    hanging transaction held, which an administrator then aborted)."""
+    if rebuild and settings.store != "memory":
+        path = _store_path(settings, q)
+        log.warning(
+            "join %d: the changelog was held by a transaction that hung; rebuilding the store "
+            "at %s from the changelog",
+            q,
+            path,
+        )
+        DiskState.wipe(path)
     try:
         return _restore_join(changelog, q, settings, config, inputs, fingerprint, lag)
     except Refused as err:  # a worker's start checks first: a worker of another configuration
@@ -606,8 +619,8 @@ def _restore_join(
         # a transaction that outlived its timeout holds the changelog from ``end`` on (an
         # error has said how to abort it): what is before it is the state once it is aborted
         log.warning(
-            "join %d: a hanging transaction holds the changelog from offset %d, before the "
-            "store's position %d; rebuilding the store at %s from the changelog's records "
+            "join %d: a transaction that hangs holds the changelog from offset %d, before "
+            "the store's position %d; rebuilding the store at %s from the changelog's records "
             "before it",
             q,
             end,
@@ -671,7 +684,7 @@ def _open_store(
     it is unreadable, of another format or join rules (a store of the release before, which
     fingerprinted the whole configuration, is kept if that was ``legacy``, this one), or too
     old for the changelog's tombstones to still say what it lacks."""
-    path = settings.state_dir / settings.app_id / f"join-{q}"
+    path = _store_path(settings, q)
     rules = orjson.dumps(join_shape(config), option=orjson.OPT_SORT_KEYS)
     fingerprint = "join:" + hashlib.sha256(rules).hexdigest()[:16]
     try:
@@ -692,6 +705,11 @@ def _open_store(
         DiskState.wipe(path)
         state = DiskState(path, settings.cache_mb, fingerprint)
     return state
+
+
+def _store_path(settings: WorkerSettings, q: int) -> Path:
+    """Where join partition ``q``'s disk store lives."""
+    return settings.state_dir / settings.app_id / f"join-{q}"
 
 
 def restore_eval(

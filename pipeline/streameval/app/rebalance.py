@@ -32,6 +32,15 @@ WAITED_OFFSETS = (
 )
 WAITING = "waiting for the transactions open on %s to end before restoring (at most %.0f s more)"
 WAITED_CHANGELOGS = "waited %.1f s for the transactions open on %s to end before restoring"
+#: how often a worker waiting for a hanging transaction says so again
+HANGING_REPEAT_S = 300.0
+GROUP_HANGS = (
+    ": a transaction that committed the group's offsets has not ended within "
+    "transaction_timeout_ms; if the broker answers, it hangs, and the input partitions wait "
+    "for it: `kafka-transactions.sh --bootstrap-server <broker> find-hanging --topic "
+    '__consumer_offsets --max-transaction-timeout 1` finds it (docs/operations.md, "A hanging '
+    'transaction")'
+)
 
 
 class Rebalancing:
@@ -79,6 +88,7 @@ class Rebalancing:
                     self.inputs,
                     self.fingerprint,
                     self.telemetry.restore_lag("join"),
+                    rebuild=tp.partition in self._rebuild,
                 )
                 if stage.behind:  # checkpointed between two steps: the rest comes first
                     self._queued[tp.partition] = deque()
@@ -125,10 +135,18 @@ class Rebalancing:
         rebalance), and its checkpoint and records become visible when it is. First the
         group's offsets, fetched as stable (librdkafka waits out pending transactional
         offset commits for a read_committed consumer); then each changelog partition to
-        restore, until its last stable offset reaches the end it had at assignment. At most
-        ``transaction_timeout_ms`` and a margin: a transaction of a process that died is
-        aborted by then. A worker told to stop meanwhile waits no longer, and takes no final
-        checkpoint (:attr:`unsettled`)."""
+        restore, until its last stable offset reaches the end it had at assignment.
+
+        Both share one deadline, ``transaction_timeout_ms`` and a margin: the broker ends
+        every transaction by then. One still open on a changelog partition then is a
+        *hanging* transaction (the broker skipped its markers), which only an
+        administrator's abort ends: the worker says how (an ERROR, again every
+        :data:`HANGING_REPEAT_S`) and waits on, however long, for a partition read now
+        would miss the transaction's records or what is checkpointed after them, and once
+        it has ended rebuilds that partition's disk store from its changelog
+        (:attr:`_rebuild`: the store may hold a checkpoint the abort took back). A worker
+        told to stop meanwhile waits no longer, and takes no final checkpoint
+        (:attr:`unsettled`)."""
         from confluent_kafka import Consumer, TopicPartition
 
         from .changelog import watermarks
@@ -137,9 +155,10 @@ class Rebalancing:
         limit = self.settings.transaction_timeout_ms / 1000.0 + 5.0
         began = time.monotonic()
         deadline = began + limit
-        # one deadline for all of this assignment's waits: a restore does not wait again for
-        # a transaction this wait gave up on (Changelog.read)
+        # one deadline for all of this assignment's waits: a restore does not wait again
+        # (Changelog.read) for a transaction this one waited out
         self.join_changelog.wait_until = self.eval_changelog.wait_until = deadline
+        self._rebuild = set()
         group_hangs = False
         try:
             consumer.committed(
@@ -147,8 +166,11 @@ class Rebalancing:
             )
         except Exception as err:  # the coordinator is busy: the changelogs still wait
             group_hangs = time.monotonic() >= deadline - 1.0
-            if not group_hangs:
-                log.warning("stable offsets not fetched before restoring (%s)", err)
+            log.warning(
+                "stable offsets not fetched before restoring (%s)%s",
+                err,
+                GROUP_HANGS if group_hangs else "",
+            )
         offsets_s = time.monotonic() - began
         if offsets_s >= SLOW_WAIT_S:
             log.warning(WAITED_OFFSETS, offsets_s)
@@ -157,8 +179,6 @@ class Rebalancing:
         wanted += [(self.eval_changelog.topic, tp.partition) for tp in partitions
                    if tp.topic == t.outcomes]  # fmt: skip
         if not wanted:
-            if group_hangs and not self.stopping.is_set():
-                log.error(hanging_transactions(self.client["bootstrap.servers"], {}, True))
             return
         client = unpolled(self.client)
         group = f"{self.settings.app_id}-stable"
@@ -167,29 +187,44 @@ class Rebalancing:
         try:
             ends = {tp: watermarks(uncommitted, *tp)[1] for tp in wanted}
             waiting = held = dict(ends)  # held: the partitions that waited longest
-            stable: dict[tuple[str, int], int] = {}  # their last stable offsets
-            said = False
+            hanging: set[tuple[str, int]] = set()
+            said, told = False, float("-inf")
             while waiting and not self.stopping.is_set():  # checked once at least
                 stable = {tp: watermarks(committed, *tp)[1] for tp in waiting}
                 waiting = {tp: end for tp, end in waiting.items() if stable[tp] < end}
-                if waiting and time.monotonic() >= deadline:
+                if not waiting:
                     break
-                if waiting:
-                    held = waiting
-                    if not said and time.monotonic() - began >= SLOW_WAIT_S:
-                        said = True
-                        log.info(
-                            WAITING,
-                            ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
-                            deadline - time.monotonic(),
-                        )
-                    time.sleep(0.1)
-            if waiting and self.stopping.is_set():
+                held = waiting
+                now = time.monotonic()
+                if now >= deadline and now - told >= HANGING_REPEAT_S:
+                    told = now
+                    hanging |= set(waiting)
+                    open_at = {tp: stable[tp] for tp in waiting}
+                    bootstrap = client["bootstrap.servers"]
+                    log.error(hanging_transactions(bootstrap, open_at, group_hangs))
+                elif not said and now - began >= SLOW_WAIT_S:
+                    said = True
+                    log.info(
+                        WAITING,
+                        ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
+                        max(0.0, deadline - now),
+                    )
+                time.sleep(0.1 if now < deadline else 1.0)
+            if waiting:  # told to stop
                 self.unsettled = True
-            elif waiting or group_hangs:
-                open_at = {tp: stable.get(tp, end) for tp, end in waiting.items()}
-                log.error(hanging_transactions(client["bootstrap.servers"], open_at, group_hangs))
-            elif (took := time.monotonic() - began - offsets_s) >= SLOW_WAIT_S:
+                return
+            took = time.monotonic() - began - offsets_s
+            self._rebuild = {p for topic, p in hanging if topic == self.join_changelog.topic}
+            if hanging:
+                log.warning(
+                    "the hanging transaction on %s has ended after %.0f s; restoring%s",
+                    ", ".join(f"{topic}[{p}]" for topic, p in sorted(hanging)),
+                    took,
+                    f" join {sorted(self._rebuild)} from the changelog alone"
+                    if self._rebuild
+                    else "",
+                )
+            elif took >= SLOW_WAIT_S:
                 log.warning(
                     WAITED_CHANGELOGS, took, ", ".join(f"{topic}[{p}]" for topic, p in sorted(held))
                 )

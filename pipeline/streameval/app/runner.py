@@ -127,6 +127,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         #: owner's transaction to end, so what it restored may be behind that one: it takes
         #: no final checkpoint (the last ones stand) and aborts its transaction
         self.unsettled = False
+        #: the join partitions of this assignment whose disk store is rebuilt from the
+        #: changelog alone: a hanging transaction held them (Rebalancing._await_stable)
+        self._rebuild: set[int] = set()
         #: exactly-once (docs/architecture.md): each commit of the transaction checkpoints the
         #: stages that wrote into it (("join" | "eval", partition)), every stage when the
         #: snapshot timer says so, and at once when a join partition has changed enough

@@ -573,11 +573,12 @@ def hanging_transactions(
         "transaction_timeout_ms, so the broker lost track of it (it skips a transaction's "
         "markers when it cannot find a partition's leader, as while a restarted broker is "
         "fenced), and no read_committed reader passes it until it is aborted. This worker "
-        "restores those partitions from before it, which is their state once it is aborted, "
-        "and their inputs wait. Check with "
+        "waits for it, and restores its partitions once it has ended (a join partition's disk "
+        "store from the changelog alone). Check with "
         f"`{tool} find-hanging --broker-id <the partitions' leader> --max-transaction-timeout 1`"
         ", then abort each transaction it lists: "
         + "; ".join(f"`{a}`" for a in aborts)
         + group
-        + ' (docs/operations.md, "A hanging transaction")'
+        + " (with `--command-config <client properties>` on a secured cluster; "
+        + 'docs/operations.md, "A hanging transaction")'
     )
