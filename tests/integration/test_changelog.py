@@ -256,14 +256,15 @@ def test_a_changelog_created_again_gets_the_whole_store_through_crashes(
         admin.delete_topics(made)
 
 
-def test_a_transaction_that_outlives_the_wait_is_restored_around(
+def test_a_restore_past_the_deadline_does_not_take_a_held_changelog_for_a_new_one(
     changelog, kafka_bootstrap, tmp_path, caplog
 ):
     """The disk store is past the changelog's last stable offset, and the transaction that
-    holds the records between them stays open past the assignment's deadline (a hanging
-    transaction, which only an administrator's abort ends): the store is rebuilt from the
-    records before it — the state once it is aborted — and is not taken for a changelog
-    deleted and created again, which would write the store's lost checkpoint into it."""
+    holds the records between them is still open when the assignment's deadline has passed
+    (as for a worker told to stop while it waited for a hanging transaction: it restores,
+    and takes no checkpoint). The restore does not wait again, and does not take the
+    changelog for one deleted and created again, which would write the store's uncommitted
+    checkpoint into it: it rebuilds the store from the records before the transaction."""
     import time
 
     from confluent_kafka import Producer
@@ -289,7 +290,7 @@ def test_a_transaction_that_outlives_the_wait_is_restored_around(
         ahead.join.state.close()  # the worker dies with its transaction open
 
         log = changelog()
-        log.wait_until = time.monotonic() + 1.0  # the assignment's deadline, long past
+        log.wait_until = time.monotonic() + 1.0  # the assignment's deadline: 1 s from now
         began = time.monotonic()
         with caplog.at_level("WARNING", logger="streameval.worker"):
             back = restored(log)
@@ -306,8 +307,8 @@ def test_a_transaction_that_outlives_the_wait_is_restored_around(
 def test_an_assignment_waits_out_a_hanging_transaction_and_says_how_to_end_it(
     changelog, kafka_bootstrap, caplog
 ):
-    """A transaction still open on a changelog partition when the assignment's deadline has
-    passed (``transaction_timeout_ms`` and 5 s) hangs: the worker says so at ERROR with the
+    """A transaction still open on a changelog partition 15 s after ``transaction_timeout_ms``
+    hangs: the worker says so at ERROR with the
     abort command for that partition, at the offset where the transaction starts, and waits
     on — a restore now would miss the transaction's records. Once an administrator has
     aborted it, the wait ends and that join partition's store is rebuilt from the changelog."""

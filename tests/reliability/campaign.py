@@ -70,9 +70,10 @@ shutdown_timeout_s = 15
 SHUTDOWN_TIMEOUT_S = 15.0
 #: How long a worker may take to its first "assigned:": under exactly-once a restore first
 #: waits for the transactions open on its partitions to end, up to transaction_timeout_ms
-#: (60 s) + 5 s, one deadline for all of them — after a broker outage, a transaction of a
-#: worker stopped while Kafka was away can hold it that long (docs/operations.md,
-#: "Exactly-once"); a transaction still open then hangs, and the restore goes on without it
+#: (60 s) and the broker's 10 s to notice — after a broker outage, a transaction of a worker
+#: stopped while Kafka was away can hold it that long (docs/operations.md, "Exactly-once"); one
+#: still open 15 s after the timeout hangs, and waits for the campaign to abort it (the wait
+#: is then extended)
 ASSIGN_WAIT_S = 150.0
 #: what a worker says when Kafka refuses one of its records (a deleted output topic)
 REFUSALS = ("was the topic deleted?", "Kafka did not acknowledge a message the worker produced")
@@ -197,27 +198,29 @@ class Campaign:
         while time.monotonic() < deadline:
             if slot.log is not None and text in slot.log.read_text(errors="replace"):
                 return
-            self.end_hanging()
+            if self.end_hanging():  # the worker goes on once it has ended
+                deadline = max(deadline, time.monotonic() + 90.0)
             time.sleep(0.1)
         raise AssertionError(f"{slot.name} never logged {text!r}")
 
-    def end_hanging(self) -> None:
+    def end_hanging(self) -> bool:
         """What a worker's error about a hanging transaction asks of an operator: abort
-        each transaction ``kafka-transactions.sh find-hanging`` lists. Such a transaction
-        is the broker's fault (Kafka 4.4 skips a transaction's markers when it cannot find a
-        partition's leader, as in the second after a restart when it fences itself), and
-        no read_committed reader passes it until it is aborted. Looked for every 10 s."""
+        each transaction ``kafka-transactions.sh find-hanging`` lists (whether it did).
+        Such a transaction is the broker's fault (Kafka 4.4 skips a transaction's markers
+        when it cannot find a partition's leader, as in the second after a restart when it
+        fences itself), and no read_committed reader passes it until it is aborted. Looked
+        for every 10 s."""
         from streameval.app.transactions import HANGING
         from streameval.devkafka import LauncherError
 
         hanging, now = self._hanging, time.monotonic()
         if now < hanging.checked + 10.0 or not self.broker.running():
-            return
+            return False
         hanging.checked = now
         said = sum(log.read_text(errors="replace").count(HANGING)
                    for _, _, log in self.deployment.workers)  # fmt: skip
         if said <= hanging.handled:
-            return
+            return False
         try:
             listed = self.broker.transactions(
                 "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1", timeout=60
@@ -235,10 +238,11 @@ class Campaign:
                 self.note("hanging transaction aborted", f"{topic}[{partition}] from {start}")
         except (LauncherError, subprocess.TimeoutExpired) as err:  # the broker went away
             self.log(f"[{self.now():7.1f} s] hanging transactions not ended yet: {err}")
-            rows = []
+            return False  # (not an empty list: asked again in 10 s)
         hanging.empty = 0 if rows else hanging.empty + 1
         if rows or hanging.empty >= 3:  # ended, or another worker's error about the same
             hanging.handled = said
+        return bool(rows)
 
     def term(self, slot: Slot, state: str, after: str = "assigned:") -> None:
         """SIGTERM once the worker's log has ``after``; how long it took to exit, and with

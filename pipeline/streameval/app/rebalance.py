@@ -30,16 +30,22 @@ WAITED_OFFSETS = (
     "waited %.1f s for the group's offsets to be stable before restoring (a transaction "
     "of another process had committed offsets and not ended)"
 )
-WAITING = "waiting for the transactions open on %s to end before restoring (at most %.0f s more)"
+WAITING = (
+    "waiting for the transactions open on %s to end before restoring (the broker ends them "
+    "within %.0f s)"
+)
 WAITED_CHANGELOGS = "waited %.1f s for the transactions open on %s to end before restoring"
+#: a transaction open this long past ``transaction_timeout_ms`` hangs: the broker looks for
+#: expired transactions every 10 s (transaction.abort.timed.out.transaction.cleanup.interval.ms)
+HANGING_MARGIN_S = 15.0
 #: how often a worker waiting for a hanging transaction says so again
 HANGING_REPEAT_S = 300.0
 GROUP_HANGS = (
     ": a transaction that committed the group's offsets has not ended within "
-    "transaction_timeout_ms; if the broker answers, it hangs, and the input partitions wait "
-    "for it: `kafka-transactions.sh --bootstrap-server <broker> find-hanging --topic "
-    '__consumer_offsets --max-transaction-timeout 1` finds it (docs/operations.md, "A hanging '
-    'transaction")'
+    "transaction_timeout_ms; if the broker answers, it is a hanging transaction, and the "
+    "input partitions wait for it: `kafka-transactions.sh --bootstrap-server <broker> "
+    "find-hanging --topic __consumer_offsets --max-transaction-timeout 1` finds it "
+    '(docs/operations.md, "A hanging transaction")'
 )
 
 
@@ -138,15 +144,15 @@ class Rebalancing:
         restore, until its last stable offset reaches the end it had at assignment.
 
         Both share one deadline, ``transaction_timeout_ms`` and a margin: the broker ends
-        every transaction by then. One still open on a changelog partition then is a
-        *hanging* transaction (the broker skipped its markers), which only an
-        administrator's abort ends: the worker says how (an ERROR, again every
-        :data:`HANGING_REPEAT_S`) and waits on, however long, for a partition read now
-        would miss the transaction's records or what is checkpointed after them, and once
-        it has ended rebuilds that partition's disk store from its changelog
-        (:attr:`_rebuild`: the store may hold a checkpoint the abort took back). A worker
-        told to stop meanwhile waits no longer, and takes no final checkpoint
-        (:attr:`unsettled`)."""
+        every transaction by then. One still open on a changelog partition
+        :data:`HANGING_MARGIN_S` after the timeout is a *hanging* transaction (the broker
+        skipped its markers), which only an administrator's abort ends: the worker says
+        how (an ERROR, again every :data:`HANGING_REPEAT_S`) and waits on, however long,
+        for a partition read now would miss the transaction's records or what is
+        checkpointed after them, and once it has ended rebuilds that partition's disk
+        store from its changelog (:attr:`_rebuild`: the store may hold a checkpoint the
+        abort took back). A worker told to stop meanwhile waits no longer, and takes no
+        final checkpoint (:attr:`unsettled`)."""
         from confluent_kafka import Consumer, TopicPartition
 
         from .changelog import watermarks
@@ -155,6 +161,7 @@ class Rebalancing:
         limit = self.settings.transaction_timeout_ms / 1000.0 + 5.0
         began = time.monotonic()
         deadline = began + limit
+        hang_after = began + self.settings.transaction_timeout_ms / 1000.0 + HANGING_MARGIN_S
         # one deadline for all of this assignment's waits: a restore does not wait again
         # (Changelog.read) for a transaction this one waited out
         self.join_changelog.wait_until = self.eval_changelog.wait_until = deadline
@@ -189,14 +196,21 @@ class Rebalancing:
             waiting = held = dict(ends)  # held: the partitions that waited longest
             hanging: set[tuple[str, int]] = set()
             said, told = False, float("-inf")
+            broker_away = False  # said that the broker does not answer
             while waiting and not self.stopping.is_set():  # checked once at least
-                stable = {tp: watermarks(committed, *tp)[1] for tp in waiting}
+                try:
+                    stable = {tp: watermarks(committed, *tp)[1] for tp in waiting}
+                except RuntimeError as err:  # the broker away for a minute: wait on for it
+                    if not broker_away:
+                        broker_away = True
+                        log.warning("waiting for Kafka before restoring: %s", err)
+                    continue
                 waiting = {tp: end for tp, end in waiting.items() if stable[tp] < end}
                 if not waiting:
                     break
                 held = waiting
                 now = time.monotonic()
-                if now >= deadline and now - told >= HANGING_REPEAT_S:
+                if now >= hang_after and now - told >= HANGING_REPEAT_S:
                     told = now
                     hanging |= set(waiting)
                     open_at = {tp: stable[tp] for tp in waiting}
@@ -207,7 +221,7 @@ class Rebalancing:
                     log.info(
                         WAITING,
                         ", ".join(f"{topic}[{p}]" for topic, p in sorted(waiting)),
-                        max(0.0, deadline - now),
+                        max(0.0, hang_after - now),
                     )
                 time.sleep(0.1 if now < deadline else 1.0)
             if waiting:  # told to stop
