@@ -256,6 +256,33 @@ def test_a_changelog_created_again_gets_the_whole_store_through_crashes(
         admin.delete_topics(made)
 
 
+def _ahead_of_an_open_transaction(changelog, bootstrap: str, tmp_path, name: str):
+    """A disk store (restored through ``_restoring``) one checkpoint past the changelog's last
+    stable offset: that checkpoint's records are in a transaction left open. The store's
+    state is closed; returns the helper's ``config`` and ``restored``, the changelog's state
+    before the transaction, the store's with it, and the transactional producer."""
+    from confluent_kafka import Producer
+    from streameval.app.join_stage import JoinStage
+
+    config, restored, checkpoint = _restoring(changelog, tmp_path)
+    stage = JoinStage(0, config, [])
+    _events(stage, 0, 40, 10)
+    checkpoint(stage, changelog())
+    before = _kept(changelog().read(0)[0].items())
+    ahead = restored(changelog())
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    open_log = changelog()
+    open_log.producer, open_log.transactional = producer, True
+    _events(ahead, 40, 20, 5)
+    checkpoint(ahead, open_log)  # written, acknowledged, never committed
+    assert ahead.join.state.position > changelog().read(0)[2]
+    held = _kept(ahead.join.state.items())
+    ahead.join.state.close()  # the worker dies with its transaction open
+    return config, restored, before, held, producer
+
+
 def test_a_restore_past_the_deadline_does_not_take_a_held_changelog_for_a_new_one(
     changelog, kafka_bootstrap, tmp_path, caplog
 ):
@@ -267,28 +294,10 @@ def test_a_restore_past_the_deadline_does_not_take_a_held_changelog_for_a_new_on
     checkpoint into it: it rebuilds the store from the records before the transaction."""
     import time
 
-    from confluent_kafka import Producer
-    from streameval.app.join_stage import JoinStage
-
-    config, restored, checkpoint = _restoring(changelog, tmp_path)
-    stage = JoinStage(0, config, [])
-    _events(stage, 0, 40, 10)
-    checkpoint(stage, changelog())
-    before = _kept(changelog().read(0)[0].items())
-    ahead = restored(changelog())
-    producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"hang-{tmp_path.name}"}
+    _, restored, before, _, producer = _ahead_of_an_open_transaction(
+        changelog, kafka_bootstrap, tmp_path, f"hang-{tmp_path.name}"
     )
-    producer.init_transactions(30)
-    producer.begin_transaction()
     try:
-        open_log = changelog()
-        open_log.producer, open_log.transactional = producer, True
-        _events(ahead, 40, 20, 5)
-        checkpoint(ahead, open_log)  # written, acknowledged, never committed
-        assert ahead.join.state.position > changelog().read(0)[2]
-        ahead.join.state.close()  # the worker dies with its transaction open
-
         log = changelog()
         log.wait_until = time.monotonic() + 1.0  # the assignment's deadline: 1 s from now
         began = time.monotonic()
@@ -379,28 +388,12 @@ def test_after_a_hanging_transaction_is_aborted_the_store_is_rebuilt_from_the_ch
     not (read on from its position, it would keep it, and the inputs, whose committed
     offsets the abort took back too, would be counted again): restored with ``rebuild``, it
     is the changelog's state."""
-    from confluent_kafka import Producer
     from streameval.app.checkpoint import restore_join
-    from streameval.app.join_stage import JoinStage
     from streameval.app.settings import WorkerSettings
 
-    config, restored, checkpoint = _restoring(changelog, tmp_path)
-    stage = JoinStage(0, config, [])
-    _events(stage, 0, 40, 10)
-    checkpoint(stage, changelog())
-    before = _kept(changelog().read(0)[0].items())
-    ahead = restored(changelog())
-    producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"abort-{tmp_path.name}"}
+    config, restored, before, held, producer = _ahead_of_an_open_transaction(
+        changelog, kafka_bootstrap, tmp_path, f"abort-{tmp_path.name}"
     )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    open_log = changelog()
-    open_log.producer, open_log.transactional = producer, True
-    _events(ahead, 40, 20, 5)
-    checkpoint(ahead, open_log)
-    held = _kept(ahead.join.state.items())
-    ahead.join.state.close()
     producer.abort_transaction(30)  # the administrator's abort
 
     kept = restored(changelog())  # read on from the store's position: the aborted one stays

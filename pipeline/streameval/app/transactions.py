@@ -570,13 +570,15 @@ def hanging_transactions(
     )
     return (
         f"{HANGING} on {', '.join(where)}: it has been open for longer than "
-        "transaction_timeout_ms, so the broker lost track of it (it skips a transaction's "
-        "markers when it cannot find a partition's leader, as while a restarted broker is "
-        "fenced), and no read_committed reader passes it until it is aborted. This worker "
+        "transaction_timeout_ms and the broker's 10 s to notice, so the broker has most likely "
+        "lost track of it (it skips a transaction's markers when it cannot find a partition's "
+        "leader, as while a restarted broker is fenced), and no read_committed reader passes "
+        "it until it is aborted. This worker "
         "waits for it, and restores its partitions once it has ended (a join partition's disk "
         "store from the changelog alone). Check with "
         f"`{tool} find-hanging --broker-id <the partitions' leader> --max-transaction-timeout 1`"
-        ", then abort each transaction it lists: "
+        ", then abort every partition of that transaction (its ProducerId) that it lists, on "
+        "each broker: "
         + "; ".join(f"`{a}`" for a in aborts)
         + group
         + " (with `--command-config <client properties>` on a secured cluster; "
