@@ -34,7 +34,8 @@ phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
    b and prints a, what one more pending instance costs, and b. The disk store's figures:
    ``benchmarks/pending_scale.py``.
 6. **latency**, ``--rounds`` runs: a producer at half the measured sustained rate (the worker on
-   all cores, median; its 1-process run under ``--skip all``) with live timestamps, label
+   all cores, median; under ``--skip all``, its 1-process run, and the latency runs then use one
+   process too) with live timestamps, label
    grace 0; for every final metrics record, the delay from the label time of the previous
    record of that model (an upper bound on any label's wait) to the record's broker
    timestamp; p50/p99 of each run, from at least 300 records at the default
@@ -793,11 +794,11 @@ def main() -> None:
                 f"instance, and {fixed / 2**20:,.0f} MiB that do not depend on their number"
             )
     if "latency" not in args.skip:
-        worker = "worker, all cores" if "worker, all cores" in runs else "worker, 1 process"
+        worker, processes = _worker_run(runs, args.processes)
         rate = args.latency_rate or _spread([r["rate"] for r in runs[worker]])[1] / 2
         p99s = []
         for _ in range(args.rounds):
-            latency = phase_latency(boot, rate, args.latency_seconds, tmp, args.processes)
+            latency = phase_latency(boot, rate, args.latency_seconds, tmp, processes)
             p99s.append(latency["p99"])
             short = "" if latency["records"] >= 300 else " (FEWER than 300: --latency-seconds)"
             print(
@@ -812,11 +813,19 @@ def main() -> None:
               f"target <= publish_interval + 1 s = 2 s: {verdict})", flush=True)  # fmt: skip
 
 
+def _worker_run(runs: dict[str, list[dict]], processes: int) -> tuple[str, int]:
+    """The worker run the others are set against, and its data-path processes: the one on
+    all cores, or the 1-process run when that one was skipped."""
+    if "worker, all cores" in runs:
+        return "worker, all cores", processes
+    return "worker, 1 process", 1
+
+
 def summarize(runs: dict[str, list[dict]], processes: int) -> None:
     """min / median / max of each pipeline, its outcomes, and the ratios of the targets."""
     print("pipeline                    events/s: min / median / max   outcomes evaluated")
     medians = {}
-    worker = "worker, all cores" if "worker, all cores" in runs else "worker, 1 process"
+    worker, _ = _worker_run(runs, processes)
     worker_outcomes = runs[worker][0]["outcomes"]
     for name, found in runs.items():
         low, median, high = _spread([r["rate"] for r in found])

@@ -671,3 +671,32 @@ def test_a_hanging_transaction_is_named_with_the_commands_that_end_it():
     only_changelogs = hanging_transactions("kafka:9092", {("app-events", 0): 3})
     assert "__consumer_offsets" not in only_changelogs
     assert 'docs/operations.md, "A hanging transaction"' in only_changelogs
+
+
+def test_a_worker_told_to_stop_while_an_assignment_waits_restores_nothing(monkeypatch, caplog):
+    """Stopping while the assignment waits for the previous owner's transaction: what a
+    restore would read may be behind it, and nothing will be processed anyway, so no stage
+    is restored (a long restore would eat into shutdown_timeout_s) and nothing is assigned."""
+    from confluent_kafka import TopicPartition
+    from streameval.app import rebalance
+
+    def never(*args, **kwargs):
+        raise AssertionError("restored while stopping")
+
+    monkeypatch.setattr(rebalance, "restore_join", never)
+    monkeypatch.setattr(rebalance, "restore_eval", never)
+    worker = rebalance.Rebalancing()
+    worker.eo, worker.unsettled, worker.ready = True, False, threading.Event()
+    worker.topics = SimpleNamespace(events="events", outcomes="outcomes")
+
+    def told_to_stop(consumer, partitions) -> None:  # what _await_stable does then
+        worker.unsettled = True
+
+    worker._await_stable = told_to_stop
+    assigned = []
+    consumer = SimpleNamespace(assign=assigned.append, resume=assigned.append)
+    partitions = [TopicPartition(t, 0) for t in ("events", "outcomes", "predictions")]
+    with caplog.at_level("INFO", logger="streameval.worker"):
+        worker._on_assign(consumer, partitions)
+    assert not assigned and not worker.ready.is_set() and not worker.restoring
+    assert "3 partitions neither restored nor assigned" in caplog.text

@@ -288,8 +288,8 @@ def test_a_restore_past_the_deadline_does_not_take_a_held_changelog_for_a_new_on
 ):
     """The disk store is past the changelog's last stable offset, and the transaction that
     holds the records between them is still open when the assignment's deadline has passed
-    (as for a worker told to stop while it waited for a hanging transaction: it restores,
-    and takes no checkpoint). The restore does not wait again, and does not take the
+    (one begun after the assignment waited out those open then). The restore does not wait
+    again, and does not take the
     changelog for one deleted and created again, which would write the store's uncommitted
     checkpoint into it: it rebuilds the store from the records before the transaction."""
     import time

@@ -616,8 +616,9 @@ def _restore_join(
     # nothing: the changelog's records no longer differ from the store once it holds them
     recreated = start is not None and end < start  # not the changelog the store knew
     if recreated and changelog.hanging(q):
-        # a transaction that outlived its timeout holds the changelog from ``end`` on (an
-        # error has said how to abort it): what is before it is the state once it is aborted
+        # the assignment's deadline (Changelog.wait_until) passed with a transaction still
+        # open from ``end`` on, one begun after the assignment waited out those open then (a
+        # zombie's): what is before it is the state once it is aborted
         log.warning(
             "join %d: a transaction that hangs holds the changelog from offset %d, before "
             "the store's position %d; rebuilding the store at %s from the changelog's records "

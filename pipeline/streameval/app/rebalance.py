@@ -83,6 +83,13 @@ class Rebalancing:
         t, started = self.topics, time.monotonic()
         if self.eo:
             self._await_stable(consumer, partitions)
+            if self.unsettled:  # told to stop while it waited: nothing to restore it for
+                log.info(
+                    "stopping while waiting for the previous owner's transaction: %d "
+                    "partitions neither restored nor assigned",
+                    len(partitions),
+                )
+                return
         inputs = []
         for tp in partitions:
             if tp.topic == t.events:
@@ -151,8 +158,8 @@ class Rebalancing:
         for a partition read now would miss the transaction's records or what is
         checkpointed after them, and once it has ended rebuilds that partition's disk
         store from its changelog (:attr:`_rebuild`: the store may hold a checkpoint the
-        abort took back). A worker told to stop meanwhile waits no longer, and takes no
-        final checkpoint (:attr:`unsettled`)."""
+        abort took back). A worker told to stop meanwhile waits no longer, restores nothing
+        and takes no final checkpoint (:attr:`unsettled`)."""
         from confluent_kafka import Consumer, TopicPartition
 
         from .changelog import watermarks

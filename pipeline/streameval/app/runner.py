@@ -123,9 +123,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         #: a store or Kafka refused a write: no checkpoint may follow (the revocation when
         #: the consumer leaves the group takes none either)
         self.no_checkpoints = False
-        #: exactly-once: the worker began stopping while a restore waited for the previous
-        #: owner's transaction to end, so what it restored may be behind that one: it takes
-        #: no final checkpoint (the last ones stand) and aborts its transaction
+        #: exactly-once: the worker began stopping while an assignment waited for the previous
+        #: owner's transaction to end: it restored nothing of it, takes no final checkpoint
+        #: (the last ones stand) and aborts its transaction
         self.unsettled = False
         #: the join partitions of this assignment whose disk store is rebuilt from the
         #: changelog alone: a hanging transaction held them (Rebalancing._await_stable)

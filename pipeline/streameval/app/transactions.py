@@ -547,21 +547,22 @@ def hanging_transactions(
     bootstrap: str, open_at: dict[tuple[str, int], int], group_offsets: bool = False
 ) -> str:
     """The error for partitions whose last stable offset has not moved for longer than
-    ``transaction_timeout_ms``: each ``(topic, partition)`` of ``open_at`` at the offset where
-    its open transaction starts (its last stable offset), ``group_offsets`` when the group's
+    ``transaction_timeout_ms`` and the margin the broker takes to notice an expired
+    transaction (the caller's :data:`~streameval.app.rebalance.HANGING_MARGIN_S`): each
+    ``(topic, partition)`` of ``open_at`` at the offset where its open transaction starts
+    (its last stable offset), ``group_offsets`` when the group's
     committed offsets were not stable either. The broker ends every transaction by then,
     unless it skipped the transaction's markers (Kafka 4.4 does when it cannot find a
     partition's leader, as while a restarted broker is fenced): such a transaction stays
     open until an administrator aborts it (KIP-664), and read_committed readers wait for it.
     """
     tool = f"kafka-transactions.sh --bootstrap-server {bootstrap}"
-    where = [f"{topic}[{p}] from offset {at}" for (topic, p), at in sorted(open_at.items())]
+    where, aborts = [], []
+    for (topic, p), at in sorted(open_at.items()):
+        where.append(f"{topic}[{p}] from offset {at}")
+        aborts.append(f"{tool} abort --topic {topic} --partition {p} --start-offset {at}")
     if group_offsets:
         where.append("the group's committed offsets (a partition of __consumer_offsets)")
-    aborts = [
-        f"{tool} abort --topic {topic} --partition {p} --start-offset {at}"
-        for (topic, p), at in sorted(open_at.items())
-    ]
     group = (
         f"; and those `{tool} find-hanging --topic __consumer_offsets "
         "--max-transaction-timeout 1` lists, in the same way"
