@@ -117,7 +117,36 @@ def ensure_artifacts(log=print) -> Path:
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
         (libs / ".complete").write_text(KAFKA_VERSION)
+        prune_jars(home, libs)
     return libs
+
+
+def prune_jars(home: Path, keep: Path) -> list[Path]:
+    """Delete the jar directories of earlier poms under ``home`` (``libs`` and ``libs-*``,
+    about 50 MB each) but ``keep`` and those a running process names on its command line (a
+    broker started from them, whose JVM may still load classes from them). Returns those
+    deleted."""
+    in_use = _command_lines()
+    gone = []
+    for path in sorted(home.glob("libs*")):
+        if path == keep or not path.is_dir() or path.name.endswith(".partial"):
+            continue
+        if any(f"{path}/" in line for line in in_use):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        gone.append(path)
+    return gone
+
+
+def _command_lines() -> list[str]:
+    """The command line of every process this user can see (Linux /proc; none elsewhere)."""
+    lines = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return lines
 
 
 def free_port() -> int:

@@ -174,3 +174,31 @@ def test_stop_never_signals_a_process_that_is_not_our_broker(tmp_path):
     assert not stale.running()
     stale.stop()  # must not SIGTERM/SIGKILL the test process
     assert stale.pid is None
+
+
+def test_the_jars_of_earlier_poms_go_unless_a_running_process_names_them(tmp_path):
+    """A new pom resolves into a directory of its own; the older ones (about 50 MB each) are
+    deleted, but not the one a broker still runs from."""
+    from streameval.devkafka import prune_jars
+
+    keep, legacy, old, used = (tmp_path / n for n in ("libs-new", "libs", "libs-old", "libs-used"))
+    for directory in (keep, legacy, old, used, tmp_path / "libs-new.partial"):
+        directory.mkdir()
+        (directory / "kafka.jar").write_bytes(b"jar")
+    (tmp_path / "pom.xml").write_text("<project/>")
+    code = "import sys, time; print('up', flush=True); time.sleep(60)"
+    broker = subprocess.Popen(
+        [sys.executable, "-c", code, "-cp", f"{used}/*"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert broker.stdout.readline() == "up\n"
+        assert prune_jars(tmp_path, keep) == [legacy, old]
+    finally:
+        broker.kill()
+        broker.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "libs-new",
+        "libs-new.partial",
+        "libs-used",
+        "pom.xml",
+    ]
