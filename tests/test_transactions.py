@@ -700,3 +700,69 @@ def test_a_worker_told_to_stop_while_an_assignment_waits_restores_nothing(monkey
         worker._on_assign(consumer, partitions)
     assert not assigned and not worker.ready.is_set() and not worker.restoring
     assert "3 partitions neither restored nor assigned" in caplog.text
+
+
+def _partition(ls: int, hi: int, **kwargs) -> dict:
+    """One partition of librdkafka's consumer statistics, fetched up to its stable end."""
+    return {"fetch_state": "active", "fetchq_cnt": 0, "next_offset": ls, "leader": 1,
+            "ls_offset": ls, "hi_offset": hi, **kwargs}  # fmt: skip
+
+
+def test_only_partitions_fetched_up_to_their_stable_end_are_watched():
+    """librdkafka's offsets of a partition are only current while it fetches it: not when
+    the worker paused it (librdkafka still says "active"), when messages wait in its queue,
+    when the fetcher is behind the stable end, or when the leader is down."""
+    from streameval.app.transactions import waiting_at_stable_end
+
+    stats = {
+        "brokers": {"a:1/1": {"nodeid": 1, "state": "UP"}, "b:2/2": {"nodeid": 2, "state": "DOWN"}},
+        "topics": {
+            "app-events": {"partitions": {
+                "-1": _partition(0, 0),
+                "0": _partition(5, 9),
+                "1": _partition(5, 9),  # paused by the worker
+                "2": _partition(5, 9, fetchq_cnt=40),
+                "3": _partition(5, 9, next_offset=2),
+                "4": _partition(5, 9, leader=2),
+                "5": _partition(5, 9, fetch_state="stopped"),
+            }},
+            "app-outcomes": {"partitions": {"0": _partition(7, 7)}},
+            "an-input": {"partitions": {"0": _partition(1, 3)}},
+        },
+    }  # fmt: skip
+    found = waiting_at_stable_end(stats, ("app-events", "app-outcomes"), {("app-events", 1)})
+    assert found == {("app-events", 0): (5, 9), ("app-outcomes", 0): (7, 7)}
+    assert waiting_at_stable_end({}, ("app-events",), set()) == {}
+
+
+def test_a_stable_offset_that_stays_behind_the_end_past_the_timeout_is_a_hang():
+    """Named once it has stayed below the end without moving for the transaction timeout and
+    the broker's margin; again only every few minutes or when another partition hangs; and
+    said to have ended once it moves. A partition no longer watched starts again."""
+    from streameval.app.transactions import HANGING_MARGIN_S, HANGING_REPEAT_S, HangWatch
+
+    watch = HangWatch(timeout_ms=60_000)
+    after = 60 + HANGING_MARGIN_S
+    a, b = ("app-events", 0), ("app-outcomes", 2)
+    assert watch.observe({a: (5, 9), b: (3, 3)}, 0.0) == ({}, [])
+    assert watch.observe({a: (5, 12), b: (3, 8)}, after - 1) == ({}, [])  # b: open since now
+    assert watch.observe({a: (5, 12), b: (3, 8)}, after) == ({a: 5}, [])
+    assert watch.observe({a: (5, 14), b: (3, 8)}, after + 5) == ({}, [])  # said already
+    assert watch.observe({a: (5, 14), b: (3, 8)}, 2 * after) == ({a: 5, b: 3}, [])  # and b
+    assert watch.observe({a: (5, 14), b: (3, 8)}, 2 * after + 1) == ({}, [])
+    later = 2 * after + HANGING_REPEAT_S
+    assert watch.observe({a: (5, 14), b: (3, 8)}, later) == ({a: 5, b: 3}, [])  # again
+    assert watch.observe({a: (14, 14), b: (3, 8)}, later + 1) == ({}, [a])  # a aborted
+    assert watch.told == {b}
+    assert watch.observe({a: (14, 20)}, later + 2) == ({}, [b])  # b moved away (or paused)
+    assert watch.observe({a: (14, 20), b: (3, 8)}, later + 3) == ({}, [])  # b: from now on
+    assert watch.observe({a: (14, 20), b: (3, 8)}, later + 3 + after) == ({a: 14, b: 3}, [])
+
+
+def test_a_hang_on_an_internal_topic_is_worded_for_a_stage_that_waits():
+    from streameval.app.transactions import hanging_transactions
+
+    said = hanging_transactions("kafka:9092", {("app-events", 0): 5}, restoring=False)
+    assert "The stages reading these partitions wait for it, and read on" in said
+    assert "restores" not in said
+    assert "--topic app-events --partition 0 --start-offset 5`" in said

@@ -559,6 +559,7 @@ def test_a_worker_stopped_while_it_waits_for_an_open_transaction_checkpoints_not
         assert process.wait(30) == 0, log.read_text()[-3000:]
         text = log.read_text()
         assert "stopping while a restore waited" in text, text[-3000:]
+        assert "neither restored nor assigned" in text, text[-3000:]
         assert "final records and a checkpoint" not in text, text[-3000:]
     finally:
         other.abort_transaction(30)
@@ -567,6 +568,51 @@ def test_a_worker_stopped_while_it_waits_for_an_open_transaction_checkpoints_not
     deployment.stop_all()
     copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
     assert not copies, copies[:3]
+
+
+def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(deployment, expected):
+    """Exactly-once: a transaction open on a join partition's events for longer than the
+    app's transaction_timeout_ms (the broker would have ended any it still knew) holds that
+    join partition: the worker says so at ERROR, with the abort command at the offset where
+    it starts, and says so again once it has ended; its numbers stay replay's."""
+    from confluent_kafka import Producer
+
+    deployment.env["STREAMEVAL_TRANSACTION_TIMEOUT_MS"] = "5000"
+    deployment.produce()
+    process, _ = deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    events = Topics.with_prefix(deployment.prefix, deployment.prefix + "app").events
+    # a writer the broker keeps open for two minutes: past the worker's 5 s, as if it hung
+    other = Producer(
+        {**deployment.client, "transactional.id": deployment.prefix + "hung",
+         "transaction.timeout.ms": 120_000}
+    )  # fmt: skip
+    said = []
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(events, b"never read", None, 0, on_delivery=lambda err, msg: said.append(msg))
+    other.flush(30)
+    assert said and said[0].error() is None
+    log = deployment.workers[-1][2]
+    try:
+        hang = f"a hanging transaction on {events}[0] from offset {said[0].offset()}"
+        deadline = time.monotonic() + 90
+        while hang not in log.read_text():
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        text = log.read_text()
+        assert f"abort --topic {events} --partition 0 --start-offset {said[0].offset()}`" in text
+        assert "The stages reading these partitions wait for it" in text
+    finally:
+        other.abort_transaction(30)
+    deadline = time.monotonic() + 60
+    while f"the hanging transaction on {events}[0] has ended" not in log.read_text():
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
 
 
 def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monkeypatch):

@@ -17,7 +17,12 @@ from ..clients import unpolled
 from .changelog import ChangelogError
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
 from .output import NoAnswer
-from .transactions import TransactionAborted, hanging_transactions
+from .transactions import (
+    HANGING_MARGIN_S,
+    HANGING_REPEAT_S,
+    TransactionAborted,
+    hanging_transactions,
+)
 
 __all__ = ["Rebalancing"]
 
@@ -35,11 +40,6 @@ WAITING = (
     "within %.0f s)"
 )
 WAITED_CHANGELOGS = "waited %.1f s for the transactions open on %s to end before restoring"
-#: a transaction open this long past ``transaction_timeout_ms`` hangs: the broker looks for
-#: expired transactions every 10 s (transaction.abort.timed.out.transaction.cleanup.interval.ms)
-HANGING_MARGIN_S = 15.0
-#: how often a worker waiting for a hanging transaction says so again
-HANGING_REPEAT_S = 300.0
 GROUP_HANGS = (
     ": a transaction that committed the group's offsets has not ended within "
     "transaction_timeout_ms; if the broker answers, it is a hanging transaction, and the "

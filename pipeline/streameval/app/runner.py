@@ -51,9 +51,12 @@ from .telemetry import Telemetry
 from .topology import Topology
 from .transactions import (
     HELD_MAX_BYTES,
+    HangWatch,
     TransactionAborted,
     Transactions,
     claim_transactional_id,
+    hanging_transactions,
+    waiting_at_stable_end,
 )
 from .wire import (
     WIRE_VERSION,
@@ -134,6 +137,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         #: stages that wrote into it (("join" | "eval", partition)), every stage when the
         #: snapshot timer says so, and at once when a join partition has changed enough
         self.eo = settings.processing_guarantee == "exactly_once"
+        #: exactly-once: the internal partitions a hanging transaction holds (Kafka's tools
+        #: end it; the stages reading them wait until then)
+        self._hangs = HangWatch(settings.transaction_timeout_ms) if self.eo else None
         self._wrote: set[tuple[str, int]] = set()
         self._snapshot_due = False
         self._commit_soon = False
@@ -222,6 +228,21 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             return
         self._kafka_errors.brokers(stats)
         self.telemetry.on_stats(raw)
+        if self._hangs is not None:
+            self._watch_hangs(stats)
+
+    def _watch_hangs(self, stats: dict[str, Any]) -> None:
+        """Say so when a hanging transaction holds an internal partition (an ERROR with the
+        commands that end it, again every few minutes), and when it has ended."""
+        t = self.topics
+        paused = {(t.events, q) for q in self._held | self._full}
+        fetched = waiting_at_stable_end(stats, (t.events, t.outcomes), paused)
+        hanging, ended = self._hangs.observe(fetched, time.monotonic())
+        if hanging:
+            bootstrap = self.client["bootstrap.servers"]
+            log.error(hanging_transactions(bootstrap, hanging, restoring=False))
+        for topic, partition in ended:
+            log.warning("the hanging transaction on %s[%d] has ended", topic, partition)
 
     def _loop(self) -> None:
         from confluent_kafka import KafkaError

@@ -27,12 +27,17 @@ from .output import (
 from .settings import WorkerSettings
 
 __all__ = [
+    "HANGING",
+    "HANGING_MARGIN_S",
+    "HANGING_REPEAT_S",
     "HELD_MAX_BYTES",
+    "HangWatch",
     "MissingTopic",
     "TransactionAborted",
     "Transactions",
     "claim_transactional_id",
     "hanging_transactions",
+    "waiting_at_stable_end",
 ]
 
 log = logging.getLogger("streameval.worker")
@@ -541,20 +546,107 @@ def claim_transactional_id(settings: WorkerSettings) -> tuple[str, Any]:
 
 #: the marker of the error :func:`hanging_transactions` words (tests and log searches use it)
 HANGING = "a hanging transaction"
+#: a transaction open this long past ``transaction_timeout_ms`` hangs: the broker looks for
+#: expired transactions every 10 s (transaction.abort.timed.out.transaction.cleanup.interval.ms)
+HANGING_MARGIN_S = 15.0
+#: how often a worker waiting for a hanging transaction says so again
+HANGING_REPEAT_S = 300.0
+
+
+def waiting_at_stable_end(
+    stats: dict[str, Any], topics: tuple[str, ...], paused: set[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """From librdkafka's statistics of a read_committed consumer: ``(ls_offset, hi_offset)``
+    of each partition of ``topics`` it fetches and has fetched up to its last stable offset —
+    the only ones whose offsets the statistics keep current. Left out: partitions not
+    fetched (moved away, or ``paused``: librdkafka says "active" of them still), with
+    messages queued for the application, or whose leader is not up."""
+    up = {
+        b.get("nodeid")
+        for b in (stats.get("brokers") or {}).values()
+        if isinstance(b, dict) and b.get("state") == "UP"
+    }
+    found = {}
+    for topic in topics:
+        info = (stats.get("topics") or {}).get(topic)
+        if not isinstance(info, dict):
+            continue
+        for name, p in (info.get("partitions") or {}).items():
+            if name == "-1" or (topic, int(name)) in paused:
+                continue
+            stable, end = p.get("ls_offset", -1), p.get("hi_offset", -1)
+            if (
+                p.get("fetch_state") == "active"
+                and p.get("fetchq_cnt", 1) == 0
+                and p.get("next_offset", -1) >= stable
+                and p.get("leader") in up
+            ):
+                found[topic, int(name)] = (stable, end)
+    return found
+
+
+class HangWatch:
+    """The internal partitions a hanging transaction holds, from librdkafka's statistics of
+    the worker's consumer: a partition whose last stable offset (``ls_offset``) stays below
+    its end (``hi_offset``) without moving for :data:`HANGING_MARGIN_S` past
+    ``transaction_timeout_ms`` waits for a transaction older than any the broker lets live.
+
+    Every writer of these partitions is a worker of the same ``app_id`` (the same timeout).
+    The statistics only say what the last fetch saw, so the caller passes only partitions
+    it fetches (not paused): one paused keeps the offsets it had.
+    """
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.after_s = timeout_ms / 1000.0 + HANGING_MARGIN_S
+        self._since: dict[tuple[str, int], tuple[int, float]] = {}  # (ls_offset, since when)
+        self._told = float("-inf")
+        #: the partitions the last report named that still hang
+        self.told: set[tuple[str, int]] = set()
+
+    def observe(
+        self, offsets: dict[tuple[str, int], tuple[int, int]], now: float
+    ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int]]]:
+        """Take the ``(ls_offset, hi_offset)`` of every partition fetched, at ``now``
+        (seconds, monotonic). Returns the partitions to report as hanging now, with their
+        last stable offsets (every one hanging, at most once per :data:`HANGING_REPEAT_S`,
+        or at once when one more hangs), and those reported before whose hang has ended."""
+        since = self._since
+        for tp in [tp for tp in since if tp not in offsets]:  # moved away, or paused
+            del since[tp]
+        hanging = {}
+        for tp, (stable, end) in offsets.items():
+            if stable < 0 or end < 0 or stable >= end:  # nothing open (or not known yet)
+                since.pop(tp, None)
+                continue
+            held = since.get(tp)
+            if held is None or held[0] != stable:
+                since[tp] = (stable, now)
+            elif now - held[1] >= self.after_s:
+                hanging[tp] = stable
+        ended = sorted(tp for tp in self.told if tp not in hanging)
+        self.told -= set(ended)
+        if hanging and (not set(hanging) <= self.told or now - self._told >= HANGING_REPEAT_S):
+            self._told, self.told = now, set(hanging)
+            return hanging, ended
+        return {}, ended
 
 
 def hanging_transactions(
-    bootstrap: str, open_at: dict[tuple[str, int], int], group_offsets: bool = False
+    bootstrap: str,
+    open_at: dict[tuple[str, int], int],
+    group_offsets: bool = False,
+    restoring: bool = True,
 ) -> str:
     """The error for partitions whose last stable offset has not moved for longer than
     ``transaction_timeout_ms`` and the margin the broker takes to notice an expired
-    transaction (the caller's :data:`~streameval.app.rebalance.HANGING_MARGIN_S`): each
-    ``(topic, partition)`` of ``open_at`` at the offset where its open transaction starts
-    (its last stable offset), ``group_offsets`` when the group's
-    committed offsets were not stable either. The broker ends every transaction by then,
-    unless it skipped the transaction's markers (Kafka 4.4 does when it cannot find a
-    partition's leader, as while a restarted broker is fenced): such a transaction stays
-    open until an administrator aborts it (KIP-664), and read_committed readers wait for it.
+    transaction (:data:`HANGING_MARGIN_S`): each ``(topic, partition)`` of ``open_at`` at the
+    offset where its open transaction starts (its last stable offset), ``group_offsets`` when
+    the group's committed offsets were not stable either; ``restoring``: the worker waits for
+    them before it restores (else a stage waits for them as it reads). The broker ends every
+    transaction by then, unless it skipped the transaction's markers (Kafka 4.4 does when it
+    cannot find a partition's leader, as while a restarted broker is fenced): such a
+    transaction stays open until an administrator aborts it (KIP-664), and read_committed
+    readers wait for it.
     """
     tool = f"kafka-transactions.sh --bootstrap-server {bootstrap}"
     where, aborts = [], []
@@ -574,9 +666,14 @@ def hanging_transactions(
         "transaction_timeout_ms and the broker's 10 s to notice, so the broker has most likely "
         "lost track of it (it skips a transaction's markers when it cannot find a partition's "
         "leader, as while a restarted broker is fenced), and no read_committed reader passes "
-        "it until it is aborted. This worker "
-        "waits for it, and restores its partitions once it has ended (a join partition's disk "
-        "store from the changelog alone). Check with "
+        "it until it is aborted. "
+        + (
+            "This worker waits for it, and restores its partitions once it has ended (a join "
+            "partition's disk store from the changelog alone). "
+            if restoring
+            else "The stages reading these partitions wait for it, and read on once it has ended. "
+        )
+        + "Check with "
         f"`{tool} find-hanging --broker-id <the partitions' leader> --max-transaction-timeout 1`"
         ", then abort every partition of that transaction (its ProducerId) that it lists, on "
         "each broker: "
