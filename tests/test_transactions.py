@@ -698,7 +698,7 @@ def test_a_worker_told_to_stop_while_an_assignment_waits_restores_nothing(monkey
     partitions = [TopicPartition(t, 0) for t in ("events", "outcomes", "predictions")]
     with caplog.at_level("INFO", logger="streameval.worker"):
         worker._on_assign(consumer, partitions)
-    assert not assigned and not worker.ready.is_set() and not worker.restoring
+    assert assigned == [[]] and not worker.ready.is_set() and not worker.restoring
     assert "3 partitions neither restored nor assigned" in caplog.text
 
 
@@ -710,18 +710,20 @@ def _partition(ls: int, hi: int, **kwargs) -> dict:
 
 def test_only_partitions_fetched_up_to_their_stable_end_are_watched():
     """librdkafka's offsets of a partition are only current while it fetches it: not when
-    the worker paused it (librdkafka still says "active"), when messages wait in its queue,
-    when the fetcher is behind the stable end, or when the leader is down."""
+    the worker paused it (librdkafka still says "active"), when the fetcher is behind the
+    stable end, or when the leader is unknown or down. Messages queued for the application
+    say nothing of a partition (every partition reports the consumer queue's length)."""
     from streameval.app.transactions import waiting_at_stable_end
 
     stats = {
-        "brokers": {"a:1/1": {"nodeid": 1, "state": "UP"}, "b:2/2": {"nodeid": 2, "state": "DOWN"}},
+        "brokers": {"a:1/1": {"nodeid": 1, "state": "UP"}, "b:2/2": {"nodeid": 2, "state": "DOWN"},
+                    "a:1/bootstrap": {"nodeid": -1, "state": "UP"}},
         "topics": {
             "app-events": {"partitions": {
                 "-1": _partition(0, 0),
-                "0": _partition(5, 9),
+                "0": _partition(5, 9, fetchq_cnt=40),
                 "1": _partition(5, 9),  # paused by the worker
-                "2": _partition(5, 9, fetchq_cnt=40),
+                "2": _partition(5, 9, leader=-1),
                 "3": _partition(5, 9, next_offset=2),
                 "4": _partition(5, 9, leader=2),
                 "5": _partition(5, 9, fetch_state="stopped"),
@@ -735,10 +737,11 @@ def test_only_partitions_fetched_up_to_their_stable_end_are_watched():
     assert waiting_at_stable_end({}, ("app-events",), set()) == {}
 
 
-def test_a_stable_offset_that_stays_behind_the_end_past_the_timeout_is_a_hang():
-    """Named once it has stayed below the end without moving for the transaction timeout and
-    the broker's margin; again only every few minutes or when another partition hangs; and
-    said to have ended once it moves. A partition no longer watched starts again."""
+def test_a_stable_offset_held_below_a_moving_end_past_the_timeout_is_a_hang():
+    """Named once its end has moved after the transaction timeout and the broker's margin
+    with the stable offset still where it was; again only every few minutes or when another
+    partition hangs; said to have ended only once its stable offset is seen to move. A stale
+    snapshot (the end not moving) or a missing one proves nothing either way."""
     from streameval.app.transactions import HANGING_MARGIN_S, HANGING_REPEAT_S, HangWatch
 
     watch = HangWatch(timeout_ms=60_000)
@@ -746,17 +749,20 @@ def test_a_stable_offset_that_stays_behind_the_end_past_the_timeout_is_a_hang():
     a, b = ("app-events", 0), ("app-outcomes", 2)
     assert watch.observe({a: (5, 9), b: (3, 3)}, 0.0) == ({}, [])
     assert watch.observe({a: (5, 12), b: (3, 8)}, after - 1) == ({}, [])  # b: open since now
-    assert watch.observe({a: (5, 12), b: (3, 8)}, after) == ({a: 5}, [])
-    assert watch.observe({a: (5, 14), b: (3, 8)}, after + 5) == ({}, [])  # said already
-    assert watch.observe({a: (5, 14), b: (3, 8)}, 2 * after) == ({a: 5, b: 3}, [])  # and b
-    assert watch.observe({a: (5, 14), b: (3, 8)}, 2 * after + 1) == ({}, [])
+    assert watch.observe({a: (5, 12), b: (3, 8)}, after) == ({}, [])  # a: nothing fetched
+    assert watch.observe({a: (5, 13)}, after + 1) == ({a: 5}, [])  # fetched: it hangs
+    assert watch.observe({a: (5, 14), b: (3, 9)}, after + 5) == ({}, [])  # said already
+    assert watch.observe({b: (3, 10)}, 2 * after) == ({b: 3}, [])  # b too, at once
+    assert watch.observe({a: (5, 14), b: (3, 10)}, 2 * after + 1) == ({}, [])
     later = 2 * after + HANGING_REPEAT_S
-    assert watch.observe({a: (5, 14), b: (3, 8)}, later) == ({a: 5, b: 3}, [])  # again
-    assert watch.observe({a: (14, 14), b: (3, 8)}, later + 1) == ({}, [a])  # a aborted
+    assert watch.observe({a: (5, 14), b: (3, 10)}, later) == ({a: 5, b: 3}, [])  # again
+    assert watch.observe({a: (15, 15), b: (3, 11)}, later + 1) == ({}, [a])  # a aborted
     assert watch.told == {b}
-    assert watch.observe({a: (14, 20)}, later + 2) == ({}, [b])  # b moved away (or paused)
-    assert watch.observe({a: (14, 20), b: (3, 8)}, later + 3) == ({}, [])  # b: from now on
-    assert watch.observe({a: (14, 20), b: (3, 8)}, later + 3 + after) == ({a: 14, b: 3}, [])
+    assert watch.observe({a: (15, 20)}, later + 2) == ({}, [])  # b missing: nothing said
+    assert watch.observe({b: (12, 14)}, later + 3) == ({}, [b])  # b aborted
+    # stale snapshots: the stable offset below the end, neither moving, however long
+    assert watch.observe({a: (15, 20)}, later + 3 + 10 * after) == ({}, [])
+    assert watch.observe({a: (15, 21)}, later + 3 + 10 * after) == ({a: 15}, [])
 
 
 def test_a_hang_on_an_internal_topic_is_worded_for_a_stage_that_waits():

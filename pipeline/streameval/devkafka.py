@@ -124,22 +124,30 @@ def ensure_artifacts(log=print) -> Path:
 def prune_jars(home: Path, keep: Path) -> list[Path]:
     """Delete the jar directories of earlier poms under ``home`` (``libs`` and ``libs-*``,
     about 50 MB each) but ``keep`` and those a running process names on its command line (a
-    broker started from them, whose JVM may still load classes from them). Returns those
+    broker started from them, whose JVM may still load classes from them). Nothing is
+    deleted where the processes cannot be listed (no Linux ``/proc``). Returns those
     deleted."""
     in_use = _command_lines()
+    if in_use is None:
+        return []
     gone = []
     for path in sorted(home.glob("libs*")):
-        if path == keep or not path.is_dir() or path.name.endswith(".partial"):
+        if path == keep or path.is_symlink() or not path.is_dir():
             continue
-        if any(f"{path}/" in line for line in in_use):
+        if path.name.endswith(".partial"):
+            continue
+        names = {f"{path}/", f"{os.path.realpath(path)}/"}
+        if any(name in line for line in in_use for name in names):
             continue
         shutil.rmtree(path, ignore_errors=True)
         gone.append(path)
     return gone
 
 
-def _command_lines() -> list[str]:
-    """The command line of every process this user can see (Linux /proc; none elsewhere)."""
+def _command_lines() -> list[str] | None:
+    """The command line of every process this user can see (None without Linux /proc)."""
+    if not Path("/proc/self/cmdline").exists():
+        return None
     lines = []
     for entry in Path("/proc").glob("[0-9]*/cmdline"):
         try:

@@ -186,6 +186,7 @@ def test_the_jars_of_earlier_poms_go_unless_a_running_process_names_them(tmp_pat
         directory.mkdir()
         (directory / "kafka.jar").write_bytes(b"jar")
     (tmp_path / "pom.xml").write_text("<project/>")
+    (tmp_path / "libs-link").symlink_to(old)  # not ours to follow
     code = "import sys, time; print('up', flush=True); time.sleep(60)"
     broker = subprocess.Popen(
         [sys.executable, "-c", code, "-cp", f"{used}/*"], stdout=subprocess.PIPE, text=True
@@ -197,6 +198,7 @@ def test_the_jars_of_earlier_poms_go_unless_a_running_process_names_them(tmp_pat
         broker.kill()
         broker.wait()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "libs-link",
         "libs-new",
         "libs-new.partial",
         "libs-used",

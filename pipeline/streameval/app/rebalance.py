@@ -89,6 +89,9 @@ class Rebalancing:
                     "partitions neither restored nor assigned",
                     len(partitions),
                 )
+                # (confluent-kafka assigns what the callback leaves unassigned, and the
+                # fetchers would start)
+                consumer.assign([])
                 return
         inputs = []
         for tp in partitions:

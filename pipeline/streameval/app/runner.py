@@ -237,7 +237,11 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         t = self.topics
         paused = {(t.events, q) for q in self._held | self._full}
         fetched = waiting_at_stable_end(stats, (t.events, t.outcomes), paused)
-        hanging, ended = self._hangs.observe(fetched, time.monotonic())
+        # the snapshot's own time (librdkafka's monotonic clock, µs): the loop may hand it
+        # over late
+        at = stats.get("ts")
+        now = at / 1e6 if isinstance(at, int) else time.monotonic()
+        hanging, ended = self._hangs.observe(fetched, now)
         if hanging:
             bootstrap = self.client["bootstrap.servers"]
             log.error(hanging_transactions(bootstrap, hanging, restoring=False))

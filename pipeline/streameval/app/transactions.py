@@ -557,10 +557,12 @@ def waiting_at_stable_end(
     stats: dict[str, Any], topics: tuple[str, ...], paused: set[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """From librdkafka's statistics of a read_committed consumer: ``(ls_offset, hi_offset)``
-    of each partition of ``topics`` it fetches and has fetched up to its last stable offset —
-    the only ones whose offsets the statistics keep current. Left out: partitions not
-    fetched (moved away, or ``paused``: librdkafka says "active" of them still), with
-    messages queued for the application, or whose leader is not up."""
+    of each partition of ``topics`` it fetches and has fetched up to its last stable offset.
+    Left out: partitions not fetched (moved away, or ``paused``: librdkafka still says
+    "active" of them), those whose fetcher is behind the stable end, and those whose leader
+    is unknown or not up — their offsets are not current. (``fetchq_cnt`` says nothing of a
+    partition: librdkafka forwards every partition's queue to the consumer's one, and each
+    reports the length of that.)"""
     up = {
         b.get("nodeid")
         for b in (stats.get("brokers") or {}).values()
@@ -574,12 +576,13 @@ def waiting_at_stable_end(
         for name, p in (info.get("partitions") or {}).items():
             if name == "-1" or (topic, int(name)) in paused:
                 continue
-            stable, end = p.get("ls_offset", -1), p.get("hi_offset", -1)
+            stable, end, leader = p.get("ls_offset", -1), p.get("hi_offset", -1), p.get("leader")
             if (
                 p.get("fetch_state") == "active"
-                and p.get("fetchq_cnt", 1) == 0
                 and p.get("next_offset", -1) >= stable
-                and p.get("leader") in up
+                and isinstance(leader, int)
+                and leader >= 0
+                and leader in up
             ):
                 found[topic, int(name)] = (stable, end)
     return found
@@ -592,41 +595,55 @@ class HangWatch:
     ``transaction_timeout_ms`` waits for a transaction older than any the broker lets live.
 
     Every writer of these partitions is a worker of the same ``app_id`` (the same timeout).
-    The statistics only say what the last fetch saw, so the caller passes only partitions
-    it fetches (not paused): one paused keeps the offsets it had.
+    The statistics only say what the last fetch saw, and a snapshot can be stale (a fetch
+    held back, a partition paused), so a partition is only taken to hang when its end moved
+    *after* the timeout with its stable offset still where it was — other writers' records
+    fetched since, behind the transaction — and only said to have ended once its stable
+    offset is seen to move. A partition missing from a snapshot tells nothing.
     """
 
     def __init__(self, timeout_ms: int) -> None:
         self.after_s = timeout_ms / 1000.0 + HANGING_MARGIN_S
-        self._since: dict[tuple[str, int], tuple[int, float]] = {}  # (ls_offset, since when)
+        # per partition: the stable offset seen, since when, and the largest end seen with it
+        self._held: dict[tuple[str, int], tuple[int, float, int]] = {}
         self._told = float("-inf")
-        #: the partitions the last report named that still hang
+        #: the partitions reported hanging whose stable offset has not been seen to move
         self.told: set[tuple[str, int]] = set()
 
     def observe(
         self, offsets: dict[tuple[str, int], tuple[int, int]], now: float
     ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int]]]:
-        """Take the ``(ls_offset, hi_offset)`` of every partition fetched, at ``now``
-        (seconds, monotonic). Returns the partitions to report as hanging now, with their
-        last stable offsets (every one hanging, at most once per :data:`HANGING_REPEAT_S`,
-        or at once when one more hangs), and those reported before whose hang has ended."""
-        since = self._since
-        for tp in [tp for tp in since if tp not in offsets]:  # moved away, or paused
-            del since[tp]
-        hanging = {}
+        """Take the ``(ls_offset, hi_offset)`` of the partitions fetched, as of ``now``
+        (seconds, the snapshot's own monotonic time). Returns the partitions to report as
+        hanging now, with their last stable offsets (every one hanging, at most once per
+        :data:`HANGING_REPEAT_S`, or at once when one more hangs), and those reported before
+        whose stable offset has moved since."""
+        held, told = self._held, self.told
+        hanging, ended = {}, []
         for tp, (stable, end) in offsets.items():
-            if stable < 0 or end < 0 or stable >= end:  # nothing open (or not known yet)
-                since.pop(tp, None)
+            if stable < 0 or end < 0:  # not known yet
                 continue
-            held = since.get(tp)
-            if held is None or held[0] != stable:
-                since[tp] = (stable, now)
-            elif now - held[1] >= self.after_s:
+            was = held.get(tp)
+            if stable >= end or was is None or was[0] != stable:  # nothing open, or it moved
+                if tp in told:
+                    told.discard(tp)
+                    ended.append(tp)
+                if stable >= end:
+                    held.pop(tp, None)
+                else:
+                    held[tp] = (stable, now, end)
+                continue
+            _, since, seen_end = was
+            if end > seen_end:  # fetched since: the snapshot is current
+                held[tp] = (stable, since, end)
+                if now - since >= self.after_s:
+                    hanging[tp] = stable
+            elif tp in told:  # nothing new fetched: still as last reported
                 hanging[tp] = stable
-        ended = sorted(tp for tp in self.told if tp not in hanging)
-        self.told -= set(ended)
-        if hanging and (not set(hanging) <= self.told or now - self._told >= HANGING_REPEAT_S):
-            self._told, self.told = now, set(hanging)
+        ended.sort()
+        if hanging and (not set(hanging) <= told or now - self._told >= HANGING_REPEAT_S):
+            self._told = now
+            told |= set(hanging)
             return hanging, ended
         return {}, ended
 
