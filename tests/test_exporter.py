@@ -535,7 +535,6 @@ def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
 
 def test_consumer_lag_shows_only_the_partitions_being_fetched():
     """librdkafka keeps the last lag of partitions a rebalance moved away; those must go."""
-    import orjson
     from streameval.app.telemetry import Telemetry
 
     registry = CollectorRegistry()
@@ -548,7 +547,7 @@ def test_consumer_lag_shows_only_the_partitions_being_fetched():
             for p, state in enumerate(states)
         }
         partitions["-1"] = {"consumer_lag": -1, "fetch_state": "none"}
-        return orjson.dumps({"topics": {topic: {"partitions": partitions}}}).decode()
+        return {"topics": {topic: {"partitions": partitions}}}
 
     telemetry.on_stats(stats(["active", "active", "offset-query"]))
     lag = {k[1]: v for k, v in _series(registry).items() if k[0] == "streameval_consumer_lag"}
@@ -568,7 +567,6 @@ def test_internal_lag_shows_the_batches_each_stage_has_not_read():
     """The events and outcomes topics' lag, by stage, of the partitions this worker fetches:
     from the last batch the stage was handed, or before it has one, from the committed
     offset (under exactly-once the one its last transaction committed)."""
-    import orjson
     from streameval.app.telemetry import Telemetry
 
     registry = CollectorRegistry()
@@ -585,7 +583,7 @@ def test_internal_lag_shows_the_batches_each_stage_has_not_read():
             }
             for p, state in enumerate(states)
         }
-        return orjson.dumps({"topics": {topic: {"partitions": partitions}}}).decode()
+        return {"topics": {topic: {"partitions": partitions}}}
 
     def lags(name):
         return {dict(k[1])["partition"]: v for k, v in _series(registry).items() if k[0] == name}

@@ -765,6 +765,23 @@ def test_a_stable_offset_held_below_a_moving_end_past_the_timeout_is_a_hang():
     assert watch.observe({a: (15, 21)}, later + 3 + 10 * after) == ({a: 15}, [])
 
 
+def test_a_partition_that_moves_away_is_forgotten_unsaid():
+    """A partition reported hanging, then revoked, is neither said to have ended nor kept:
+    if it comes back still held, it counts from then on, as a new one."""
+    from streameval.app.transactions import HANGING_MARGIN_S, HangWatch
+
+    watch = HangWatch(timeout_ms=1_000)
+    after = 1 + HANGING_MARGIN_S
+    a, b = ("app-events", 0), ("app-events", 1)
+    watch.observe({a: (5, 9), b: (7, 9)}, 0.0)
+    assert watch.observe({a: (5, 10), b: (7, 10)}, after) == ({a: 5, b: 7}, [])
+    watch.forget([a, ("app-outcomes", 3)])  # (one never seen: nothing to forget)
+    assert watch.told == {b}
+    assert watch.observe({a: (5, 11)}, after + 1) == ({}, [])  # back: open since now
+    assert watch.observe({a: (5, 12)}, 2 * after) == ({}, [])
+    assert watch.observe({a: (5, 13)}, 2 * after + 1) == ({a: 5}, [])
+
+
 def test_a_hang_on_an_internal_topic_is_worded_for_a_stage_that_waits():
     from streameval.app.transactions import hanging_transactions
 

@@ -574,13 +574,21 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
     """Exactly-once: a transaction open on a join partition's events for longer than the
     app's transaction_timeout_ms (the broker would have ended any it still knew) holds that
     join partition: the worker says so at ERROR, with the abort command at the offset where
-    it starts, and says so again once it has ended; its numbers stay replay's."""
+    it starts, and says so again once it has ended. The stream is routed while the
+    transaction holds the partition, so every event batch of that join partition waits behind
+    it: once it has ended, the join reads them all, and the numbers are replay's, no record
+    twice. (All of the stream at once: a pause of the inputs longer than ``idle_ms`` would be
+    the end of the stream, and what came after it late.)"""
     from confluent_kafka import Producer
 
     deployment.env["STREAMEVAL_TRANSACTION_TIMEOUT_MS"] = "5000"
-    deployment.produce()
     process, _ = deployment.start_worker()
-    assert deployment.wait_for(expected) == expected
+    log = deployment.workers[-1][2]
+    deadline = time.monotonic() + 60
+    while "assigned:" not in log.read_text():  # its topics are made, its partitions taken
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
     events = Topics.with_prefix(deployment.prefix, deployment.prefix + "app").events
     # a writer the broker keeps open for two minutes: past the worker's 5 s, as if it hung
     other = Producer(
@@ -593,8 +601,8 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
     other.produce(events, b"never read", None, 0, on_delivery=lambda err, msg: said.append(msg))
     other.flush(30)
     assert said and said[0].error() is None
-    log = deployment.workers[-1][2]
     try:
+        deployment.produce()
         hang = f"a hanging transaction on {events}[0] from offset {said[0].offset()}"
         deadline = time.monotonic() + 90
         while hang not in log.read_text():
@@ -613,6 +621,8 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
         time.sleep(0.5)
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
+    copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
+    assert not copies, copies[:3]
 
 
 def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monkeypatch):

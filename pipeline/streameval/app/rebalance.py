@@ -367,6 +367,9 @@ class Rebalancing:
                 "the next start reads those changes from the changelog",
                 err,
             )
+        if self._hangs is not None:
+            t = self.topics
+            self._hangs.forget([(t.events, q) for q in joins] + [(t.outcomes, r) for r in evals])
         models: set[str] = set()
         for q in joins:
             self._held.discard(q)  # fetched again when assigned again (_on_assign)

@@ -227,7 +227,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         except orjson.JSONDecodeError:
             return
         self._kafka_errors.brokers(stats)
-        self.telemetry.on_stats(raw)
+        self.telemetry.on_stats(stats)
         if self._hangs is not None:
             self._watch_hangs(stats)
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import confluent_kafka
-import orjson
 
 from streameval import __version__
 from streameval.core.join import Join
@@ -170,16 +169,13 @@ class Telemetry:
             return None
         return lambda records: self.exporter.set_changelog_lag(stage, records)
 
-    def on_stats(self, raw: str) -> None:
-        """librdkafka's statistics: the consumer lag of every input partition fetched (from
-        the offsets the worker's last transaction committed, under exactly-once), and of
-        every internal partition fetched, from the last batch its stage was handed."""
+    def on_stats(self, stats: dict[str, Any]) -> None:
+        """librdkafka's statistics (parsed): the consumer lag of every input partition
+        fetched (from the offsets the worker's last transaction committed, under
+        exactly-once), and of every internal partition fetched, from the last batch its stage
+        was handed."""
         exporter = self.exporter
         if exporter is None:
-            return
-        try:
-            stats = orjson.loads(raw)
-        except orjson.JSONDecodeError:
             return
         shown, internal = set(), set()
         for topic, info in stats.get("topics", {}).items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ..clients import unpolled
@@ -646,6 +647,13 @@ class HangWatch:
             told |= set(hanging)
             return hanging, ended
         return {}, ended
+
+    def forget(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """``partitions`` are no longer this worker's (revoked or lost): what was seen of them
+        goes, unsaid; their next owner watches them (and says so if one hangs)."""
+        for tp in partitions:
+            self._held.pop(tp, None)
+            self.told.discard(tp)
 
 
 def hanging_transactions(
