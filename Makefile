@@ -29,7 +29,7 @@ test: $(STAMP)  ## lint, then the whole test suite with doctests
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	deploy/prometheus/install-tools
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
