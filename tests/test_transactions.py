@@ -688,6 +688,7 @@ def test_a_worker_told_to_stop_while_an_assignment_waits_restores_nothing(monkey
     worker = rebalance.Rebalancing()
     worker.eo, worker.unsettled, worker.ready = True, False, threading.Event()
     worker.topics = SimpleNamespace(events="events", outcomes="outcomes")
+    worker._hangs = transactions.HangWatch(5_000)
 
     def told_to_stop(consumer, partitions) -> None:  # what _await_stable does then
         worker.unsettled = True
@@ -765,9 +766,10 @@ def test_a_stable_offset_held_below_a_moving_end_past_the_timeout_is_a_hang():
     assert watch.observe({a: (15, 21)}, later + 3 + 10 * after) == ({a: 15}, [])
 
 
-def test_a_partition_that_moves_away_is_forgotten_unsaid():
-    """A partition reported hanging, then revoked, is neither said to have ended nor kept:
-    if it comes back still held, it counts from then on, as a new one."""
+def test_a_rebalance_forgets_the_partitions_that_moved_away_and_keeps_the_rest():
+    """After a new assignment, a partition reported hanging that moved away is neither said
+    to have ended nor kept (if it comes back still held, it counts from then on, as a new
+    one); one that stayed is watched on, and its end is said."""
     from streameval.app.transactions import HANGING_MARGIN_S, HangWatch
 
     watch = HangWatch(timeout_ms=1_000)
@@ -775,10 +777,10 @@ def test_a_partition_that_moves_away_is_forgotten_unsaid():
     a, b = ("app-events", 0), ("app-events", 1)
     watch.observe({a: (5, 9), b: (7, 9)}, 0.0)
     assert watch.observe({a: (5, 10), b: (7, 10)}, after) == ({a: 5, b: 7}, [])
-    watch.forget([a, ("app-outcomes", 3)])  # (one never seen: nothing to forget)
+    watch.keep({b, ("app-outcomes", 3)})  # a moved away
     assert watch.told == {b}
-    assert watch.observe({a: (5, 11)}, after + 1) == ({}, [])  # back: open since now
-    assert watch.observe({a: (5, 12)}, 2 * after) == ({}, [])
+    assert watch.observe({a: (5, 11), b: (7, 11)}, after + 1) == ({}, [])  # a: open since now
+    assert watch.observe({a: (5, 12), b: (9, 11)}, 2 * after) == ({}, [b])  # b has ended
     assert watch.observe({a: (5, 13)}, 2 * after + 1) == ({a: 5}, [])
 
 

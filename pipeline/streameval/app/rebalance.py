@@ -81,6 +81,8 @@ class Rebalancing:
         from confluent_kafka import OFFSET_BEGINNING
 
         t, started = self.topics, time.monotonic()
+        if self._hangs is not None:  # (exactly-once) what moved away is its new owner's
+            self._hangs.keep({(tp.topic, tp.partition) for tp in partitions})
         if self.eo:
             self._await_stable(consumer, partitions)
             if self.unsettled:  # told to stop while it waited: nothing to restore it for
@@ -367,9 +369,6 @@ class Rebalancing:
                 "the next start reads those changes from the changelog",
                 err,
             )
-        if self._hangs is not None:
-            t = self.topics
-            self._hangs.forget([(t.events, q) for q in joins] + [(t.outcomes, r) for r in evals])
         models: set[str] = set()
         for q in joins:
             self._held.discard(q)  # fetched again when assigned again (_on_assign)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import Any
 
 from ..clients import unpolled
@@ -648,12 +648,14 @@ class HangWatch:
             return hanging, ended
         return {}, ended
 
-    def forget(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """``partitions`` are no longer this worker's (revoked or lost): what was seen of them
-        goes, unsaid; their next owner watches them (and says so if one hangs)."""
-        for tp in partitions:
-            self._held.pop(tp, None)
-            self.told.discard(tp)
+    def keep(self, partitions: Collection[tuple[str, int]]) -> None:
+        """The worker's partitions are now ``partitions`` (a new assignment): what was seen of
+        any other goes, unsaid — its new owner watches it. Those that stay are watched on,
+        so a hang reported before the rebalance is said to have ended when it does (the
+        group's eager rebalances revoke every partition first, and give most of them back)."""
+        for tp in [tp for tp in self._held if tp not in partitions]:
+            del self._held[tp]
+        self.told.intersection_update(partitions)
 
 
 def hanging_transactions(
