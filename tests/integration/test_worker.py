@@ -145,15 +145,20 @@ class Deployment:
         """Produce the next part of the stream (all that is left by default)."""
         count = len(self.pending) if fraction >= 1 else int(len(self.pending) * fraction)
         for topic, key, value in self.pending[:count]:
-            while True:
-                try:
-                    self.producer.produce(self.prefix + topic, value, key)
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain
-                    self.producer.poll(0.05)
-            self.producer.poll(0)
+            self._send(self.prefix + topic, value, key)
         del self.pending[:count]
         assert self.producer.flush(120) == 0
+
+    def _send(self, topic: str, value, key, **options) -> None:
+        """One record into the producer; when its local queue is full (a slow broker, a
+        large stream), wait for deliveries to drain it rather than fail the test."""
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **options)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
 
     def produce_records(self, records) -> dict[tuple[str, int, int], str | None]:
         """Produce :class:`~streameval.simulate.malformed.Record` s, each with its key and Kafka
@@ -168,14 +173,13 @@ class Deployment:
             return callback
 
         for record in records:
-            self.producer.produce(
+            self._send(
                 self.prefix + record.topic,
                 record.value,
                 record.key,
                 timestamp=record.timestamp,
                 on_delivery=delivered(record.expect),
             )
-            self.producer.poll(0)
         assert self.producer.flush(60) == 0
         assert len(landed) == len(records)
         return landed
