@@ -594,7 +594,6 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
     it starts, and says so again once it has ended. The transaction is open before the worker
     routes anything, so every event batch of that join partition waits behind it: once it
     has ended, the join reads them all, and the numbers are replay's, no record twice."""
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
     deployment.env["STREAMEVAL_TRANSACTION_TIMEOUT_MS"] = "5000"
@@ -605,17 +604,7 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
     specs = [s for s in load_topics(deployment.prefix, app_id=app) if s.name == events]
     create_topics(AdminClient(deployment.client), specs)
     deployment.produce()
-    # a writer the broker keeps open for ten minutes: past the worker's 5 s, as if it hung
-    other = Producer(
-        {**deployment.client, "transactional.id": deployment.prefix + "hung",
-         "transaction.timeout.ms": 600_000}
-    )  # fmt: skip
-    said = []
-    other.init_transactions(30)
-    other.begin_transaction()
-    other.produce(events, b"never read", None, 0, on_delivery=lambda err, msg: said.append(msg))
-    other.flush(30)
-    assert said and said[0].error() is None and said[0].offset() == 0
+    other = _hung_writer(deployment, events, 0)
     try:
         process, _ = deployment.start_worker()
         log = deployment.workers[-1][2]
@@ -641,6 +630,87 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
     deployment.stop_all()
     copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
     assert not copies, copies[:3]
+
+
+def test_a_hanging_transaction_on_the_outcomes_holds_its_models_until_it_ends(deployment, expected):
+    """Exactly-once: the same on the evaluation's input. A transaction open on the outcomes
+    partition of a model holds that partition's evaluation (its models' numbers), named at
+    ERROR once the partition's end has grown behind it past transaction_timeout_ms: the
+    join's progress reaches every evaluation partition as long as the stream's clock moves,
+    so the stream comes in parts while the worker runs, not as a backlog. Once the
+    transaction has ended, the evaluation reads on: replay's numbers, no record twice."""
+    from confluent_kafka.admin import AdminClient
+    from streameval.app.settings import load_settings
+    from streameval.app.topology import model_partitioner
+
+    deployment.env["STREAMEVAL_TRANSACTION_TIMEOUT_MS"] = "5000"
+    deployment.env["STREAMEVAL_IDLE_MS"] = "8000"  # the gaps between the parts are no end
+    app = deployment.prefix + "app"
+    outcomes = Topics.with_prefix(deployment.prefix, app).outcomes
+    specs = [s for s in load_topics(deployment.prefix, app_id=app) if s.name == outcomes]
+    create_topics(AdminClient(deployment.client), specs)
+    _, config = load_settings(deployment.config, bootstrap=deployment.bootstrap)
+    partition_of = model_partitioner(config, specs[0].partitions)
+    r = partition_of("champion")
+    parts = 400  # one every 0.2 s: the stream lasts 80 s, the hang is seen after about 25
+    size = -(-len(deployment.pending) // parts)
+    other = _hung_writer(deployment, outcomes, r)
+    aborted = False
+    try:
+        process, _ = deployment.start_worker()
+        log = deployment.workers[-1][2]
+        hang = f"a hanging transaction on {outcomes}[{r}] from offset 0"
+        deadline = time.monotonic() + 120
+        while hang not in log.read_text():
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            assert deployment.pending, "the stream ended before the hang was seen"
+            deployment.produce(size / len(deployment.pending))
+            time.sleep(0.2)
+        # reading the outputs takes seconds: inputs quiet for idle_ms meanwhile would be the
+        # end of the stream, and the rest of it late
+        with deployment.pause():
+            text = log.read_text()
+            assert f"abort --topic {outcomes} --partition {r} --start-offset 0`" in text
+            assert "The stages reading these partitions wait for it" in text
+            # that partition's models wait; the others' evaluation goes on
+            held = {m for m in ("champion", "challenger", "baseline") if partition_of(m) == r}
+            published = {model for model, _ in finals(deployment.records())["metrics"]}
+            assert published and not published & held, (published, held)
+            other.abort_transaction(30)
+            aborted = True
+            deployment.produce()
+            deadline = time.monotonic() + 60
+            while f"the hanging transaction on {outcomes}[{r}] has ended" not in log.read_text():
+                assert process.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.5)
+    finally:
+        if not aborted:
+            other.abort_transaction(30)
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
+    copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
+    assert not copies, copies[:3]
+
+
+def _hung_writer(deployment, topic: str, partition: int):
+    """A transaction open on ``topic[partition]`` from offset 0 that the broker keeps for ten
+    minutes: past the worker's transaction_timeout_ms, as if it hung (its producer, to abort
+    it)."""
+    from confluent_kafka import Producer
+
+    other = Producer(
+        {**deployment.client, "transactional.id": deployment.prefix + "hung",
+         "transaction.timeout.ms": 600_000}
+    )  # fmt: skip
+    said = []
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(topic, b"never read", None, partition, on_delivery=lambda e, m: said.append(m))
+    other.flush(30)
+    assert said and said[0].error() is None and said[0].offset() == 0
+    return other
 
 
 def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monkeypatch):
