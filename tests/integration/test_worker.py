@@ -567,11 +567,7 @@ def test_a_worker_stopped_while_it_waits_for_an_open_transaction_checkpoints_not
     try:
         process, _ = deployment.start_worker()
         log = deployment.workers[-1][2]
-        deadline = time.monotonic() + 90
-        while "waiting for the transactions open on" not in log.read_text():
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        _until_logged(process, log, "waiting for the transactions open on", 90)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0, log.read_text()[-3000:]
         text = log.read_text()
@@ -608,12 +604,7 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
     try:
         process, _ = deployment.start_worker()
         log = deployment.workers[-1][2]
-        hang = f"a hanging transaction on {events}[0] from offset 0"
-        deadline = time.monotonic() + 120
-        while hang not in log.read_text():
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
+        _until_logged(process, log, f"a hanging transaction on {events}[0] from offset 0", 120)
         text = log.read_text()
         assert f"abort --topic {events} --partition 0 --start-offset 0`" in text
         assert "The stages reading these partitions wait for it" in text
@@ -621,11 +612,7 @@ def test_a_hanging_transaction_on_an_internal_topic_is_named_and_its_end_seen(de
         assert finals(deployment.records())["metrics"] != expected["metrics"]
     finally:
         other.abort_transaction(30)
-    deadline = time.monotonic() + 60
-    while f"the hanging transaction on {events}[0] has ended" not in log.read_text():
-        assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
+    _until_logged(process, log, f"the hanging transaction on {events}[0] has ended", 60)
     assert deployment.wait_for(expected) == expected
     deployment.stop_all()
     copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
@@ -659,14 +646,13 @@ def test_a_hanging_transaction_on_the_outcomes_holds_its_models_until_it_ends(de
     try:
         process, _ = deployment.start_worker()
         log = deployment.workers[-1][2]
-        hang = f"a hanging transaction on {outcomes}[{r}] from offset 0"
-        deadline = time.monotonic() + 120
-        while hang not in log.read_text():
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
+
+        def the_next_part() -> None:
             assert deployment.pending, "the stream ended before the hang was seen"
             deployment.produce(size / len(deployment.pending))
-            time.sleep(0.2)
+
+        hang = f"a hanging transaction on {outcomes}[{r}] from offset 0"
+        _until_logged(process, log, hang, 120, the_next_part)
         # reading the outputs takes seconds: inputs quiet for idle_ms meanwhile would be the
         # end of the stream, and the rest of it late
         with deployment.pause():
@@ -680,11 +666,8 @@ def test_a_hanging_transaction_on_the_outcomes_holds_its_models_until_it_ends(de
             other.abort_transaction(30)
             aborted = True
             deployment.produce()
-            deadline = time.monotonic() + 60
-            while f"the hanging transaction on {outcomes}[{r}] has ended" not in log.read_text():
-                assert process.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.5)
+            ended = f"the hanging transaction on {outcomes}[{r}] has ended"
+            _until_logged(process, log, ended, 60)
     finally:
         if not aborted:
             other.abort_transaction(30)
@@ -692,6 +675,20 @@ def test_a_hanging_transaction_on_the_outcomes_holds_its_models_until_it_ends(de
     deployment.stop_all()
     copies = [value for value, n in Counter(deployment.raw_records()).items() if n > 1]
     assert not copies, copies[:3]
+
+
+def _until_logged(
+    process: subprocess.Popen, log: Path, text: str, timeout: float, each=None
+) -> None:
+    """Wait until the worker's log has ``text`` (it must not stop meanwhile); ``each``: what
+    to do every 0.2 s while waiting."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        if each is not None:
+            each()
+        time.sleep(0.2)
 
 
 def _hung_writer(deployment, topic: str, partition: int):
