@@ -716,24 +716,76 @@ def test_an_input_quiet_while_kafka_is_away_is_not_idle():
     router.route([StoredMessage("labels", 0, 0, None, label)])
     router.at_end("labels", 0, 1_000.0)
     for wall in (1_050.0, 1_500.0, 9_000.0):  # away from 1 050 ms to 9 000 ms
-        router.kafka_away(wall)
+        router.away(wall)
     assert [s.idle for s in router.sources(9_050.0)] == [False, False]
     assert [s.idle for s in router.sources(9_100.0)] == [True, False]  # 1 was never read
 
 
-@pytest.mark.parametrize("reachable", [True, False])
-def test_the_worker_sends_no_idle_input_while_no_broker_is_up(reachable):
-    """The data path's heartbeat to the join says a partition quiet since before the outage
-    is idle only while a broker is up (the worker's own step, on a stand-in for its Kafka
-    clients)."""
+def test_an_input_is_not_idle_for_the_time_the_worker_did_not_run():
+    """A process paused (or starved of CPU) runs neither its loop nor librdkafka's fetches,
+    while records may be sent: the quiet time of a partition read to its end starts again
+    when the worker reads again, as after Kafka was away. A long turn of work, the CPU busy
+    all the while, is not such a time: librdkafka fetches meanwhile."""
+    router = Router(INPUT_KINDS, 2, idle_ms=100)
+    router.assign([("labels", 0)])
+    router.reading(1_000.0, 0.0)
+    router.at_end("labels", 0, 1_000.0, 3)
+    router.reading(1_060.0, 5.0)
+    assert [s.idle for s in router.sources(1_100.0)] == [True]
+    router.reading(1_400.0, 300.0)  # 340 ms of work since the last read: still idle
+    assert [s.idle for s in router.sources(1_400.0)] == [True]
+    router.reading(1_900.0, 310.0)  # 490 ms without running: over idle_ms and the slack
+    assert [s.idle for s in router.sources(1_900.0)] == [False]
+    router.reading(1_950.0, 320.0)
+    assert [s.idle for s in router.sources(1_999.0)] == [False]
+    assert [s.idle for s in router.sources(2_000.0)] == [True]
+    # a read waits up to 50 ms for messages: with any idle_ms, that is not a time away
+    router = Router(INPUT_KINDS, 2, idle_ms=1)
+    router.assign([("labels", 0)])
+    router.at_end("labels", 0, 1_000.0, 3)
+    for wall in range(1_000, 1_500, 50):
+        router.reading(float(wall), 0.0)
+    assert [s.idle for s in router.sources(1_500.0)] == [True]
+
+
+def test_an_input_with_records_fetched_past_its_end_is_not_idle_while_the_worker_is_behind():
+    """A read that fills its batch may leave records in the consumer's queue: a partition
+    whose high watermark, as last fetched, is past the offset it was read to its end at has
+    records waiting there and is not idle, however long ago its end was read. Only then: a
+    transaction open on a partition puts its high watermark past that end too."""
+    router = Router(INPUT_KINDS, 2, idle_ms=100)
+    tps = [("labels", 0), ("labels", 1), ("predictions", 0)]
+    router.assign(tps)
+    router.at_end("labels", 0, 1_000.0, 5)  # fetched on to 9: four records wait
+    router.at_end("labels", 1, 1_000.0, 7)  # fetched to its end
+    router.at_end("predictions", 0, 1_000.0)  # the offset of its end not told
+    fetched = {("labels", 0): 9, ("labels", 1): 7, ("predictions", 0): 12}.__getitem__
+
+    def idle(sources):
+        return [s.idle for s in sources]
+
+    assert idle(router.sources(5_000.0, fetched)) == [False, True, True]
+    assert idle(router.sources(5_000.0)) == [True, True, True]  # not behind
+    t0 = 1_767_225_600_000
+    label = orjson.dumps({"instance_id": "i1", "ts": t0, "label": "a"})
+    router.route([StoredMessage("labels", 0, o, None, label) for o in range(5, 9)])
+    router.at_end("labels", 0, 5_000.0, 9)  # read on to its new end
+    assert idle(router.sources(5_100.0, fetched)) == [True, True, True]
+    assert idle(router.sources(5_100.0, lambda tp: -1001)) == [True, True, True]  # not known
+
+
+def _ingest_stand_in(router, sent, reachable=True, high=-1001):
+    """The worker's own ingest step on a stand-in for its Kafka clients: what it produces
+    goes to ``sent``; its consumer's cached high watermark of every partition is ``high``."""
     from types import SimpleNamespace
 
+    from confluent_kafka import TopicPartition
     from streameval.app.runner import Pipeline
 
-    router = Router(INPUT_KINDS, 1, idle_ms=100)
-    router.assign([("labels", 0)])
-    router.at_end("labels", 0, 1_000.0)
-    sent = []
+    def watermarks(tp, cached=False):
+        assert isinstance(tp, TopicPartition) and cached  # never a request to the broker
+        return (0, high)
+
     worker = SimpleNamespace(
         router=router,
         _kafka_errors=SimpleNamespace(reachable=reachable),
@@ -742,10 +794,41 @@ def test_the_worker_sends_no_idle_input_while_no_broker_is_up(reachable):
         topics=SimpleNamespace(dead_letters="dead", events="events"),
         telemetry=SimpleNamespace(input=lambda *a: None),
         stats=SimpleNamespace(event_batches=0),
+        consumer=SimpleNamespace(get_watermark_offsets=watermarks),
     )
-    Pipeline._ingest(worker, [], 9_000.0, True, [])  # a heartbeat, 8 s after the end
+    worker._fetched = lambda tp: Pipeline._fetched(worker, tp)
+    return lambda *args: Pipeline._ingest(worker, *args)
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_the_worker_sends_no_idle_input_while_no_broker_is_up(reachable):
+    """The data path's heartbeat to the join says a partition quiet since before the outage
+    is idle only while a broker is up."""
+    router = Router(INPUT_KINDS, 1, idle_ms=100)
+    router.assign([("labels", 0)])
+    router.at_end("labels", 0, 1_000.0)
+    sent = []
+    ingest = _ingest_stand_in(router, sent, reachable)
+    ingest([], 9_000.0, True, [])  # a heartbeat, 8 s after the end
     (batch,) = [decode_events(value) for value in sent]
     assert [source.idle for source in batch.sources] == [reachable]
+
+
+@pytest.mark.parametrize(
+    ("high", "full", "idle"), [(9, True, False), (7, True, True), (9, False, True)]
+)
+def test_the_worker_behind_sends_no_idle_input_with_records_fetched_past_its_end(high, full, idle):
+    """After a read that filled its batch, an input partition read to its end at offset 7
+    is idle only if its consumer has fetched nothing past 7; after one that did not, the
+    queue was empty and quiet time alone decides."""
+    router = Router(INPUT_KINDS, 1, idle_ms=100)
+    router.assign([("labels", 0)])
+    sent = []
+    ingest = _ingest_stand_in(router, sent, high=high)
+    ingest([], 1_000.0, False, [("labels", 0, 7)])  # the end read, at offset 7
+    ingest([], 9_000.0, True, [], full)  # a heartbeat, 8 s later
+    (batch,) = [decode_events(value) for value in sent]
+    assert [source.idle for source in batch.sources] == [idle]
 
 
 _EVENTS = st.lists(

@@ -544,6 +544,82 @@ def test_a_second_worker_joining_mid_stream_changes_nothing(deployment, expected
     assert re.search(r"assigned: \d+ input partitions, join \[\d", second), second[-2000:]
 
 
+def test_a_paused_worker_takes_no_input_for_idle_until_it_has_read_for_idle_ms(
+    deployment, expected
+):
+    """A worker whose process was paused (SIGSTOP: a frozen VM, a throttled container) for
+    longer than ``idle_ms`` finds, when it runs again, inputs it last saw quiet before the
+    pause. They were quiet only because it could not read them: none is idle until it has read
+    for ``idle_ms`` again. Seen in the progress its event batches carry (what the join's
+    watermark is made of), by their Kafka timestamps. (The pause is shorter than the
+    session timeout: the worker keeps its partitions.)"""
+    idle_ms = 1200
+    deployment.env["STREAMEVAL_IDLE_MS"] = str(idle_ms)
+    deployment.produce()
+    worker, _ = deployment.start_worker()
+    assert deployment.wait_for(expected) == expected  # the end of the stream: inputs idle
+    time.sleep(2 * idle_ms / 1000)
+    worker.send_signal(signal.SIGSTOP)
+    try:
+        stopped = time.time() * 1000
+        time.sleep(3.0)
+        resumed = time.time() * 1000
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    time.sleep(3.0)
+    batches = _event_batches(deployment, time.time() * 1000)
+    before = [idle for ts, idle in batches if stopped - idle_ms / 2 <= ts < stopped]
+    # (from 50 ms on: a batch made just before the pause may be stamped as it goes, after it)
+    soon_after = [idle for ts, idle in batches if resumed + 50 <= ts < resumed + idle_ms / 2]
+    later = [idle for ts, idle in batches if ts >= resumed + 2_000]
+    assert before and soon_after and later, (len(before), len(soon_after), len(later))
+    assert all(before), before  # heartbeats, every input idle
+    assert not any(soon_after), soon_after
+    assert all(later), later
+    assert finals(deployment.records()) == expected  # and nothing changed
+    deployment.stop_all()
+
+
+def _event_batches(deployment, until_ms: float) -> list[tuple[float, bool]]:
+    """The committed event batches of the deployment's worker up to ``until_ms`` of Kafka
+    time: each one's timestamp (ms) and whether it says every input partition is idle. (A
+    worker running exactly-once has a transaction open on the events topic most of the
+    time, so a reader is rarely told it reached the end: each partition is read up to the
+    first batch stamped at or after ``until_ms``, which the worker's heartbeats provide.)"""
+    from confluent_kafka import Consumer, TopicPartition
+    from streameval.app.wire import decode_events
+
+    topic = Topics.with_prefix(deployment.prefix, deployment.prefix + "app").events
+    consumer = Consumer(
+        {
+            **deployment.client,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    out = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        for p in metadata.partitions:
+            consumer.assign([TopicPartition(topic, p, 0)])
+            deadline = time.monotonic() + 60
+            while True:
+                assert time.monotonic() < deadline, f"{topic}[{p}]: nothing stamped {until_ms}"
+                message = consumer.poll(1)
+                if message is None:
+                    continue
+                assert message.error() is None, message.error()
+                ts = message.timestamp()[1]
+                if ts >= until_ms:
+                    break
+                sources = decode_events(message.value()).sources
+                out.append((ts, all(s.idle for s in sources)))
+    finally:
+        consumer.close()
+    return out
+
+
 def test_a_worker_stopped_while_it_waits_for_an_open_transaction_checkpoints_nothing(
     deployment, expected
 ):

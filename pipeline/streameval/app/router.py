@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from streameval.codec import BatchDecoder, KafkaTimeDecoder, canonical_scores, slice_value
@@ -26,6 +26,10 @@ __all__ = ["Router"]
 log = logging.getLogger("streameval.worker")
 
 TopicPartition = tuple[str, int]
+#: How long the worker's loop may wait between two reads without running, beyond ``idle_ms``,
+#: before it counts as away (:meth:`Router.reading`): a read itself waits up to 50 ms for
+#: messages, and an ``idle_ms`` below that must not make every read a time away.
+AWAY_SLACK_MS = 100
 
 
 class Router:
@@ -39,8 +43,9 @@ class Router:
     partitions
         Number of join partitions (partitions of the events topic).
     idle_ms
-        An input partition read to its end and quiet this long, while Kafka answers, no
-        longer holds the watermark.
+        An input partition read to its end and quiet this long no longer holds the
+        watermark (:meth:`sources`); times when the worker could not see what was sent do
+        not count (:meth:`away`).
     """
 
     def __init__(
@@ -63,6 +68,10 @@ class Router:
         self.idle_ms = idle_ms
         self._progress: dict[TopicPartition, int] = {}
         self._eof_since: dict[TopicPartition, float | None] = {}
+        #: the offset at which each partition was last read to its end (-1: not told)
+        self._end_at: dict[TopicPartition, int] = {}
+        #: wall and CPU time (ms) of the worker's last read
+        self._last_read: tuple[float, float] | None = None
         self._index: dict[TopicPartition, int] = {}
         self._order: list[TopicPartition] = []
         self._kinds: list[str | None] = []
@@ -87,6 +96,7 @@ class Router:
         for tp in tps:
             self._progress.pop(tp, None)
             self._eof_since.pop(tp, None)
+            self._end_at.pop(tp, None)
         self._reindex()
 
     def progress(self, tp: TopicPartition) -> int:
@@ -108,16 +118,37 @@ class Router:
         self._kinds = [kinds.get(topic) for topic, _ in self._order]
         self._decoders = [decoders.get(kind) for kind in self._kinds]
 
-    def at_end(self, topic: str, partition: int, wall_ms: float) -> None:
-        """The consumer read ``topic``/``partition`` to its end."""
+    def at_end(self, topic: str, partition: int, wall_ms: float, offset: int = -1) -> None:
+        """The consumer read ``topic``/``partition`` to its end, at ``offset`` (the offset
+        after its last record, as the end-of-partition event gives it; -1: not known)."""
         tp = (topic, partition)
-        if tp in self._eof_since and self._eof_since[tp] is None:
-            self._eof_since[tp] = wall_ms
+        if tp in self._eof_since:
+            if self._eof_since[tp] is None:
+                self._eof_since[tp] = wall_ms
+            self._end_at[tp] = offset
 
-    def kafka_away(self, wall_ms: float) -> None:
-        """Kafka does not answer: a partition read to its end is quiet because nothing can
-        be fetched, not because nothing is sent. Its quiet time starts again from now, so it
-        turns idle only ``idle_ms`` after Kafka is back (records sent meanwhile come first)."""
+    def reading(self, wall_ms: float, cpu_ms: float) -> None:
+        """The worker reads its consumer at ``wall_ms``, its loop's thread having used
+        ``cpu_ms`` of CPU time so far. If, since its last read, more than ``idle_ms`` (and
+        :data:`AWAY_SLACK_MS`) of wall time passed in which that thread did not run (the wall
+        time less its CPU time: the process paused, or starved of CPU), it was :meth:`away`:
+        librdkafka's threads may not have run either, and what was sent meanwhile may not be
+        fetched yet. A long turn of work is not such a time: librdkafka fetches meanwhile,
+        and :meth:`sources` sees what waits unread. (The loop blocked that long, on a disk
+        or on Kafka, counts too, though fetching goes on: that only delays idleness.)"""
+        last, self._last_read = self._last_read, (wall_ms, cpu_ms)
+        if last is None:
+            return
+        stopped = (wall_ms - last[0]) - (cpu_ms - last[1])
+        if stopped > self.idle_ms + AWAY_SLACK_MS:
+            self.away(wall_ms)
+
+    def away(self, wall_ms: float) -> None:
+        """The worker could not see what was sent: Kafka does not answer, or its process did
+        not run for longer than ``idle_ms`` (:meth:`reading`). A partition read to its end is
+        then quiet because nothing could be fetched, not because nothing is sent. Its quiet
+        time starts again from now, so it turns idle only ``idle_ms`` after the worker reads
+        again (records sent meanwhile come first)."""
         eof = self._eof_since
         for tp, since in eof.items():
             if since is not None:
@@ -226,12 +257,27 @@ class Router:
             raise AssertionError(f"TimeRules let through what the router refused: ts {ts}")
         return self.decoder.dead_letter(message, error)
 
-    def sources(self, wall_ms: float) -> list[Source]:
-        """Progress of every owned input partition, in the order events refer to them."""
-        idle_ms = self.idle_ms
+    def sources(
+        self, wall_ms: float, fetched: Callable[[TopicPartition], int] | None = None
+    ) -> list[Source]:
+        """Progress of every owned input partition, in the order events refer to them.
+
+        An input partition read to its end and quiet for ``idle_ms`` is idle. ``fetched``
+        (given when the consumer is behind: its last read filled the batch, so records may
+        wait in its queue unread) tells how far the consumer has fetched a partition (its
+        high watermark as last fetched; negative: not known). A partition fetched past the
+        offset it was read to its end at has newer records waiting in the queue: it is not
+        idle then, whatever its quiet time; the reads that follow reach them. Without
+        ``fetched`` (the queue was emptied) there is no such check: a transaction open on a
+        partition also raises its high watermark past what a ``read_committed`` consumer
+        can read, and must not keep it from turning idle."""
+        idle_ms, end_at = self.idle_ms, self._end_at
         result = []
         for tp in self._order:
             since = self._eof_since[tp]
             idle = since is not None and wall_ms - since >= idle_ms
+            if idle and fetched is not None:
+                end = end_at.get(tp, -1)
+                idle = end < 0 or fetched(tp) <= end
             result.append(Source(tp[0], tp[1], self._progress[tp], idle))
         return result

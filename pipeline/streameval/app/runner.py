@@ -276,15 +276,17 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             if self._callback_error is not None:
                 raise self._callback_error
             wall = time.monotonic()
+            # (the process paused since the last read: no input is idle yet)
+            self.router.reading(wall * 1000.0, time.thread_time() * 1000.0)
             batch: list[Any] = []
-            ends: list[tuple[str, int]] = []
+            ends: list[tuple[str, int, int]] = []
             for message in messages:
                 error = message.error()
                 topic = message.topic()
                 if error is not None:
                     if error.code() == eof:
                         if topic in inputs:
-                            ends.append((topic, message.partition()))
+                            ends.append((topic, message.partition(), message.offset()))
                     else:
                         self._kafka_errors(error)
                     continue
@@ -296,7 +298,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                     self._evaluate(message)
             if batch or ends or wall >= next_heartbeat:
                 heartbeat = wall >= next_heartbeat
-                self._ingest(batch, wall * 1000.0, heartbeat, ends)
+                full = len(messages) >= s.max_batch  # more may wait in the queue
+                self._ingest(batch, wall * 1000.0, heartbeat, ends, full)
                 if heartbeat:
                     next_heartbeat = wall + s.heartbeat_ms / 1000.0
             self.output.poll()
@@ -350,14 +353,22 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
 
     # -- stages ---------------------------------------------------------------------------
     def _ingest(
-        self, messages: list[Any], wall_ms: float, heartbeat: bool, ends: list[tuple[str, int]]
+        self,
+        messages: list[Any],
+        wall_ms: float,
+        heartbeat: bool,
+        ends: list[tuple[str, int, int]],
+        full: bool = False,
     ) -> None:
+        """Route input ``messages`` and send each join partition its event batch, with every
+        input partition's progress; ``ends``: the input partitions read to their end (and
+        the offset of that end) by the same read; ``full``: that read filled its batch."""
         router = self.router
         if not self._kafka_errors.reachable:  # quiet inputs are not idle while Kafka is away
-            router.kafka_away(wall_ms)
+            router.away(wall_ms)
         per_partition, letters = router.route(messages, int(time.time() * 1000))
-        for topic, partition in ends:  # after the messages that came before the end
-            router.at_end(topic, partition, wall_ms)
+        for topic, partition, offset in ends:  # after the messages that came before the end
+            router.at_end(topic, partition, wall_ms, offset)
         self._input_next.update(router.consumed)
         for letter in letters:
             self.output.produce(
@@ -366,7 +377,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.telemetry.input(len(messages), [letter.code for letter in letters])
         if not router.owned:
             return
-        sources = router.sources(wall_ms)
+        # behind: an input partition with records fetched past its end waits for them
+        sources = router.sources(wall_ms, self._fetched if full else None)
         events = self.topics.events
         for q, rows in enumerate(per_partition):
             if rows or heartbeat:
@@ -374,6 +386,16 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                     events, encode(EventBatch(WIRE_VERSION, sources, rows)), partition=q
                 )
                 self.stats.event_batches += 1
+
+    def _fetched(self, tp: tuple[str, int]) -> int:
+        """How far the consumer has fetched input partition ``tp``: its high watermark as
+        the last fetch response gave it (no request to the broker; negative: not known)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            return self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
+        except KafkaException:
+            return -1
 
     def _skip(self, stage: str, message: Any, error: BaseException | None) -> None:
         """An internal batch that cannot be read or applied: say so and go on without it. A
