@@ -22,10 +22,11 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import orjson
@@ -277,19 +278,10 @@ class Deployment:
         value), copies included. Read to each partition's end as the reader sees it (under
         exactly-once, transaction markers take offsets too, and an open transaction ends
         what may be read)."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import KafkaError, TopicPartition
 
-        consumer = Consumer(
-            {
-                **self.client,
-                "group.id": "reader",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            }
-        )
         out = []
-        try:
+        with self.reader({"enable.partition.eof": True}) as consumer:
             for base in SCHEMAS:
                 topic = self.prefix + base
                 metadata = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -306,9 +298,28 @@ class Deployment:
                             out.append((topic, message.value()))
                         elif error.code() == KafkaError._PARTITION_EOF:
                             break
+        return out
+
+    @contextmanager
+    def reader(self, settings: dict | None = None) -> Iterator[Any]:
+        """A consumer that reads what the deployment's worker has committed (a
+        ``read_committed`` reader, no offsets of its own), with librdkafka ``settings``
+        added; closed afterwards."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            {
+                **self.client,
+                "group.id": "reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                **(settings or {}),
+            }
+        )
+        try:
+            yield consumer
         finally:
             consumer.close()
-        return out
 
     def wait_for(self, expected: dict, timeout: float = 180) -> dict:
         """Wait until the published finals have replay's counts; return them."""
@@ -586,20 +597,12 @@ def _event_batches(deployment, until_ms: float) -> list[tuple[float, bool]]:
     worker running exactly-once has a transaction open on the events topic most of the
     time, so a reader is rarely told it reached the end: each partition is read up to the
     first batch stamped at or after ``until_ms``, which the worker's heartbeats provide.)"""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
     from streameval.app.wire import decode_events
 
     topic = Topics.with_prefix(deployment.prefix, deployment.prefix + "app").events
-    consumer = Consumer(
-        {
-            **deployment.client,
-            "group.id": "reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
     out = []
-    try:
+    with deployment.reader() as consumer:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         for p in metadata.partitions:
             consumer.assign([TopicPartition(topic, p, 0)])
@@ -615,8 +618,6 @@ def _event_batches(deployment, until_ms: float) -> list[tuple[float, bool]]:
                     break
                 sources = decode_events(message.value()).sources
                 out.append((ts, all(s.idle for s in sources)))
-    finally:
-        consumer.close()
     return out
 
 
@@ -762,7 +763,11 @@ def test_a_hanging_transaction_on_the_outcomes_holds_its_models_until_it_ends(de
 
 
 def _until_logged(
-    process: subprocess.Popen, log: Path, text: str, timeout: float, each=None
+    process: subprocess.Popen,
+    log: Path,
+    text: str,
+    timeout: float,
+    each: Callable[[], object] | None = None,
 ) -> None:
     """Wait until the worker's log has ``text`` (it must not stop meanwhile); ``each``: what
     to do every 0.2 s while waiting."""
@@ -799,10 +804,15 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     that come meanwhile, and stops fetching the rest until it has used them (its backlog waits
     in Kafka, not in RAM): paused and resumed again and again, and through a rebalance while
     partitions are paused (a second worker joins), it loses and repeats nothing. The first
-    worker runs in this process, with the bounds made tiny so that they bind all the time."""
+    worker runs in this process, with the bounds made tiny so that they bind all the time.
+    Its reads of 20 messages (``max_batch``), full while it is behind, are the ones after
+    which what its consumer has fetched past an input's end keeps that input from idling
+    (Router.sources); a read with fewer messages leaves that to the inputs' ends."""
     import threading
 
+    import confluent_kafka
     from streameval.app import checkpoint, join_pacing, runner
+    from streameval.app.router import Router
     from streameval.app.settings import load_settings
 
     monkeypatch.setattr(checkpoint, "SLICE_EVENTS", 2)  # behind after nearly every event batch
@@ -823,6 +833,15 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
 
     monkeypatch.setattr(runner.Pipeline, "_pause", counted)
     monkeypatch.setattr(runner.Pipeline, "_on_revoke", revoked)
+    reads: list[tuple[int, bool]] = []  # per routed read: its messages; fetched ends asked
+    last_read = [0]
+    sources = Router.sources
+
+    def routed(self, wall_ms, fetched=None):
+        reads.append((last_read[0], fetched is not None))
+        return sources(self, wall_ms, fetched)
+
+    monkeypatch.setattr(Router, "sources", routed)
     deployment.env["STREAMEVAL_IDLE_MS"] = "8000"  # the pause is not the end of the stream
     deployment.produce(0.5)  # a backlog to catch up on
     settings, config = load_settings(
@@ -837,6 +856,7 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     )
     pipeline = runner.Pipeline(settings, config, {"bootstrap.servers": deployment.bootstrap})
     thread = threading.Thread(target=pipeline.run, daemon=True)
+    monkeypatch.setattr(confluent_kafka, "Consumer", _counted(thread, last_read))
     thread.start()
     try:
         with deployment.pause():  # (of the inputs, not the end of the stream)
@@ -855,6 +875,23 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     # reading on each time from where it stopped; and the group did rebalance
     assert len(pauses) >= 3 and max(Counter(pauses).values()) >= 2, pauses
     assert paused_at_revocation, "no rebalance reached the worker in this process"
+    assert all(asked == (n >= 20) for n, asked in reads), reads
+    assert {asked for _, asked in reads} == {True, False}
+
+
+def _counted(thread, last: list[int]):
+    """A Consumer class whose reads in ``thread`` keep in ``last[0]`` how many messages the
+    latest of them returned."""
+    from confluent_kafka import Consumer
+
+    class Counted(Consumer):
+        def consume(self, *args, **kwargs):
+            messages = super().consume(*args, **kwargs)
+            if threading.current_thread() is thread:
+                last[0] = len(messages)
+            return messages
+
+    return Counted
 
 
 def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(

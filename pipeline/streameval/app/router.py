@@ -26,9 +26,10 @@ __all__ = ["Router"]
 log = logging.getLogger("streameval.worker")
 
 TopicPartition = tuple[str, int]
-#: How long the worker's loop may wait between two reads without running, beyond ``idle_ms``,
-#: before it counts as away (:meth:`Router.reading`): a read itself waits up to 50 ms for
-#: messages, and an ``idle_ms`` below that must not make every read a time away.
+#: How long, beyond ``idle_ms``, the worker's loop may go without running between two reads,
+#: not counting the time a read may wait for messages, before it counts as away
+#: (:meth:`Router.reading`): room for the scheduler and the loop's other waits (a disk's
+#: write, Kafka taking its output), which are not pauses of the process.
 AWAY_SLACK_MS = 100
 
 
@@ -127,19 +128,21 @@ class Router:
                 self._eof_since[tp] = wall_ms
             self._end_at[tp] = offset
 
-    def reading(self, wall_ms: float, cpu_ms: float) -> None:
-        """The worker reads its consumer at ``wall_ms``, its loop's thread having used
-        ``cpu_ms`` of CPU time so far. If, since its last read, more than ``idle_ms`` (and
-        :data:`AWAY_SLACK_MS`) of wall time passed in which that thread did not run (the wall
-        time less its CPU time: the process paused, or starved of CPU), it was :meth:`away`:
-        librdkafka's threads may not have run either, and what was sent meanwhile may not be
-        fetched yet. A long turn of work is not such a time: librdkafka fetches meanwhile,
-        and :meth:`sources` sees what waits unread. (The loop blocked that long, on a disk
-        or on Kafka, counts too, though fetching goes on: that only delays idleness.)"""
+    def reading(self, wall_ms: float, cpu_ms: float, wait_ms: float = 0.0) -> None:
+        """The worker has read its consumer at ``wall_ms``, its loop's thread having used
+        ``cpu_ms`` of CPU time so far; that read could wait up to ``wait_ms`` for messages. If,
+        since its last read, more than ``idle_ms`` (and :data:`AWAY_SLACK_MS`) of wall time
+        passed in which that thread neither ran nor could wait in the read (the wall time
+        less its CPU time and ``wait_ms``: the process paused, or starved of CPU), it was
+        :meth:`away`: librdkafka's threads may not have run either, and what was sent
+        meanwhile may not be fetched yet. A long turn of work is not such a time: librdkafka
+        fetches meanwhile, and :meth:`sources` sees what waits unread. (The loop blocked that
+        long, on a disk or on Kafka, counts too, though fetching goes on: that only delays
+        idleness.)"""
         last, self._last_read = self._last_read, (wall_ms, cpu_ms)
         if last is None:
             return
-        stopped = (wall_ms - last[0]) - (cpu_ms - last[1])
+        stopped = (wall_ms - last[0]) - (cpu_ms - last[1]) - wait_ms
         if stopped > self.idle_ms + AWAY_SLACK_MS:
             self.away(wall_ms)
 

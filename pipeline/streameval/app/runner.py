@@ -277,7 +277,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 raise self._callback_error
             wall = time.monotonic()
             # (the process paused since the last read: no input is idle yet)
-            self.router.reading(wall * 1000.0, time.thread_time() * 1000.0)
+            self.router.reading(wall * 1000.0, time.thread_time() * 1000.0, wait * 1000.0)
             batch: list[Any] = []
             ends: list[tuple[str, int, int]] = []
             for message in messages:
