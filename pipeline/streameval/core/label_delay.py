@@ -106,9 +106,12 @@ def kruskal_wallis(counts: np.ndarray) -> tuple[float, int, float]:
         return 0.0, df, 1.0
     below = np.cumsum(totals) - totals
     midranks = below + (totals + 1.0) / 2.0
-    mean_ranks = (groups @ midranks) / sizes
+    # correctly rounded sums (math.fsum), not matrix products: the same bits whatever the
+    # order of the groups (a model's classes are numbered as its outcomes name them, its
+    # positive label first), which BLAS's products do not give
+    mean_ranks = np.array([math.fsum(row) for row in groups * midranks]) / sizes
     # Σ n_i·(R̄_i − (N + 1)/2)², free of the cancellation of Σ R_i²/n_i − 3(N + 1)
-    spread = float(sizes @ (mean_ranks - (n + 1.0) / 2.0) ** 2)
+    spread = math.fsum(sizes * (mean_ranks - (n + 1.0) / 2.0) ** 2)
     h = 12.0 * spread / (n * (n + 1.0)) / correction
     return h, df, chi2_survival(h, df)
 
