@@ -249,6 +249,31 @@ def test_which_stores_a_worker_reads_on_and_which_it_rebuilds(tmp_path):
     state.close()
 
 
+def test_a_store_records_its_checkpoint_s_lineage_where_an_earlier_release_does_not_look(
+    tmp_path,
+):
+    """The checkpoint a store holds is its number, intent chunks and lineage; the first two
+    stay where a release before lineages reads them, and a store that release wrote has no
+    lineage (so no check of it: streameval.app.changelog_format.descends)."""
+    from streameval.app.changelog_format import Sealed, descends
+
+    state = DiskState(tmp_path / "s", fingerprint="rules-a")
+    state.commit({}, position=7, sealed=Sealed(3, 0, "a1"))
+    assert state.sealed == (3, 0, "a1")
+    assert state._local()["sealed"] == [3, 0]
+    _stamp(state, sealed=[4, 1])  # an earlier release wrote a checkpoint since: it has none
+    assert state.sealed == (4, 1, None)
+    from streameval.core.state import encode_value
+    from streameval.store import _LOCAL
+
+    local = {**state._local(), "sealed": [4, 1]}
+    del local["lineage"]  # as a release before lineages left it
+    state.db[_LOCAL] = encode_value(local)
+    assert Sealed(*state.sealed) == Sealed(4, 1, None)
+    assert descends(None, Sealed(*state.sealed))
+    state.close()
+
+
 class _OrderedKeys:
     """An ordered key space as a TimeQueue uses RocksDB (``iter`` a snapshot): fast enough for
     thousands of hypothesis cases; the real database runs fewer of them."""

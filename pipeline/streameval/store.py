@@ -155,10 +155,17 @@ class DiskState:
         return self._local().get("position")
 
     @property
-    def sealed(self) -> tuple[int, int] | None:
-        """Number and intent chunks of the changelog checkpoint the database is at."""
-        value = self._local().get("sealed")
-        return tuple(value) if value else None
+    def sealed(self) -> tuple[Any, ...] | None:
+        """Number, intent chunks and lineage (a database of a release before lineages: none)
+        of the changelog checkpoint the database is at
+        (streameval.app.changelog_format.Sealed)."""
+        local = self._local()
+        value = local.get("sealed")  # [number, chunks], as a release before lineages reads it
+        if not value:
+            return None
+        # [number, lineage]: a release before lineages that wrote since left it behind
+        number, lineage = local.get("lineage") or (None, None)
+        return (*value, lineage if number == value[0] else None)
 
     @property
     def carried(self) -> list[bytes]:
@@ -306,13 +313,13 @@ class DiskState:
         self,
         cut: Cut,
         position: int | None = None,
-        sealed: tuple[int, int] | None = None,
+        sealed: Sequence[Any] | None = None,
         carried: Sequence[bytes] = (),
         whole: bool = False,
     ) -> None:
         """The checkpoint of ``cut`` is in the changelog: write its batch in one atomic write,
-        with the changelog ``position`` it ends at and the number and intent chunks of the
-        checkpoint (``sealed``). A new ``position`` also says what the changelog still lacks
+        with the changelog ``position`` it ends at and the number, intent chunks and lineage of
+        the checkpoint (``sealed``). A new ``position`` also says what the changelog still lacks
         (:attr:`carried`, :attr:`carries_all`): nothing, once a checkpoint was written."""
         if cut.batch is None:
             self.prepare(cut)
@@ -334,7 +341,8 @@ class DiskState:
                 else:
                     local.pop(name, None)
         if sealed is not None:
-            local["sealed"] = list(sealed)
+            local["sealed"] = list(sealed[:2])
+            local["lineage"] = [sealed[0], sealed[2] if len(sealed) > 2 else None]
         batch.put(_LOCAL, encode_value(local))
         self._write(batch)
         for name, (puts, deletes) in cut.queues.items():
@@ -371,7 +379,7 @@ class DiskState:
         self,
         changes: dict[bytes, bytes | None] | None = None,
         position: int | None = None,
-        sealed: tuple[int, int] | None = None,
+        sealed: Sequence[Any] | None = None,
         carried: Sequence[bytes] = (),
         whole: bool = False,
     ) -> None:
@@ -437,7 +445,7 @@ class DiskState:
     def settle(
         self,
         position: int | None,
-        sealed: tuple[int, int] | None,
+        sealed: Sequence[Any] | None,
         carried: Sequence[bytes] = (),
         whole: bool = False,
     ) -> None:

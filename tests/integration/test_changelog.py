@@ -256,11 +256,15 @@ def test_a_changelog_created_again_gets_the_whole_store_through_crashes(
         admin.delete_topics(made)
 
 
-def _ahead_of_an_open_transaction(changelog, bootstrap: str, tmp_path, name: str):
+def _ahead_of_an_open_transaction(
+    changelog, bootstrap: str, tmp_path, name: str, committed_first: bool = False
+):
     """A disk store (restored through ``_restoring``) one checkpoint past the changelog's last
-    stable offset: that checkpoint's records are in a transaction left open. The store's
-    state is closed; returns the helper's ``config`` and ``restored``, the changelog's state
-    before the transaction, the store's with it, and the transactional producer."""
+    stable offset: that checkpoint's records are in a transaction left open, written by the
+    worker that restored the store (its lineage), after one it committed if
+    ``committed_first``. The store's state is closed; returns the helper's ``config`` and
+    ``restored``, the changelog's state before the transaction, the store's with it, and the
+    transactional producer."""
     from confluent_kafka import Producer
     from streameval.app.join_stage import JoinStage
 
@@ -268,14 +272,17 @@ def _ahead_of_an_open_transaction(changelog, bootstrap: str, tmp_path, name: str
     stage = JoinStage(0, config, [])
     _events(stage, 0, 40, 10)
     checkpoint(stage, changelog())
+    open_log = changelog()
+    ahead = restored(open_log)
+    if committed_first:
+        _events(ahead, 40, 20, 5)
+        checkpoint(ahead, open_log)
     before = _kept(changelog().read(0)[0].items())
-    ahead = restored(changelog())
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": name})
     producer.init_transactions(30)
     producer.begin_transaction()
-    open_log = changelog()
     open_log.producer, open_log.transactional = producer, True
-    _events(ahead, 40, 20, 5)
+    _events(ahead, 60, 20, 5)
     checkpoint(ahead, open_log)  # written, acknowledged, never committed
     assert ahead.join.state.position > changelog().read(0)[2]
     held = _kept(ahead.join.state.items())
@@ -380,26 +387,102 @@ def test_an_assignment_waits_out_a_hanging_transaction_and_says_how_to_end_it(
         consumer.close()
 
 
+@pytest.mark.parametrize("committed_first", [False, True])
 def test_after_a_hanging_transaction_is_aborted_the_store_is_rebuilt_from_the_changelog(
-    changelog, kafka_bootstrap, tmp_path
+    changelog, kafka_bootstrap, tmp_path, caplog, committed_first
 ):
     """The store took a checkpoint whose transaction the broker accepted and then left
     hanging; an administrator aborts it. The store now holds a checkpoint the changelog does
     not (read on from its position, it would keep it, and the inputs, whose committed
-    offsets the abort took back too, would be counted again): restored with ``rebuild``, it
-    is the changelog's state."""
+    offsets the abort took back too, would be counted again). The worker that waited
+    rebuilds it (``rebuild``); any other restore of it sees that the changelog's latest seal
+    does not descend from the store's checkpoint, and rebuilds it too — also when that
+    latest seal is a checkpoint of the same worker's lineage (``committed_first``), only
+    an earlier one."""
     from streameval.app.checkpoint import restore_join
     from streameval.app.settings import WorkerSettings
 
     config, restored, before, held, producer = _ahead_of_an_open_transaction(
-        changelog, kafka_bootstrap, tmp_path, f"abort-{tmp_path.name}"
+        changelog, kafka_bootstrap, tmp_path, f"abort-{tmp_path.name}", committed_first
     )
     producer.abort_transaction(30)  # the administrator's abort
+    assert held != before
 
-    kept = restored(changelog())  # read on from the store's position: the aborted one stays
-    assert _kept(kept.join.state.items()) == held != before
-    kept.join.state.close()
+    with caplog.at_level("WARNING", logger="streameval.worker"):
+        back = restored(changelog())  # a restart on the same disk
+    assert "which is not in the changelog's history" in caplog.text
+    assert _kept(back.join.state.items()) == before
+    back.join.state.close()
     settings = WorkerSettings(state_dir=tmp_path, app_id="carry")
     rebuilt = restore_join(changelog(), 0, settings, config, [], "legacy", None, rebuild=True)
     assert _kept(rebuilt.join.state.items()) == before
     rebuilt.join.state.close()
+
+
+def test_a_store_whose_checkpoint_was_aborted_is_rebuilt_after_others_went_on(
+    changelog, kafka_bootstrap, tmp_path, caplog
+):
+    """After the abort, another worker took the partition, restored it from the changelog
+    (the checkpoint before the aborted one, of the same lineage) and checkpointed twice,
+    reusing the aborted checkpoint's number. The store that held the aborted checkpoint
+    comes back: what it would read on from its position is the other worker's changes only,
+    over its own state that has the aborted checkpoint's changes — it is rebuilt instead,
+    and holds the other worker's state."""
+    _, restored, before, held, producer = _ahead_of_an_open_transaction(
+        changelog, kafka_bootstrap, tmp_path, f"abort-{tmp_path.name}", committed_first=True
+    )
+    producer.abort_transaction(30)
+    _, elsewhere, checkpoint = _restoring(changelog, tmp_path / "other")
+    writer = changelog()
+    other = elsewhere(writer)
+    assert _kept(other.join.state.items()) == before
+    for first in (100, 120):
+        _events(other, first, 20, 5)
+        checkpoint(other, writer)
+    assert writer.sealed(0).number == 4  # 3 (the aborted one's) and 4
+    expected = _kept(other.join.state.items())
+    other.join.state.close()
+
+    with caplog.at_level("WARNING", logger="streameval.worker"):
+        back = restored(changelog())
+    assert "which is not in the changelog's history" in caplog.text
+    assert _kept(back.join.state.items()) == expected != held
+    back.join.state.close()
+
+
+def test_a_store_behind_the_changelog_reads_on_from_its_position(changelog, tmp_path, caplog):
+    """What the check above must not take for an aborted checkpoint: a store one checkpoint
+    behind its own worker's (it died after Kafka had the checkpoint, before the store's
+    batch), and one whose partition another worker restored from the store's checkpoint and
+    went on from. Both read on from their position; nothing is rebuilt."""
+    from streameval.app.join_stage import JoinStage
+
+    config, restored, checkpoint = _restoring(changelog, tmp_path / "a")
+    stage = JoinStage(0, config, [])
+    writer = changelog()
+    _events(stage, 0, 40, 10)
+    checkpoint(stage, writer)
+    writer = changelog()
+    ahead = restored(writer)  # the store, at the changelog's latest checkpoint
+    _events(ahead, 40, 20, 5)
+    checkpoint(ahead, writer)
+    _events(ahead, 60, 20, 5)
+    _written(writer, ahead.cut().changes, 0)  # in Kafka; the worker dies before the store's
+    ahead.join.state.close()
+
+    with caplog.at_level("WARNING", logger="streameval.worker"):
+        back = restored(changelog())  # behind its own lineage's latest checkpoint
+        assert _kept(back.join.state.items()) == _kept(changelog().read(0)[0].items())
+        back.join.state.close()
+        _, elsewhere, other_checkpoint = _restoring(changelog, tmp_path / "b")
+        writer = changelog()
+        other = elsewhere(writer)  # another worker, from the store's checkpoint on
+        for first in (80, 100):
+            _events(other, first, 20, 5)
+            other_checkpoint(other, writer)
+        expected = _kept(other.join.state.items())
+        other.join.state.close()
+        again = restored(changelog())
+    assert "rebuilding" not in caplog.text
+    assert _kept(again.join.state.items()) == expected
+    again.join.state.close()

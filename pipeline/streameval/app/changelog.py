@@ -14,6 +14,8 @@ state: a checkpoint costs what changed since the last one.
 from __future__ import annotations
 
 import functools
+import secrets
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +26,11 @@ from .changelog_format import (
     READABLE_VERSIONS,
     SEAL,
     Restorer,
+    Sealed,
     checkpoint_records,
     decode_record,
     intent_number,
+    rooted,
 )
 from .output import failed_transaction
 from .transactions import TransactionAborted
@@ -47,8 +51,11 @@ class ChangelogError(RuntimeError):
 class _Partition:
     sealed: int = 0  # the latest checkpoint number known to be sealed
     chunks: int = 0  # its intent chunks
+    sealed_lineage: str | None = None  # its lineage
+    lineage: str | None = None  # of the checkpoints this worker writes (None: not named yet)
+    roots: list[list[Any]] = field(default_factory=list)  # what they continue from
     carry: dict[bytes, bytes | None] = field(default_factory=dict)
-    writing: tuple[int, int] | None = None  # (number, chunks) written, not yet acknowledged
+    writing: Sealed | None = None  # written, not yet acknowledged
     failed: str | None = None  # the first delivery error of the checkpoint being written
     gone: bool = False  # ... says the topic or partition does not exist
     end: int = 0  # the offset after the latest record acknowledged
@@ -114,13 +121,17 @@ class Changelog:
         if part.carry:
             changes = {**part.carry, **changes}
         number = part.sealed + 1
-        seal: dict[str, Any] = {"v": CHECKPOINT_VERSION}
+        if part.lineage is None:  # the first checkpoint since a restore
+            part.lineage = secrets.token_hex(8)
+        seal: dict[str, Any] = {"v": CHECKPOINT_VERSION, "lineage": part.lineage}
+        if part.roots:
+            seal["roots"] = part.roots
         if part.summary is not None:
             seal["summary"] = part.summary
         records, chunks = checkpoint_records(
             number, changes, part.chunks, seal, intent=not self.transactional
         )
-        part.writing, part.failed, part.gone = (number, chunks), None, False
+        part.writing, part.failed, part.gone = Sealed(number, chunks, part.lineage), None, False
         missing = _missing_codes()
         known_end = part.end
 
@@ -198,15 +209,18 @@ class Changelog:
             if part.gone:
                 raise self.gone(partition, part.failed)
             return part.failed
-        part.sealed, part.chunks = part.writing
+        part.sealed, part.chunks, part.sealed_lineage = part.writing
         part.writing = None
         part.carry = {}
         return None
 
-    def sealed(self, partition: int) -> tuple[int, int] | None:
-        """Number and intent chunks of the partition's latest checkpoint (None: none)."""
+    def sealed(self, partition: int) -> Sealed | None:
+        """Number, intent chunks and lineage of the partition's latest checkpoint (None:
+        none)."""
         part = self._partitions.get(partition)
-        return (part.sealed, part.chunks) if part is not None and part.sealed else None
+        if part is None or not part.sealed:
+            return None
+        return Sealed(part.sealed, part.chunks, part.sealed_lineage)
 
     def position(self, partition: int) -> int:
         """The offset after the latest checkpoint record of ``partition`` acknowledged."""
@@ -229,7 +243,8 @@ class Changelog:
         lost what it held."""
         part = self._partitions.setdefault(partition, _Partition())
         part.carry.update(items)
-        part.sealed, part.chunks, part.end = 0, 0, 0
+        part.sealed, part.chunks, part.end, part.sealed_lineage = 0, 0, 0, None
+        part.lineage, part.roots = None, []
 
     def forget(self, partition: int) -> None:
         """The partition moved away."""
@@ -309,8 +324,11 @@ class Changelog:
         part = self._partitions.setdefault(partition, _Partition())
         part.end = position
         part.seal = seal
+        part.lineage, part.roots = None, []  # a restore: what it writes is a lineage of its own
         if seal is not None:
             part.sealed, part.chunks = seal["n"], seal["chunks"]
+            part.sealed_lineage = seal.get("lineage")
+            part.roots = rooted(seal, time.time())
             part.carry = dict(restorer.carry)
         return changes, seal is not None, position
 
@@ -321,8 +339,6 @@ class Changelog:
         not past :attr:`wait_until`) — or ``high`` if the partition really ends before
         ``start`` (the topic was deleted and created again), or if the transaction is still
         open then (:meth:`hanging` says so)."""
-        import time
-
         from confluent_kafka import Consumer
 
         uncommitted = {"isolation.level": "read_uncommitted"}
@@ -419,11 +435,18 @@ class Changelog:
             if own:
                 reader.close()
 
-    def resume(self, partition: int, sealed: int, chunks: int, end: int) -> None:
-        """The partition's latest checkpoint is known without reading it (a disk store that
-        is up to date with the changelog)."""
+    def resume(
+        self, partition: int, sealed: Sealed, end: int, seal: dict[str, Any] | None = None
+    ) -> None:
+        """The partition's latest checkpoint is known without reading it: ``sealed``, the
+        one a disk store that is up to date with the changelog holds, whose seal is ``seal``
+        (if it was read: what its roots come from)."""
         part = self._partitions.setdefault(partition, _Partition())
-        part.sealed, part.chunks, part.end = sealed, chunks, end
+        part.sealed, part.chunks, part.sealed_lineage = sealed
+        part.end, part.lineage = end, None
+        if seal is None:
+            seal = {"n": sealed.number, "lineage": sealed.lineage}
+        part.roots = rooted(seal, time.time())
 
 
 @functools.cache

@@ -21,6 +21,14 @@ Under exactly-once the records of a checkpoint are written in the worker's Kafka
 which read_committed readers see whole or not at all: no crash can leave a checkpoint sealed
 and half materialized, so there is no intent (step 1; the seal says 0 chunks) and every change
 is written once instead of twice.
+
+A seal also says whose checkpoint it is (:class:`Sealed`): its writer's *lineage* — a random
+name each restore gives the checkpoints it writes next — and the checkpoints that restores
+continued from (its *roots*, :func:`rooted`). A disk store remembers the lineage and number of
+the checkpoint it holds, and :func:`descends` tells from the latest seal alone whether that
+checkpoint is still part of the partition's history, or was taken back (an aborted
+transaction) and written over by others. Compaction keeps only the latest seal, so the seal
+carries what the check needs.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -37,13 +45,18 @@ __all__ = [
     "CHUNK_BYTES",
     "INTENT",
     "READABLE_VERSIONS",
+    "ROOTS_KEEP_S",
+    "ROOTS_MAX",
     "SEAL",
     "STATE",
     "Restorer",
+    "Sealed",
     "checkpoint_records",
     "decode_record",
+    "descends",
     "intent_number",
     "live",
+    "rooted",
 ]
 
 #: The changelog format; a worker refuses a changelog of another version. Version 2 seals say
@@ -64,6 +77,76 @@ _NUMBERS = struct.Struct(">QI")
 _encode = msgspec.msgpack.Encoder().encode
 #: a seal's value, an intent chunk's pairs
 decode_record = msgspec.msgpack.Decoder().decode
+
+
+#: How long (s of wall time) a seal keeps a root: longer than a disk store is trusted for
+#: (``STORE_MAX_AGE_S``, 6 days, in streameval.app.checkpoint; a store is written after its
+#: checkpoint, and a restore from that checkpoint comes later still), with a day for the clocks
+#: of the machines the workers run on.
+ROOTS_KEEP_S = 7 * 86_400
+#: At most this many roots, one per lineage, the latest kept: a store whose root was dropped is
+#: rebuilt from the changelog — slower, never wrong.
+ROOTS_MAX = 256
+
+
+class Sealed(NamedTuple):
+    """A checkpoint of a changelog partition, as a disk store records the one it holds."""
+
+    number: int
+    chunks: int  # its intent chunks
+    lineage: str | None = None  # whose (None: a release before lineages, or none yet)
+
+
+def rooted(seal: dict[str, Any], now: float) -> list[list[Any]]:
+    """The roots of the checkpoints a restore from ``seal`` writes: the seal's own roots of
+    the last :data:`ROOTS_KEEP_S`, and the seal's checkpoint; one per lineage (its latest
+    checkpoint: the earlier ones of a lineage are in its history anyway), each ``[number,
+    lineage, when]``, at most :data:`ROOTS_MAX`.
+
+    >>> rooted({"n": 5, "lineage": "b", "roots": [[3, "a", 0], [2, "z", -10**7]]}, 10)
+    [[3, 'a', 0], [5, 'b', 10]]
+    >>> rooted({"n": 7, "lineage": "b", "roots": [[5, "b", 10]]}, 20)  # b restored again
+    [[7, 'b', 20]]
+    >>> rooted({"n": 4, "v": 4}, 0)  # a seal of a release before lineages: nothing to root
+    []
+    """
+    roots = {  # (indexed, not unpacked: a later release may add to a root)
+        root[1]: [root[0], root[1], root[2]]
+        for root in seal.get("roots", ())
+        if now - root[2] <= ROOTS_KEEP_S
+    }
+    lineage = seal.get("lineage")
+    if lineage is not None:
+        roots.pop(lineage, None)  # keeps the order: the latest root last
+        roots[lineage] = [seal["n"], lineage, int(now)]
+    return list(roots.values())[-ROOTS_MAX:]
+
+
+def descends(seal: dict[str, Any] | None, held: Sealed) -> bool:
+    """Whether the checkpoint of ``seal`` (a partition's latest; None: it has none) continues
+    ``held``, the checkpoint a disk store holds: it is ``held`` or a later one of its lineage,
+    or one written after a restore from a checkpoint of that lineage at least as late. If not,
+    ``held`` is not in the partition's history (its transaction was aborted), and the store
+    must be rebuilt from the changelog. A seal or a store of a release before lineages tells
+    nothing: True.
+
+    >>> seal = {"n": 9, "lineage": "c", "roots": [[4, "a", 0], [7, "b", 0]]}
+    >>> [descends(seal, Sealed(n, 0, lineage)) for n, lineage in [(9, "c"), (8, "c"), (7, "b")]]
+    [True, True, True]
+    >>> [descends(seal, Sealed(n, 0, lineage)) for n, lineage in [(10, "c"), (5, "a"), (1, "d")]]
+    [False, False, False]
+    >>> descends(None, Sealed(1, 0, "a")), descends({"n": 3}, Sealed(5, 0, "a"))
+    (False, True)
+    """
+    if held.lineage is None:
+        return True
+    if seal is None:
+        return False
+    if "lineage" not in seal:
+        return True
+    if seal["lineage"] == held.lineage:
+        return seal["n"] >= held.number
+    return any(root[1] == held.lineage and root[0] >= held.number for root in seal.get("roots", ()))
 
 
 def intent_number(key: bytes) -> tuple[int, int]:

@@ -49,7 +49,7 @@ from streameval.core.pending import queue_entries
 from streameval.store import DiskState, StoreError
 
 from .changelog import Changelog, ChangelogError, watermarks
-from .changelog_format import live
+from .changelog_format import Sealed, descends, live
 from .eval_stage import EvalStage
 from .evolve import Refused, join_shape
 from .join_stage import SLICE_EVENTS, JoinStage
@@ -644,6 +644,25 @@ def _restore_join(
         DiskState.wipe(state.path)
         return _restore_join(changelog, q, settings, config, inputs, fingerprint, lag)
     whole = recreated or state.carries_all
+    held = Sealed(*state.sealed) if state.sealed is not None else None
+    latest = None  # the partition's latest seal, when the store's check reads it
+    if not whole and held is not None and held.lineage is not None:
+        latest = changelog.seal(q) if sealed else changelog.latest(q)[0]
+        if not descends(latest, held):
+            # the store holds a checkpoint that is not in the changelog's history: its
+            # transaction was aborted (a hanging one, by an administrator), and the partition
+            # may have gone on from the one before it since
+            log.warning(
+                "join %d: the store at %s holds checkpoint %d, which is not in the changelog's "
+                "history (most likely a transaction that held it was aborted); rebuilding the "
+                "store from the changelog",
+                q,
+                state.path,
+                held.number,
+            )
+            state.close()
+            DiskState.wipe(state.path)
+            return _restore_join(changelog, q, settings, config, inputs, fingerprint, lag)
     if whole:
         log.warning(
             "join %d: %s; writing the whole store into it",
@@ -655,14 +674,14 @@ def _restore_join(
             "written the whole store into it yet",
         )
         changelog.carry_all(q, state.items())
-        if state.sealed is not None:  # numbers go on from the store's (no seal is here yet)
-            changelog.resume(q, *state.sealed, end)
+        if held is not None:  # numbers go on from the store's (no seal is here yet); no
+            changelog.resume(q, held, end, {})  # root: the old changelog's are not this one's
     else:
         if state.carried:  # found by an earlier restore, and no checkpoint since
             keys = [k for k in state.carried if k not in changelog.carried(q)]
             changelog.carry(q, dict(zip(keys, state.get_many(keys), strict=True)))
-        if not sealed and state.sealed is not None:  # the store is at the latest checkpoint
-            changelog.resume(q, *state.sealed, end)
+        if not sealed and held is not None:  # the store is at the latest checkpoint
+            changelog.resume(q, held, end, latest)
     state.settle(end, changelog.sealed(q), [] if whole else list(changelog.carried(q)), whole)
     scalars = state.scalars()
     # one line per partition, a new one included: what a restart found is in the log
