@@ -263,6 +263,8 @@ def test_a_store_records_its_checkpoint_s_lineage_where_an_earlier_release_does_
     assert state._local()["sealed"] == [3, 0]
     _stamp(state, sealed=[4, 1])  # an earlier release wrote a checkpoint since: it has none
     assert state.sealed == (4, 1, None)
+    _stamp(state, sealed=[5, 0], lineage="not a pair")  # whatever it is, not this one's
+    assert state.sealed == (5, 0, None)
     from streameval.core.state import encode_value
     from streameval.store import _LOCAL
 

@@ -163,9 +163,10 @@ class DiskState:
         value = local.get("sealed")  # [number, chunks], as a release before lineages reads it
         if not value:
             return None
-        # [number, lineage]: a release before lineages that wrote since left it behind
-        number, lineage = local.get("lineage") or (None, None)
-        return (*value, lineage if number == value[0] else None)
+        # [number, lineage]; of another checkpoint when a release before lineages wrote since
+        pair = local.get("lineage")
+        mine = isinstance(pair, list) and len(pair) >= 2 and pair[0] == value[0]
+        return (value[0], value[1], pair[1] if mine else None)
 
     @property
     def carried(self) -> list[bytes]:

@@ -110,10 +110,8 @@ def rooted(seal: dict[str, Any], now: float) -> list[list[Any]]:
     >>> rooted({"n": 4, "v": 4}, 0)  # a seal of a release before lineages: nothing to root
     []
     """
-    roots = {  # (indexed, not unpacked: a later release may add to a root)
-        root[1]: [root[0], root[1], root[2]]
-        for root in seal.get("roots", ())
-        if now - root[2] <= ROOTS_KEEP_S
+    roots = {  # (indexed, not unpacked: a later release may add to a root, kept as it is)
+        root[1]: list(root) for root in seal.get("roots", ()) if now - root[2] <= ROOTS_KEEP_S
     }
     lineage = seal.get("lineage")
     if lineage is not None:

@@ -681,7 +681,9 @@ def _restore_join(
             keys = [k for k in state.carried if k not in changelog.carried(q)]
             changelog.carry(q, dict(zip(keys, state.get_many(keys), strict=True)))
         if not sealed and held is not None:  # the store is at the latest checkpoint
-            changelog.resume(q, held, end, latest)
+            own = latest is not None and latest["n"] == held.number
+            own = own and latest.get("lineage") == held.lineage
+            changelog.resume(q, held, end, latest if own else None)  # (its roots, if read)
     state.settle(end, changelog.sealed(q), [] if whole else list(changelog.carried(q)), whole)
     scalars = state.scalars()
     # one line per partition, a new one included: what a restart found is in the log
