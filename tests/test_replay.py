@@ -119,6 +119,22 @@ def test_output_does_not_depend_on_how_events_are_chunked(sample_output, monkeyp
     assert _replay_bytes()[0] == sample_output[0]
 
 
+def test_label_maturity_does_not_depend_on_the_positive_label():
+    """A model numbers its classes with its ``positive_label`` first, so the setting changes
+    the order of its label-delay histograms' rows; label maturity, which no model setting
+    shapes, must stay the same bits (before Kruskal-Wallis's H summed order-free, 25 of
+    these 111 records differed in H's last digits)."""
+    from tests.streaming import COSTS, make_config, make_stream, replay_finals
+
+    stream = make_stream()
+    plain = {"champion": {"costs": COSTS}}
+    positive = {m: {"positive_label": "no"} for m in ("challenger", "baseline")}
+    without = replay_finals(stream, make_config(models=plain))["maturity"]
+    given = replay_finals(stream, make_config(models=plain | positive))["maturity"]
+    assert len(without) == 111
+    assert given == without
+
+
 def test_engine_state_round_trip_continues_exactly(sample_output):
     events = [decode_event(line) for line in SAMPLE.read_bytes().splitlines()[4100:9000]
               if b"feedback" not in line]  # fmt: skip

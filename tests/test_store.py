@@ -256,6 +256,8 @@ def test_a_store_records_its_checkpoint_s_lineage_where_an_earlier_release_does_
     stay where a release before lineages reads them, and a store that release wrote has no
     lineage (so no check of it: streameval.app.changelog_format.descends)."""
     from streameval.app.changelog_format import Sealed, descends
+    from streameval.core.state import encode_value
+    from streameval.store import _LOCAL
 
     state = DiskState(tmp_path / "s", fingerprint="rules-a")
     state.commit({}, position=7, sealed=Sealed(3, 0, "a1"))
@@ -265,9 +267,6 @@ def test_a_store_records_its_checkpoint_s_lineage_where_an_earlier_release_does_
     assert state.sealed == (4, 1, None)
     _stamp(state, sealed=[5, 0], lineage="not a pair")  # whatever it is, not this one's
     assert state.sealed == (5, 0, None)
-    from streameval.core.state import encode_value
-    from streameval.store import _LOCAL
-
     local = {**state._local(), "sealed": [4, 1]}
     del local["lineage"]  # as a release before lineages left it
     state.db[_LOCAL] = encode_value(local)
