@@ -153,3 +153,18 @@ def test_a_refused_kafka_setting_never_shows_a_password(tmp_path):
     assert code == 2
     assert "isolation.level" in output and "<hidden>" in output
     assert "hunter2-secret" not in output
+
+
+def test_the_group_s_timing_is_set_in_one_place_and_checked_at_start_up(tmp_path):
+    code, output = _worker(
+        tmp_path, "[worker]\nsession_timeout_ms = 60000\nmax_poll_interval_ms = 30000\n"
+    )
+    assert code == 2 and "max_poll_interval_ms" in output
+    assert "below session_timeout_ms (60000)" in output
+    for key, setting in [
+        ("max.poll.interval.ms", "max_poll_interval_ms"),
+        ("session.timeout.ms", "session_timeout_ms"),
+    ]:
+        code, output = _worker(tmp_path, f'[worker.kafka]\n"{key}" = "600000"\n')
+        assert code == 2 and f"'{key}' is the worker setting {setting}" in output
+        assert f"STREAMEVAL_{setting.upper()}" in output

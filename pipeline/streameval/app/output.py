@@ -15,6 +15,7 @@ from streameval.topics import Topics, create_topics, load_topics
 from .settings import WorkerSettings
 
 __all__ = [
+    "MAX_POLL_EXCEEDED",
     "KafkaErrors",
     "KafkaRefused",
     "NoAnswer",
@@ -41,6 +42,17 @@ class KafkaRefused(RuntimeError):
     cluster's topics, must change (the message says which)."""
 
 
+#: What the worker says when librdkafka has left the group because the worker did not read
+#: for ``max_poll_interval_ms``.
+MAX_POLL_EXCEEDED = (
+    "Kafka: %s. The group went on without this worker: it did not read for longer than "
+    "max_poll_interval_ms, most likely restoring the partitions a rebalance gave it. It "
+    "joins again at its next read and restores again, and its partitions moved meanwhile. "
+    "Raise STREAMEVAL_MAX_POLL_INTERVAL_MS (max_poll_interval_ms in [worker]) above the "
+    "longest restore (the worker logs each assignment's time: 'ready in … s')"
+)
+
+
 class KafkaErrors:
     """librdkafka's error callback: it retries by itself, so each kind is said once a minute.
     It also keeps whether the cluster answers (:attr:`reachable`): not once every broker
@@ -64,7 +76,10 @@ class KafkaErrors:
         now = time.monotonic()
         if now - self._said.get(key, -1e9) >= 60:
             self._said[key] = now
-            log.warning("Kafka: %s (librdkafka retries by itself)", err)
+            if code == KafkaError._MAX_POLL_EXCEEDED:
+                log.error(MAX_POLL_EXCEEDED, err)
+            else:
+                log.warning("Kafka: %s (librdkafka retries by itself)", err)
 
     def brokers(self, stats: dict[str, Any]) -> None:
         """librdkafka's statistics (every few seconds): whether any broker is up."""
@@ -237,6 +252,9 @@ def consumer_config(
         "fetch.wait.max.ms": 20,
         "queued.max.messages.kbytes": 16_384,  # prefetch per partition: bounds memory
         "session.timeout.ms": settings.session_timeout_ms,
+        # a rebalance restores in its callback, which librdkafka counts as time between two
+        # reads when the read that serves it does not wait (a busy loop's): Rebalancing._assign
+        "max.poll.interval.ms": settings.max_poll_interval_ms,
         "heartbeat.interval.ms": min(500, settings.session_timeout_ms // 5),  # rebalances seen soon
         "statistics.interval.ms": 5_000,
         "stats_cb": on_stats,

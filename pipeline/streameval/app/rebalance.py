@@ -137,13 +137,24 @@ class Rebalancing:
         joins = [tp for tp in partitions if tp.topic == t.events]
         if joins:
             consumer.resume(joins)
+        took = time.monotonic() - started
         log.info(
             "assigned: %d input partitions, join %s, evaluation %s (ready in %.2f s)",
             len(inputs),
             sorted(self.joins),
             sorted(self.evals),
-            time.monotonic() - started,
+            took,
         )
+        limit = self.settings.max_poll_interval_ms / 1000.0
+        if took > limit / 2:
+            log.warning(
+                "this assignment took %.0f s, over half of max_poll_interval_ms (%.0f s): "
+                "the group goes on without a worker whose assignment takes longer, and "
+                "gives its partitions to others, who restore them again. Raise "
+                "STREAMEVAL_MAX_POLL_INTERVAL_MS above the longest restore",
+                took,
+                limit,
+            )
         self.ready.set()
 
     def _await_stable(self, consumer: Any, partitions: list[Any]) -> None:

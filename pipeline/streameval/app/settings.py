@@ -44,7 +44,14 @@ from streameval.series import (
     Selection,
 )
 
-__all__ = ["SettingsError", "WorkerSettings", "load_settings"]
+__all__ = ["KAFKA_SETTINGS", "SettingsError", "WorkerSettings", "load_settings"]
+
+#: librdkafka's consumer settings that are worker settings (the group's timing): one place to
+#: set each, refused in ``kafka``
+KAFKA_SETTINGS = {
+    "session.timeout.ms": "session_timeout_ms",
+    "max.poll.interval.ms": "max_poll_interval_ms",
+}
 
 
 class SettingsError(ConfigError):
@@ -114,6 +121,15 @@ class WorkerSettings(BaseSettings):
     )
     session_timeout_ms: int = Field(
         10_000, ge=1_000, description="how soon the group notices a dead worker"
+    )
+    max_poll_interval_ms: int = Field(
+        1_800_000,
+        ge=1_000,
+        le=86_400_000,
+        description="the longest the worker may go between two reads of Kafka, a "
+        "rebalance's restore included, before the group goes on without it (and the longest "
+        "a rebalance waits for a worker still restoring): keep it above the longest restore "
+        "of the partitions a worker may take over from the changelog",
     )
     processing_guarantee: Literal["exactly_once", "at_least_once"] = Field(
         "exactly_once",
@@ -245,6 +261,17 @@ class WorkerSettings(BaseSettings):
             )
         return value
 
+    @field_validator("max_poll_interval_ms")
+    @classmethod
+    def _poll_within_session(cls, value: int, info: ValidationInfo) -> int:
+        session = info.data.get("session_timeout_ms")
+        if session is not None and value < session:
+            raise ValueError(
+                f"below session_timeout_ms ({session}), which Kafka's client does not allow; "
+                "raise it, or lower session_timeout_ms"
+            )
+        return value
+
     @field_validator("changelog_configs")
     @classmethod
     def _strings(cls, value: dict[str, str]) -> dict[str, str]:
@@ -263,6 +290,13 @@ class WorkerSettings(BaseSettings):
         clash = sorted(owned & set(value))
         if clash:
             raise ValueError(f"{clash[0]!r} is set by the worker itself; remove it")
+        named = sorted(set(value) & set(KAFKA_SETTINGS))
+        if named:
+            setting = KAFKA_SETTINGS[named[0]]
+            raise ValueError(
+                f"{named[0]!r} is the worker setting {setting}: set that instead "
+                f"(STREAMEVAL_{setting.upper()}, or {setting} in [worker])"
+            )
         return {k: str(v) for k, v in value.items()}
 
     @classmethod

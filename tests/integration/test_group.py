@@ -1,0 +1,91 @@
+"""The worker's consumer in its group, on a real broker: a rebalance's restore, which runs in
+the assignment callback, against ``max_poll_interval_ms``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+import pytest
+from streameval.app.output import KafkaErrors, consumer_config
+from streameval.app.settings import WorkerSettings
+
+#: how long the busy member's second assignment takes (a restore from the changelog)
+RESTORE_S = 9.0
+
+
+def _member(bootstrap: str, group: str, max_poll_ms: int, errors: KafkaErrors) -> object:
+    from confluent_kafka import Consumer
+
+    settings = WorkerSettings(
+        app_id=group, session_timeout_ms=6000, max_poll_interval_ms=max_poll_ms
+    )
+    config = consumer_config({"bootstrap.servers": bootstrap}, settings, errors, lambda _: None)
+    return Consumer(config)
+
+
+@pytest.mark.parametrize(("max_poll_ms", "kept"), [(7_000, False), (30_000, True)])
+def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_interval(
+    kafka_bootstrap, caplog, max_poll_ms, kept
+):
+    """A worker with a join behind reads without waiting; librdkafka then counts the time of a
+    rebalance's callback, where the worker restores, as time without a read. Longer than
+    ``max_poll_interval_ms`` and the group goes on without it: its partitions move, and come
+    back only after yet another rebalance (each a restore). Within it, it keeps them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"group-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+    events: list[tuple[str, float, list[int]]] = []
+    assigned = threading.Event()
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def on_assign(consumer, partitions):
+        assignments = sum(1 for kind, *_ in events if kind == "assign")
+        events.append(("assign", time.monotonic() - t0, sorted(p.partition for p in partitions)))
+        assigned.set()
+        if assignments == 1:  # the rebalance that the second member sets off: a restore
+            time.sleep(RESTORE_S)
+
+    def on_lost(consumer, partitions):
+        events.append(("lost", time.monotonic() - t0, sorted(p.partition for p in partitions)))
+
+    errors = KafkaErrors()
+
+    def busy() -> None:
+        member = _member(kafka_bootstrap, topic, max_poll_ms, errors)
+        member.subscribe([topic], on_assign=on_assign, on_lost=on_lost)
+        try:
+            while not stop.is_set():
+                for message in member.consume(100, 0):  # the busy worker's read: no wait
+                    if message.error() is not None:
+                        errors(message.error())
+                time.sleep(0.005)
+        finally:
+            member.close()
+
+    thread = threading.Thread(target=busy, daemon=True)
+    caplog.set_level(logging.ERROR, logger="streameval")
+    thread.start()
+    try:
+        assert assigned.wait(30), "the first member was never assigned"
+        other = _member(kafka_bootstrap, topic, 30_000, KafkaErrors())
+        other.subscribe([topic])
+        until = time.monotonic() + RESTORE_S + 12  # the restore, then a session timeout
+        while time.monotonic() < until:
+            other.consume(100, 0.05)
+        other.close()
+    finally:
+        stop.set()
+        thread.join(30)
+    lost = [e for e in events if e[0] == "lost"]
+    said = [r.getMessage() for r in caplog.records if "max_poll_interval_ms" in r.getMessage()]
+    if kept:
+        assert not lost and not said, (events, said)
+    else:  # the hazard is real with the worker's consumer: the test can see it
+        assert lost, events
+        assert said and "STREAMEVAL_MAX_POLL_INTERVAL_MS" in said[0]
