@@ -12,6 +12,8 @@ import pytest
 from streameval.app.output import KafkaErrors, consumer_config
 from streameval.app.settings import WorkerSettings
 
+from tests.test_mistakes import _run
+
 #: how long the busy member's second assignment takes (a restore from the changelog)
 RESTORE_S = 9.0
 
@@ -89,3 +91,24 @@ def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_in
     else:  # the hazard is real with the worker's consumer: the test can see it
         assert lost, events
         assert said and "STREAMEVAL_MAX_POLL_INTERVAL_MS" in said[0]
+
+
+def test_a_session_timeout_the_brokers_refuse_stops_the_worker_saying_so(kafka_bootstrap, tmp_path):
+    """Below the brokers' group.min.session.timeout.ms the group never takes the worker in:
+    librdkafka retries its JoinGroup forever, and a worker would wait with nothing to do."""
+    app = f"refused-{uuid.uuid4().hex[:8]}"
+    code, output = _run(
+        "worker",
+        "--bootstrap",
+        kafka_bootstrap,
+        env={
+            "STREAMEVAL_SESSION_TIMEOUT_MS": "3000",
+            "STREAMEVAL_APP_ID": app,
+            "STREAMEVAL_TOPIC_PREFIX": f"{app}-",
+            "STREAMEVAL_STATE_DIR": str(tmp_path),
+            "STREAMEVAL_METRICS_PORT": "0",
+        },
+    )
+    assert code == 1, output
+    assert "Kafka refused the worker's session_timeout_ms" in output
+    assert "group.min.session.timeout.ms" in output and "STREAMEVAL_SESSION_TIMEOUT_MS" in output

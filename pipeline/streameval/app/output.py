@@ -16,6 +16,7 @@ from .settings import WorkerSettings
 
 __all__ = [
     "MAX_POLL_EXCEEDED",
+    "SESSION_REFUSED",
     "KafkaErrors",
     "KafkaRefused",
     "NoAnswer",
@@ -52,17 +53,28 @@ MAX_POLL_EXCEEDED = (
     "longest restore (the worker logs each assignment's time: 'ready in … s')"
 )
 
+#: What the worker says, and stops, when the group coordinator refuses its session timeout.
+SESSION_REFUSED = (
+    "Kafka refused the worker's session_timeout_ms (%s): the brokers accept from their "
+    "group.min.session.timeout.ms (6 s by default) to group.max.session.timeout.ms (30 "
+    "minutes by default). Set STREAMEVAL_SESSION_TIMEOUT_MS (session_timeout_ms in [worker]) "
+    "within them"
+)
+
 
 class KafkaErrors:
     """librdkafka's error callback: it retries by itself, so each kind is said once a minute.
     It also keeps whether the cluster answers (:attr:`reachable`): not once every broker
     connection is down, again once librdkafka's statistics show a broker up; and the first
-    refusal no retry can cure (:attr:`refused`: credentials or the broker's certificate)."""
+    refusal no retry can cure (:attr:`refused`: credentials or the broker's certificate), and
+    whether the group refuses the worker's settings (:attr:`group_refused`)."""
 
     def __init__(self) -> None:
         self._said: dict[str, float] = {}
         self.reachable = True
         self.refused: str | None = None
+        #: what to do about the group's refusal of the worker's settings (the worker stops)
+        self.group_refused: str | None = None
 
     def __call__(self, err: Any) -> None:
         from confluent_kafka import KafkaError
@@ -72,6 +84,10 @@ class KafkaErrors:
             self.reachable = False
         if self.refused is None and code in (KafkaError._AUTHENTICATION, KafkaError._SSL):
             self.refused = _refusal(code, err.str() if hasattr(err, "str") else str(err))
+        if code == KafkaError.INVALID_SESSION_TIMEOUT:  # the worker stops, saying what to do
+            if self.group_refused is None:
+                self.group_refused = SESSION_REFUSED % (err.str() if hasattr(err, "str") else err)
+            return
         key = str(code) if code is not None else str(err)
         now = time.monotonic()
         if now - self._said.get(key, -1e9) >= 60:

@@ -43,7 +43,15 @@ from .evolve import config_fingerprint
 from .join_pacing import JoinPacing
 from .join_stage import JoinStage
 from .lifecycle import Lifecycle
-from .output import KafkaErrors, NoAnswer, Output, OutputError, connect, consumer_config
+from .output import (
+    KafkaErrors,
+    KafkaRefused,
+    NoAnswer,
+    Output,
+    OutputError,
+    connect,
+    consumer_config,
+)
 from .rebalance import Rebalancing
 from .router import Router
 from .settings import WorkerSettings
@@ -275,6 +283,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             messages = consume(s.max_batch, wait)
             if self._callback_error is not None:
                 raise self._callback_error
+            if self._kafka_errors.group_refused is not None:  # it would never join
+                raise KafkaRefused(self._kafka_errors.group_refused)
             wall = time.monotonic()
             # (the process paused since the last read: no input is idle yet)
             self.router.reading(wall * 1000.0, time.thread_time() * 1000.0, wait * 1000.0)
