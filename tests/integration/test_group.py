@@ -14,6 +14,8 @@ from streameval.app.settings import WorkerSettings
 
 from tests.test_mistakes import _run
 
+pytestmark = pytest.mark.kafka
+
 #: how long the busy member's second assignment takes (a restore from the changelog)
 RESTORE_S = 9.0
 
@@ -21,8 +23,11 @@ RESTORE_S = 9.0
 def _member(bootstrap: str, group: str, max_poll_ms: int, errors: KafkaErrors) -> object:
     from confluent_kafka import Consumer
 
-    settings = WorkerSettings(
-        app_id=group, session_timeout_ms=6000, max_poll_interval_ms=max_poll_ms
+    settings = WorkerSettings(  # (exactly-once asks max_poll_interval_ms to cover its wait)
+        app_id=group,
+        session_timeout_ms=6000,
+        max_poll_interval_ms=max_poll_ms,
+        processing_guarantee="at_least_once",
     )
     config = consumer_config({"bootstrap.servers": bootstrap}, settings, errors, lambda _: None)
     return Consumer(config)
@@ -52,14 +57,21 @@ def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_in
         assigned.set()
         if assignments == 1:  # the rebalance that the second member sets off: a restore
             time.sleep(RESTORE_S)
+            events.append(("restored", time.monotonic() - t0, []))
 
     def on_lost(consumer, partitions):
         events.append(("lost", time.monotonic() - t0, sorted(p.partition for p in partitions)))
 
     errors = KafkaErrors()
 
+    failed: list[BaseException] = []
+
     def busy() -> None:
-        member = _member(kafka_bootstrap, topic, max_poll_ms, errors)
+        try:
+            member = _member(kafka_bootstrap, topic, max_poll_ms, errors)
+        except BaseException as err:  # said by the test, not lost in the thread
+            failed.append(err)
+            raise
         member.subscribe([topic], on_assign=on_assign, on_lost=on_lost)
         try:
             while not stop.is_set():
@@ -74,7 +86,7 @@ def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_in
     caplog.set_level(logging.ERROR, logger="streameval")
     thread.start()
     try:
-        assert assigned.wait(30), "the first member was never assigned"
+        assert assigned.wait(30), failed or "the first member was never assigned"
         other = _member(kafka_bootstrap, topic, 30_000, KafkaErrors())
         other.subscribe([topic])
         until = time.monotonic() + RESTORE_S + 12  # the restore, then a session timeout
@@ -86,6 +98,10 @@ def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_in
         thread.join(30)
     lost = [e for e in events if e[0] == "lost"]
     said = [r.getMessage() for r in caplog.records if "max_poll_interval_ms" in r.getMessage()]
+    assigns = [e for e in events if e[0] == "assign"]
+    # the second member's rebalance gave the busy one a partition, whose restore ended
+    assert len(assigns) >= 2 and len(assigns[1][2]) == 1, events
+    assert "restored" in [e[0] for e in events], events
     if kept:
         assert not lost and not said, (events, said)
     else:  # the hazard is real with the worker's consumer: the test can see it

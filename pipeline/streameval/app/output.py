@@ -47,10 +47,12 @@ class KafkaRefused(RuntimeError):
 #: for ``max_poll_interval_ms``.
 MAX_POLL_EXCEEDED = (
     "Kafka: %s. The group went on without this worker: it did not read for longer than "
-    "max_poll_interval_ms, most likely restoring the partitions a rebalance gave it. It "
-    "joins again at its next read and restores again, and its partitions moved meanwhile. "
-    "Raise STREAMEVAL_MAX_POLL_INTERVAL_MS (max_poll_interval_ms in [worker]) above the "
-    "longest restore (the worker logs each assignment's time: 'ready in … s')"
+    "max_poll_interval_ms, most likely restoring the partitions a rebalance gave it, or "
+    "waiting for their previous owner's hanging transaction (logged as such). It joins again "
+    "at its next read and restores again, and its partitions moved meanwhile. Raise "
+    "STREAMEVAL_MAX_POLL_INTERVAL_MS (max_poll_interval_ms in [worker]) above the longest "
+    "restore (the worker logs each assignment's time: 'ready in … s'), or end the hanging "
+    "transaction"
 )
 
 #: What the worker says, and stops, when the group coordinator refuses its session timeout.

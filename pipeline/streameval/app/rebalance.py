@@ -95,6 +95,7 @@ class Rebalancing:
                 # fetchers would start)
                 consumer.assign([])
                 return
+        waited = time.monotonic() - started
         inputs = []
         for tp in partitions:
             if tp.topic == t.events:
@@ -148,12 +149,17 @@ class Rebalancing:
         limit = self.settings.max_poll_interval_ms / 1000.0
         if took > limit / 2:
             log.warning(
-                "this assignment took %.0f s, over half of max_poll_interval_ms (%.0f s): "
-                "the group goes on without a worker whose assignment takes longer, and "
-                "gives its partitions to others, who restore them again. Raise "
-                "STREAMEVAL_MAX_POLL_INTERVAL_MS above the longest restore",
+                "this assignment took %.0f s (%.0f s of it waiting for the previous owners' "
+                "transactions, %.0f s restoring), over half of max_poll_interval_ms (%.0f s): "
+                "the group goes on without a busy worker whose assignment takes longer, and "
+                "gives its partitions to others, who restore them again. %s",
                 took,
+                waited,
+                took - waited,
                 limit,
+                "End the hanging transaction (docs/operations.md, 'A hanging transaction')"
+                if waited > took / 2
+                else "Raise STREAMEVAL_MAX_POLL_INTERVAL_MS above the longest restore",
             )
         self.ready.set()
 

@@ -44,7 +44,18 @@ from streameval.series import (
     Selection,
 )
 
-__all__ = ["KAFKA_SETTINGS", "SettingsError", "WorkerSettings", "load_settings"]
+__all__ = [
+    "ASSIGNMENT_SLACK_MS",
+    "KAFKA_SETTINGS",
+    "SettingsError",
+    "WorkerSettings",
+    "load_settings",
+]
+
+#: exactly-once: what ``max_poll_interval_ms`` must leave beyond ``transaction_timeout_ms``
+#: for a rebalance's assignment: the 5 s its wait for the previous owner's transaction may
+#: add, and a minute for the restore
+ASSIGNMENT_SLACK_MS = 65_000
 
 #: librdkafka's consumer settings that are worker settings (the group's timing): one place to
 #: set each, refused in ``kafka``
@@ -258,6 +269,16 @@ class WorkerSettings(BaseSettings):
             raise ValueError(
                 f"below 4 × commit_interval_ms ({interval}): the broker would abort "
                 "transactions before they commit; raise it, or lower commit_interval_ms"
+            )
+        poll = info.data.get("max_poll_interval_ms")
+        eo = info.data.get("processing_guarantee") == "exactly_once"
+        if eo and poll is not None and poll < value + ASSIGNMENT_SLACK_MS:
+            raise ValueError(
+                f"max_poll_interval_ms ({poll}) is below it plus {ASSIGNMENT_SLACK_MS}: a "
+                "worker given partitions in a rebalance waits up to transaction_timeout_ms "
+                "and 5 s for their previous owner's transaction before it restores them, and "
+                "the group goes on without a worker that takes longer than "
+                "max_poll_interval_ms; raise max_poll_interval_ms, or lower this"
             )
         return value
 
