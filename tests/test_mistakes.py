@@ -173,8 +173,3 @@ def test_the_group_s_timing_is_set_in_one_place_and_checked_at_start_up(tmp_path
     )
     assert code == 2 and "max_poll_interval_ms (100000) is below it plus 65000" in output
     assert "transaction_timeout_ms" in output
-    from streameval.app.settings import WorkerSettings
-
-    # at-least-once has no previous owner's transaction to wait for
-    settings = WorkerSettings(processing_guarantee="at_least_once", max_poll_interval_ms=100_000)
-    assert settings.max_poll_interval_ms == 100_000

@@ -117,6 +117,18 @@ def test_the_guarantee_and_its_settings_are_checked_at_start_up(tmp_path):
     assert code == 2 and "'transactional.id' is set by the worker itself" in output
 
 
+def test_max_poll_interval_leaves_room_for_the_wait_for_a_previous_owner(tmp_path):
+    """Exactly-once: an assignment waits up to transaction_timeout_ms and 5 s before it
+    restores, inside the rebalance callback (tests/test_mistakes.py has the refusal)."""
+    ok = _settings(tmp_path, transaction_timeout_ms=60_000, max_poll_interval_ms=125_000)
+    assert ok.max_poll_interval_ms == 125_000
+    with pytest.raises(ValueError, match=r"max_poll_interval_ms \(124999\) is below it plus"):
+        _settings(tmp_path, transaction_timeout_ms=60_000, max_poll_interval_ms=124_999)
+    # at-least-once has no previous owner's transaction to wait for
+    plain = _settings(tmp_path, processing_guarantee="at_least_once", max_poll_interval_ms=10_000)
+    assert plain.max_poll_interval_ms == 10_000
+
+
 class _Hangs:
     """A producer whose send_offsets_to_transaction never returns, as librdkafka's may when
     the group coordinator's broker came back (librdkafka #5456, #5511)."""

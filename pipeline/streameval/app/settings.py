@@ -277,7 +277,7 @@ class WorkerSettings(BaseSettings):
                 f"max_poll_interval_ms ({poll}) is below it plus {ASSIGNMENT_SLACK_MS}: a "
                 "worker given partitions in a rebalance waits up to transaction_timeout_ms "
                 "and 5 s for their previous owner's transaction before it restores them, and "
-                "the group goes on without a worker that takes longer than "
+                "the group goes on without a busy worker that takes longer than "
                 "max_poll_interval_ms; raise max_poll_interval_ms, or lower this"
             )
         return value
