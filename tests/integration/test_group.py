@@ -126,5 +126,5 @@ def test_a_session_timeout_the_brokers_refuse_stops_the_worker_saying_so(kafka_b
         },
     )
     assert code == 1, output
-    assert "Kafka refused the worker's session_timeout_ms" in output
+    assert "Kafka refused the worker's session_timeout_ms = 3000 (JoinGroup failed" in output
     assert "group.min.session.timeout.ms" in output and "STREAMEVAL_SESSION_TIMEOUT_MS" in output

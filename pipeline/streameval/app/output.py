@@ -57,7 +57,7 @@ MAX_POLL_EXCEEDED = (
 
 #: What the worker says, and stops, when the group coordinator refuses its session timeout.
 SESSION_REFUSED = (
-    "Kafka refused the worker's session_timeout_ms (%s): the brokers accept from their "
+    "Kafka refused the worker's session_timeout_ms = %d (%s): the brokers accept from their "
     "group.min.session.timeout.ms (6 s by default) to group.max.session.timeout.ms (30 "
     "minutes by default). Set STREAMEVAL_SESSION_TIMEOUT_MS (session_timeout_ms in [worker]) "
     "within them"
@@ -75,7 +75,8 @@ class KafkaErrors:
         self._said: dict[str, float] = {}
         self.reachable = True
         self.refused: str | None = None
-        #: what to do about the group's refusal of the worker's settings (the worker stops)
+        #: the group coordinator's refusal of the worker's session timeout, in librdkafka's
+        #: words (the worker stops: :data:`SESSION_REFUSED`)
         self.group_refused: str | None = None
 
     def __call__(self, err: Any) -> None:
@@ -88,7 +89,7 @@ class KafkaErrors:
             self.refused = _refusal(code, err.str() if hasattr(err, "str") else str(err))
         if code == KafkaError.INVALID_SESSION_TIMEOUT:  # the worker stops, saying what to do
             if self.group_refused is None:
-                self.group_refused = SESSION_REFUSED % (err.str() if hasattr(err, "str") else err)
+                self.group_refused = err.str() if hasattr(err, "str") else str(err)
             return
         key = str(code) if code is not None else str(err)
         now = time.monotonic()

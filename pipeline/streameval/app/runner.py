@@ -44,6 +44,7 @@ from .join_pacing import JoinPacing
 from .join_stage import JoinStage
 from .lifecycle import Lifecycle
 from .output import (
+    SESSION_REFUSED,
     KafkaErrors,
     KafkaRefused,
     NoAnswer,
@@ -283,8 +284,6 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             messages = consume(s.max_batch, wait)
             if self._callback_error is not None:
                 raise self._callback_error
-            if self._kafka_errors.group_refused is not None:  # it would never join
-                raise KafkaRefused(self._kafka_errors.group_refused)
             wall = time.monotonic()
             # (the process paused since the last read: no input is idle yet)
             self.router.reading(wall * 1000.0, time.thread_time() * 1000.0, wait * 1000.0)
@@ -306,6 +305,9 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                     self._join(message)
                 elif topic == outcomes:
                     self._evaluate(message)
+            refused = self._kafka_errors.group_refused  # (a read's error): it would never join
+            if refused is not None:
+                raise KafkaRefused(SESSION_REFUSED % (s.session_timeout_ms, refused))
             if batch or ends or wall >= next_heartbeat:
                 heartbeat = wall >= next_heartbeat
                 full = len(messages) >= s.max_batch  # more may wait in the queue
