@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import Consumer
 from streameval.app.output import KafkaErrors, consumer_config
 from streameval.app.settings import WorkerSettings
 
@@ -20,9 +21,7 @@ pytestmark = pytest.mark.kafka
 RESTORE_S = 9.0
 
 
-def _member(bootstrap: str, group: str, max_poll_ms: int, errors: KafkaErrors) -> object:
-    from confluent_kafka import Consumer
-
+def _member(bootstrap: str, group: str, max_poll_ms: int, errors: KafkaErrors) -> Consumer:
     settings = WorkerSettings(  # (exactly-once asks max_poll_interval_ms to cover its wait)
         app_id=group,
         session_timeout_ms=6000,
@@ -89,7 +88,8 @@ def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_in
         assert assigned.wait(30), failed or "the first member was never assigned"
         other = _member(kafka_bootstrap, topic, 30_000, KafkaErrors())
         other.subscribe([topic])
-        until = time.monotonic() + RESTORE_S + 12  # the restore, then a session timeout
+        # the restore, then time for the busy member's next reads to meet the group's verdict
+        until = time.monotonic() + RESTORE_S + 12
         while time.monotonic() < until:
             other.consume(100, 0.05)
         other.close()

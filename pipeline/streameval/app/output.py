@@ -83,13 +83,14 @@ class KafkaErrors:
         from confluent_kafka import KafkaError
 
         code = err.code() if hasattr(err, "code") else None
+        said = err.str() if hasattr(err, "str") else str(err)
         if code == KafkaError._ALL_BROKERS_DOWN:
             self.reachable = False
         if self.refused is None and code in (KafkaError._AUTHENTICATION, KafkaError._SSL):
-            self.refused = _refusal(code, err.str() if hasattr(err, "str") else str(err))
+            self.refused = _refusal(code, said)
         if code == KafkaError.INVALID_SESSION_TIMEOUT:  # the worker stops, saying what to do
             if self.group_refused is None:
-                self.group_refused = err.str() if hasattr(err, "str") else str(err)
+                self.group_refused = said
             return
         key = str(code) if code is not None else str(err)
         now = time.monotonic()
