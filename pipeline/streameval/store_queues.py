@@ -23,6 +23,8 @@ class TimeQueue:
     def __init__(self, db: Any, prefix: bytes) -> None:
         self.db, self.prefix = db, prefix
         self.heap: list[tuple[int, str]] = []
+        #: the entries the heap holds, each once (a taken or discarded one until popped)
+        self.queued: set[tuple[int, str]] = set()
         self.removed: set[tuple[int, str]] = set()
         #: pushed again after being taken from the database: it may still be there
         self.shadowed: set[tuple[int, str]] = set()
@@ -67,7 +69,9 @@ class TimeQueue:
             return
         elif entry not in self._frozen:
             self.fresh.add(entry)
-        heapq.heappush(self.heap, entry)
+        if entry not in self.queued:  # else discarded after a freeze, its copy still there
+            self.queued.add(entry)
+            heapq.heappush(self.heap, entry)
 
     def discard(self, t: int, instance_id: str) -> None:
         entry = (t, instance_id)
@@ -83,7 +87,9 @@ class TimeQueue:
     def peek(self) -> tuple[int, str] | None:
         heap, removed, cancelled = self.heap, self.removed, self.cancelled
         while heap and (heap[0] in removed or heap[0] in cancelled):
-            cancelled.discard(heapq.heappop(heap))  # a cancelled entry's one copy is gone
+            gone = heapq.heappop(heap)
+            self.queued.discard(gone)
+            cancelled.discard(gone)  # a cancelled entry's one copy is gone
         head = self._head
         if heap and (head is None or heap[0] < head):
             return heap[0]
@@ -95,6 +101,7 @@ class TimeQueue:
             raise IndexError("pop from an empty queue")
         if self.heap and self.heap[0] == entry:
             heapq.heappop(self.heap)
+            self.queued.discard(entry)
             if self._head == entry:  # pushed again while the database still had it
                 self.removed.add(entry)
                 self._advance()
@@ -128,11 +135,11 @@ class TimeQueue:
         """The database now holds ``puts`` and no longer ``deletes`` (a :meth:`freeze`'s):
         keep in RAM only what it still lacks, and read it again from the live head."""
         start = self.peek()  # everything before it is taken (deleted, or in ``removed``)
-        heap, removed, cancelled = self.heap, self.removed, self.cancelled
-        held = set(heap)
+        heap, removed, cancelled, held = self.heap, self.removed, self.cancelled, self.queued
         # taken since the freeze, but written by it: the next batch deletes them
         self.removed = {e for e in removed if e not in deletes} | {e for e in puts if e not in held}
         self.heap = [e for e in heap if e not in puts and e not in removed and e not in cancelled]
+        self.queued = set(self.heap)
         heapq.heapify(self.heap)
         # pushed again after the freeze, their keys deleted by it: the database lacks them
         self.fresh |= self.shadowed & deletes
@@ -145,7 +152,7 @@ class TimeQueue:
     def reread(self) -> None:
         """Forget what RAM holds and read the queue from the database again (it was written
         under this queue's iterator)."""
-        self.heap, self.removed, self.shadowed = [], set(), set()
+        self.heap, self.queued, self.removed, self.shadowed = [], set(), set(), set()
         self.fresh, self.cancelled, self._frozen = set(), set(), set()
         self._reset()
 
