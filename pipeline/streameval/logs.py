@@ -18,7 +18,14 @@ from typing import Any, Literal
 
 import orjson
 
-__all__ = ["KAFKA_LOG", "REPEAT_S", "JsonFormatter", "RateLimit", "logging_config"]
+__all__ = [
+    "KAFKA_LOG",
+    "REPEAT_S",
+    "JsonFormatter",
+    "NoEmptyException",
+    "RateLimit",
+    "logging_config",
+]
 
 #: The logger the worker's Kafka clients log through (their ``logger`` setting).
 KAFKA_LOG = logging.getLogger("streameval.kafka")
@@ -58,6 +65,22 @@ class RateLimit(logging.Filter):
         if len(self._said) > 10_000:  # a problem that never says the same thing twice
             self._said.clear()
         self._said[key] = now
+        return True
+
+
+class NoEmptyException(logging.Filter):
+    """Takes the exception off a record logged with one outside any ``except`` block, which
+    logging would print as the line ``NoneType: None``: Faust's service framework logs a
+    crash's reason so (``Crashed reason=...``), after the worker has said why it stops.
+
+    >>> record = logging.LogRecord("mode", logging.ERROR, "", 0, "Crashed", (), (None, None, None))
+    >>> NoEmptyException().filter(record), record.exc_info
+    (True, None)
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is None:
+            record.exc_info = None
         return True
 
 
@@ -102,11 +125,12 @@ def logging_config(
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
-        "filters": {"repeats": {"()": RateLimit}},
+        "filters": {"repeats": {"()": RateLimit}, "no_empty": {"()": NoEmptyException}},
         "handlers": {
             "default": {
                 "class": "logging.StreamHandler",
                 "formatter": "default",
+                "filters": ["no_empty"],
                 "stream": sys.__stderr__,
             }
         },

@@ -109,9 +109,13 @@ def test_a_busy_worker_keeps_its_partitions_through_a_restore_within_max_poll_in
         assert said and "STREAMEVAL_MAX_POLL_INTERVAL_MS" in said[0]
 
 
-def test_a_session_timeout_the_brokers_refuse_stops_the_worker_saying_so(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_session_timeout_the_brokers_refuse_stops_the_worker_saying_so(
+    kafka_bootstrap, tmp_path, processes
+):
     """Below the brokers' group.min.session.timeout.ms the group never takes the worker in:
-    librdkafka retries its JoinGroup forever, and a worker would wait with nothing to do."""
+    librdkafka retries its JoinGroup forever, and a worker would wait with nothing to do. With
+    two data-path processes, whichever meets the refusal first says it, without a traceback."""
     app = f"refused-{uuid.uuid4().hex[:8]}"
     code, output = _run(
         "worker",
@@ -119,6 +123,7 @@ def test_a_session_timeout_the_brokers_refuse_stops_the_worker_saying_so(kafka_b
         kafka_bootstrap,
         env={
             "STREAMEVAL_SESSION_TIMEOUT_MS": "3000",
+            "STREAMEVAL_PROCESSES": str(processes),
             "STREAMEVAL_APP_ID": app,
             "STREAMEVAL_TOPIC_PREFIX": f"{app}-",
             "STREAMEVAL_STATE_DIR": str(tmp_path),
@@ -128,3 +133,5 @@ def test_a_session_timeout_the_brokers_refuse_stops_the_worker_saying_so(kafka_b
     assert code == 1, output
     assert "Kafka refused the worker's session_timeout_ms = 3000 (JoinGroup failed" in output
     assert "group.min.session.timeout.ms" in output and "STREAMEVAL_SESSION_TIMEOUT_MS" in output
+    assert "Traceback" not in output and "NoneType: None" not in output, output
+    assert "final records and a checkpoint" not in output, output  # it had nothing

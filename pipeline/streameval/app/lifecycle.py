@@ -89,7 +89,10 @@ class Lifecycle:
         try:
             try:
                 if checkpoint:
-                    log.info("shutting down: final records and a checkpoint")
+                    if self.joins or self.evals:  # (else it has none of the group's state)
+                        log.info("shutting down: final records and a checkpoint")
+                    else:
+                        log.info("shutting down")
                     for r, stage in list(self.evals.items()):
                         self._evaluated(*stage.tick(), r)
                     self._checkpoint(list(self.joins), list(self.evals), list(self._input_next))

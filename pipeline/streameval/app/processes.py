@@ -40,7 +40,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from streameval.config import EvaluationConfig
+from streameval.config import ConfigError, EvaluationConfig
 from streameval.exporter import Exporter
 from streameval.logs import logging_config
 from streameval.records import Record
@@ -156,7 +156,15 @@ def child_main(
 ) -> None:
     """Entry point of a child process: one Pipeline until the parent says stop."""
     _die_with_parent()
+    from streameval.store import StoreError
+
+    from .changelog import ChangelogError
+    from .output import KafkaRefused, OutputError
     from .runner import Pipeline
+    from .stateops import StateError
+
+    #: what a user can act on, said in full: the parent says it again as the worker's end
+    said = (KafkaRefused, StateError, StoreError, ChangelogError, OutputError, ConfigError)
 
     logging.config.dictConfig(
         logging_config(settings.log_level, settings.log_format, prefix=f"process {index}: ")
@@ -169,23 +177,26 @@ def child_main(
     def run() -> None:
         try:
             pipeline.run()
-        except BaseException as err:
+        except said as err:  # no traceback: the words are the whole story
+            pipeline.failure = err
+            log.error("the data path stopped: %s", err)
+        except BaseException as err:  # a defect: where it happened matters
             pipeline.failure = err
             log.exception("the data path stopped")
 
     thread = threading.Thread(target=run, name=f"streameval-pipeline-{index}", daemon=True)
     proxy.send("started")
     thread.start()
-    said = False  # the readiness the parent knows
+    ready = False  # the readiness the parent knows
     while thread.is_alive():
         try:
             if connection.poll(FLUSH_S) and connection.recv() == "stop":
                 pipeline.stop()
         except (EOFError, OSError):  # the parent is gone (PDEATHSIG normally acts first)
             pipeline.stop()
-        if pipeline.is_ready != said:
-            said = not said
-            proxy.send("ready", said)
+        if pipeline.is_ready != ready:
+            ready = not ready
+            proxy.send("ready", ready)
         try:
             proxy.flush()
         except (BrokenPipeError, OSError):
