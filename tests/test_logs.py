@@ -10,9 +10,10 @@ import time
 
 import orjson
 import pytest
-from streameval.app.output import KafkaErrors
+from streameval.app.lifecycle import defect
+from streameval.app.output import KafkaErrors, KafkaRefused
 from streameval.app.runner import Pipeline
-from streameval.app.settings import load_settings
+from streameval.app.settings import SettingsError, load_settings
 from streameval.logs import KAFKA_LOG, RateLimit, logging_config
 
 
@@ -170,3 +171,30 @@ def test_a_record_refused_at_produce_bars_every_later_checkpoint():
     checkpoints.begin([], offsets=[object()])
     with pytest.raises(ChangelogError, match="without writing another checkpoint"):
         checkpoints.advance(wait=True)
+
+
+def test_an_error_that_stops_the_worker_has_a_traceback_only_if_it_is_a_defect(
+    restore_logging, capfd
+):
+    """A mistake a user can mend is said in one line; a defect keeps where it happened; a
+    child's end (made, never raised) is one line. And a record logged "with" an exception
+    outside any except block, as Faust's service framework logs a crash, has no "NoneType:
+    None" line."""
+    logging.config.dictConfig(logging_config("info", "text"))
+    said = []
+    for error in (KafkaRefused("Kafka refused"), SettingsError("state_dir = 'x': point it")):
+        try:
+            raise error
+        except Exception as err:
+            said.append(defect(err))
+    try:
+        {}["model"]
+    except KeyError as err:
+        said.append(defect(err))
+        logging.getLogger("streameval.worker").error("stopped: %s", err, exc_info=err)
+    said.append(defect(RuntimeError("data-path process 1 exited on its own (...)")))
+    assert said == [False, False, True, False]
+    logging.getLogger("mode").error("Crashed reason=%r", KeyError("x"), exc_info=True)
+    err = capfd.readouterr().err
+    assert "Traceback" in err and "KeyError: 'model'" in err
+    assert "Crashed reason=KeyError('x')" in err and "NoneType: None" not in err

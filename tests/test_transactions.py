@@ -20,7 +20,7 @@ from streameval.app.changelog import ChangelogError
 from streameval.app.checkpoint import Checkpoints
 from streameval.app.join_stage import JoinStage
 from streameval.app.output import KafkaErrors, NoAnswer, Output, OutputError
-from streameval.app.settings import WorkerSettings
+from streameval.app.settings import SettingsError, WorkerSettings
 from streameval.app.transactions import TransactionAborted, Transactions, claim_transactional_id
 from streameval.store import DiskState
 
@@ -54,7 +54,7 @@ def test_a_restart_takes_the_same_id_and_a_second_live_process_another(tmp_path)
 def test_a_state_dir_the_worker_may_not_write_is_named(tmp_path):
     tmp_path.chmod(0o500)
     try:
-        with pytest.raises(RuntimeError, match=r"state_dir = '.*': the worker keeps its"):
+        with pytest.raises(SettingsError, match=r"state_dir = '.*': the worker keeps its"):
             claim_transactional_id(_settings(tmp_path / "state"))
     finally:
         tmp_path.chmod(0o700)
@@ -62,7 +62,7 @@ def test_a_state_dir_the_worker_may_not_write_is_named(tmp_path):
 
 def test_a_state_dir_that_is_a_file_is_named(tmp_path):
     (tmp_path / "state").write_text("")
-    with pytest.raises(RuntimeError, match=r"Point state_dir \(or STREAMEVAL_STATE_DIR\)"):
+    with pytest.raises(SettingsError, match=r"Point state_dir \(or STREAMEVAL_STATE_DIR\)"):
         claim_transactional_id(_settings(tmp_path / "state"))
 
 

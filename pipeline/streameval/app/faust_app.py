@@ -37,6 +37,7 @@ from streameval.core.drift import make_detector
 from streameval.exporter import Exporter
 from streameval.logs import logging_config
 
+from .lifecycle import defect
 from .processes import Children
 from .runner import Pipeline
 from .settings import WorkerSettings
@@ -74,7 +75,7 @@ class PipelineService(Service):
 
         def fail(err: BaseException) -> None:  # surfaced by the worker as its exit status
             self.pipeline.failure = err
-            log.error("the worker stopped: %s", err)
+            log.error("the worker stopped: %s", err, exc_info=err if defect(err) else None)
             asyncio.run_coroutine_threadsafe(self.crash(err), loop)
 
         def run() -> None:

@@ -11,18 +11,43 @@ import logging
 import threading
 import time
 
+from streameval.config import ConfigError
 from streameval.store import StoreError
 
 from .changelog import ChangelogError
-from .output import NoAnswer, OutputError
+from .evolve import Refused
+from .output import KafkaRefused, NoAnswer, OutputError
+from .stateops import StateError
+from .transactions import TransactionAborted
 
-__all__ = ["CLOSE_RESERVE_S", "Lifecycle"]
+__all__ = ["CLOSE_RESERVE_S", "SAID", "Lifecycle", "defect"]
 
 log = logging.getLogger("streameval.worker")
 
 #: Of ``shutdown_timeout_s``, what is kept for leaving the consumer group after the final
 #: checkpoint (at most): librdkafka's close waits out the session timeout when Kafka is away.
 CLOSE_RESERVE_S = 5.0
+#: The errors that stop a worker whose words say all a user needs (what, which value, what to
+#: do): Kafka's refusals and silences, a transaction Kafka aborted, the state and a
+#: configuration its state refuses, the store, the changelogs, the outputs, a setting. They
+#: are logged in one line; any other error that stops it is a defect, logged with its traceback.
+SAID = (
+    KafkaRefused,
+    NoAnswer,
+    TransactionAborted,
+    StateError,
+    Refused,
+    StoreError,
+    ChangelogError,
+    OutputError,
+    ConfigError,
+)
+
+
+def defect(err: BaseException) -> bool:
+    """Whether ``err``, which stops the worker, is logged with its traceback: raised, and not
+    one of :data:`SAID` (a child process's end is said by the child, and never raised)."""
+    return not isinstance(err, SAID) and err.__traceback__ is not None
 
 
 class Lifecycle:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from streameval.config import ConfigError, EvaluationConfig
+from streameval.config import EvaluationConfig
 from streameval.exporter import Exporter
 from streameval.logs import logging_config
 from streameval.records import Record
@@ -156,15 +156,8 @@ def child_main(
 ) -> None:
     """Entry point of a child process: one Pipeline until the parent says stop."""
     _die_with_parent()
-    from streameval.store import StoreError
-
-    from .changelog import ChangelogError
-    from .output import KafkaRefused, OutputError
+    from .lifecycle import SAID
     from .runner import Pipeline
-    from .stateops import StateError
-
-    #: what a user can act on, said in full: the parent says it again as the worker's end
-    said = (KafkaRefused, StateError, StoreError, ChangelogError, OutputError, ConfigError)
 
     logging.config.dictConfig(
         logging_config(settings.log_level, settings.log_format, prefix=f"process {index}: ")
@@ -177,7 +170,7 @@ def child_main(
     def run() -> None:
         try:
             pipeline.run()
-        except said as err:  # no traceback: the words are the whole story
+        except SAID as err:  # in one line: the parent says it again as the worker's end
             pipeline.failure = err
             log.error("the data path stopped: %s", err)
         except BaseException as err:  # a defect: where it happened matters

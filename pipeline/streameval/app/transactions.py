@@ -25,7 +25,7 @@ from .output import (
     refused_record,
     stops,
 )
-from .settings import WorkerSettings
+from .settings import SettingsError, WorkerSettings
 
 __all__ = [
     "HANGING",
@@ -538,7 +538,7 @@ def claim_transactional_id(settings: WorkerSettings) -> tuple[str, Any]:
                 name.write_text(f"{uuid.uuid4().hex}\n")
             return f"{settings.app_id}-{name.read_text().strip()}", lock
     except OSError as err:
-        raise RuntimeError(
+        raise SettingsError(
             f"state_dir = {str(settings.state_dir)!r}: the worker keeps its transactional id "
             f"there and cannot ({err.strerror}: {err.filename}). Point state_dir (or "
             "STREAMEVAL_STATE_DIR) at a directory the worker may write"
