@@ -173,3 +173,22 @@ def test_the_group_s_timing_is_set_in_one_place_and_checked_at_start_up(tmp_path
     )
     assert code == 2 and "max_poll_interval_ms (100000) is below it plus 65000" in output
     assert "transaction_timeout_ms" in output
+
+
+@pytest.mark.parametrize(
+    ("guarantee", "store"), [("at_least_once", "disk"), ("exactly_once", "memory")]
+)
+def test_a_state_dir_that_is_a_file_is_said_before_kafka(tmp_path, guarantee, store):
+    """The disk store and exactly-once's transactional ids live under ``state_dir``: a file
+    there stops the worker at start-up, before it reaches for Kafka (here none answers)."""
+    (tmp_path / "state").write_text("")
+    code, output = _run(
+        "worker", "--bootstrap", "127.0.0.1:1", "--metrics-port", "0",
+        env={"STREAMEVAL_STATE_DIR": str(tmp_path / "state"),
+             "STREAMEVAL_PROCESSING_GUARANTEE": guarantee, "STREAMEVAL_STORE": store},
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert code == 2, output
+    assert f"state_dir = '{tmp_path / 'state'}'" in output, output
+    assert "Point state_dir (or STREAMEVAL_STATE_DIR) at a directory" in output, output
+    assert "is not reachable" not in output and "NoneType: None" not in output, output

@@ -299,6 +299,8 @@ def worker(
             log_level=log_level,
             log_format=log_format,
         )
+        if worker_settings.uses_state_dir:  # before reaching for Kafka
+            worker_settings.state_home()
     except SettingsError as err:
         raise click.UsageError(str(err)) from None
     _port_free(worker_settings.metrics_host, worker_settings.metrics_port)

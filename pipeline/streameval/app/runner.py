@@ -160,6 +160,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         from confluent_kafka import Consumer
 
         t, s = self.topics, self.settings
+        if s.uses_state_dir:  # (the command checks it first: this is for other callers)
+            s.state_home()
         counts = connect(self.client, s, t, self._kafka_errors, self.stopping)
         if not counts:
             return

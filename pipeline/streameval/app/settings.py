@@ -250,6 +250,33 @@ class WorkerSettings(BaseSettings):
                 )
         return value
 
+    @property
+    def uses_state_dir(self) -> bool:
+        """Whether the worker writes under ``state_dir``: its disk stores, or exactly-once's
+        transactional ids."""
+        return self.store == "disk" or self.processing_guarantee == "exactly_once"
+
+    def state_home(self) -> Path:
+        """``state_dir/app_id``, created if missing: where this application's disk stores and
+        transactional ids live. Raises :class:`SettingsError`, naming ``state_dir``, if the
+        worker cannot write there."""
+        home = self.state_dir / self.app_id
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise self.state_dir_refused(f"{err.strerror}: {err.filename}") from None
+        if not os.access(home, os.W_OK | os.X_OK):
+            raise self.state_dir_refused(f"{home} is not writable")
+        return home
+
+    def state_dir_refused(self, why: str) -> SettingsError:
+        """The error of a ``state_dir`` the worker cannot use, for ``why``."""
+        return SettingsError(
+            f"state_dir = {str(self.state_dir)!r}: the worker keeps its disk stores and "
+            f"transactional ids there and cannot ({why}). Point state_dir (or "
+            "STREAMEVAL_STATE_DIR) at a directory the worker may write"
+        )
+
     def export_selection(self) -> Selection:
         """What the exporter turns into series (streameval.series)."""
         return Selection.of(

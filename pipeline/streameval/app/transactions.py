@@ -25,7 +25,7 @@ from .output import (
     refused_record,
     stops,
 )
-from .settings import SettingsError, WorkerSettings
+from .settings import WorkerSettings
 
 __all__ = [
     "HANGING",
@@ -521,9 +521,8 @@ def claim_transactional_id(settings: WorkerSettings) -> tuple[str, Any]:
     import fcntl
     import uuid
 
-    home = settings.state_dir / settings.app_id
+    home = settings.state_home()
     try:
-        home.mkdir(parents=True, exist_ok=True)
         k = 0
         while True:
             lock = open(home / f"producer-{k}.lock", "a+")  # held for the process's life
@@ -538,11 +537,7 @@ def claim_transactional_id(settings: WorkerSettings) -> tuple[str, Any]:
                 name.write_text(f"{uuid.uuid4().hex}\n")
             return f"{settings.app_id}-{name.read_text().strip()}", lock
     except OSError as err:
-        raise SettingsError(
-            f"state_dir = {str(settings.state_dir)!r}: the worker keeps its transactional id "
-            f"there and cannot ({err.strerror}: {err.filename}). Point state_dir (or "
-            "STREAMEVAL_STATE_DIR) at a directory the worker may write"
-        ) from None
+        raise settings.state_dir_refused(f"{err.strerror}: {err.filename}") from None
 
 
 #: the marker of the error :func:`hanging_transactions` words (tests and log searches use it)
