@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import orjson
 import pytest
@@ -554,3 +555,24 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
     restored = JoinStage.restore(live(changes), wider, inputs)
     assert (restored.offset, restored.join.pending, restored.join.label_grace) == (0, 0, 3000)
     assert preflight(client, topics, app, wider, commands, said.append).refusals == []
+
+
+def test_state_commands_for_an_app_with_no_changelog_say_which_there_are(kafka_bootstrap):
+    """A mistyped app id (or prefix, or cluster) read as "no checkpoints yet" would send a
+    user looking for a problem that is not there: both commands say the changelogs are
+    missing, and which the cluster has."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.test_mistakes import _run
+
+    app = f"typo{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    there = f"{app}-fraud-join-changelog"  # of app "fraud" under the prefix f"{app}-"
+    for future in admin.create_topics([NewTopic(there, 1, 1)]).values():
+        future.result(30)
+    for command in (["show"], ["reset", "--all-models"]):
+        code, output = _run("state", *command, "--bootstrap", kafka_bootstrap,
+                            "--prefix", f"{app}-", "--app-id", "frau")  # fmt: skip
+        assert code == 1, output
+        assert f"app 'frau' has no changelog here ({app}-frau-join-changelog and" in output
+        assert there in output and "Check --app-id and --prefix" in output, output

@@ -46,6 +46,8 @@ def reset(
             "running worker, and nothing has been changed. Stop every worker of the app "
             "(SIGTERM), then reset"
         )
+    if found.absent:
+        raise StateError(found.unknown())
     if found.empty:
         raise StateError(
             f"app {app_id!r} has no checkpoints ({topics.eval_changelog} and "

@@ -18,6 +18,7 @@ They refuse while any worker of the application runs.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,10 +53,33 @@ class Survey:
     evals: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     members: list[str] = field(default_factory=list)
     eval_partitions: int = 0  # of the outcomes topic: where models are evaluated
+    #: neither changelog topic exists: no worker of this app id and prefix started here
+    absent: bool = False
+    #: when absent: the join changelogs the cluster has (of other apps or prefixes), those
+    #: whose names are close to this app's first
+    others: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not any(self.joins.values()) and not any(self.evals.values())
+
+    def unknown(self) -> str:
+        """What to say of an application none of whose changelogs exists (:attr:`absent`):
+        most likely a mistyped app id or topic prefix, or another cluster."""
+        t = self.topics
+        more = len(self.others) - 5
+        shown = ", ".join(self.others[:5]) + (f" and {more} more" if more > 0 else "")
+        here = (
+            f"The cluster's join changelogs: {shown}"
+            if self.others
+            else "The cluster has no streameval changelog"
+        )
+        return (
+            f"app {self.app_id!r} has no changelog here ({t.join_changelog} and "
+            f"{t.eval_changelog} do not exist): no worker of this app id and topic prefix has "
+            f"started on this cluster. {here}. Check --app-id and --prefix "
+            "($STREAMEVAL_APP_ID, $STREAMEVAL_TOPIC_PREFIX) and --bootstrap"
+        )
 
     def earlier(self) -> list[tuple[str, int]]:
         """Partitions whose latest checkpoint an earlier release wrote (its seal says nothing
@@ -102,6 +126,11 @@ def survey(client: dict[str, str], topics: Topics, app_id: str) -> Survey:
     found = Survey(app_id, topics, members=group_members(admin, app_id))
     if topics.outcomes in metadata:
         found.eval_partitions = len(metadata[topics.outcomes].partitions)
+    if topics.join_changelog not in metadata and topics.eval_changelog not in metadata:
+        found.absent = True
+        others = sorted(n for n in metadata if n.endswith("-join-changelog"))
+        close = difflib.get_close_matches(topics.join_changelog, others, n=5, cutoff=0.6)
+        found.others = close + [n for n in others if n not in close]
     reader = Consumer(
         {
             **client,
