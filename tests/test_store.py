@@ -393,6 +393,7 @@ def _run_queue(keys, ops) -> None:
             queue.reread()
             live, frozen = keys.entries(), None
         assert len(queue.heap) == len(set(queue.heap)), "an entry twice in RAM"
+        assert queue.queued == set(queue.heap)
     while live:  # everything live comes out once, in order, and nothing else
         assert queue.pop() == min(live)
         live.discard(min(live))

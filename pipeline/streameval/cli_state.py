@@ -131,7 +131,7 @@ def show(config_path, bootstrap, settings, app_id, topic_prefix, as_json, judge)
     worker, config, client, topics = _load(config_path, bootstrap, settings, app_id, topic_prefix)
     with _kafka_answers(client):
         found = survey(client, topics, worker.app_id)
-    if found.absent and not found.members:  # (a worker joining creates them first)
+    if found.absent:  # (a worker creates them before it joins the group)
         raise click.ClickException(found.unknown())
     if as_json:
         click.echo(

@@ -560,7 +560,9 @@ def test_state_commands_on_checkpoints_of_an_earlier_release(kafka_bootstrap):
 def test_state_commands_for_an_app_with_no_changelog_say_which_there_are(kafka_bootstrap):
     """A mistyped app id (or prefix, or cluster) read as "no checkpoints yet" would send a
     user looking for a problem that is not there: both commands say the changelogs are
-    missing, and which the cluster has."""
+    missing, and which the cluster has — also when workers of that app id run (the consumer
+    group has no prefix: the prefix is the likely mistake)."""
+    from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from tests.test_mistakes import _run
@@ -570,9 +572,29 @@ def test_state_commands_for_an_app_with_no_changelog_say_which_there_are(kafka_b
     there = f"{app}-fraud-join-changelog"  # of app "fraud" under the prefix f"{app}-"
     for future in admin.create_topics([NewTopic(there, 1, 1)]).values():
         future.result(30)
-    for command in (["show"], ["reset", "--all-models"]):
-        code, output = _run("state", *command, "--bootstrap", kafka_bootstrap,
-                            "--prefix", f"{app}-", "--app-id", "frau")  # fmt: skip
-        assert code == 1, output
-        assert f"app 'frau' has no changelog here ({app}-frau-join-changelog and" in output
-        assert there in output and "Check --app-id and --prefix" in output, output
+    member = None
+    try:
+        for command in (["show"], ["reset", "--all-models"]):
+            code, output = _run("state", *command, "--bootstrap", kafka_bootstrap,
+                                "--prefix", f"{app}-", "--app-id", "frau")  # fmt: skip
+            assert code == 1, output
+            assert f"app 'frau' has no changelog here ({app}-frau-join-changelog and" in output
+            assert there in output and "Check --app-id and --prefix" in output, output
+            assert "workers of the consumer group" not in output, output
+        # a worker of app id f"{app}-fraud" runs; the prefix asked for is not its prefix
+        member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{app}-fraud"})
+        member.subscribe([there])
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment()
+        for command in (["show"], ["reset", "--all-models"]):
+            code, output = _run("state", *command, "--bootstrap", kafka_bootstrap,
+                                "--prefix", "other-", "--app-id", f"{app}-fraud")  # fmt: skip
+            assert code == 1, output
+            assert f"workers of the consumer group '{app}-fraud' run: of another topic" in output
+    finally:
+        if member is not None:
+            member.close()
+        for future in admin.delete_topics([there]).values():
+            future.result(30)

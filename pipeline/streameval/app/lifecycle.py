@@ -114,7 +114,7 @@ class Lifecycle:
         try:
             try:
                 if checkpoint:
-                    if self.joins or self.evals:  # (else it has none of the group's state)
+                    if self.joins or self.evals or self._input_next:  # (else it owns nothing)
                         log.info("shutting down: final records and a checkpoint")
                     else:
                         log.info("shutting down")

@@ -39,6 +39,8 @@ def reset(
     """Reset the parts ``asked`` names, in one transaction; say what was done. StateError if a
     worker of the application runs, or a part named is not in the checkpoints."""
     found = survey(client, topics, app_id)
+    if found.absent:  # before the members: they may be of the app id under another prefix
+        raise StateError(found.unknown())
     if found.members:
         raise StateError(
             f"{len(found.members)} worker(s) of app {app_id!r} run "
@@ -46,8 +48,6 @@ def reset(
             "running worker, and nothing has been changed. Stop every worker of the app "
             "(SIGTERM), then reset"
         )
-    if found.absent:
-        raise StateError(found.unknown())
     if found.empty:
         raise StateError(
             f"app {app_id!r} has no checkpoints ({topics.eval_changelog} and "

@@ -72,13 +72,19 @@ class Survey:
         here = (
             f"The cluster's join changelogs: {shown}"
             if self.others
-            else "The cluster has no streameval changelog"
+            else "The cluster has no join changelog"
+        )
+        group = (
+            f" (workers of the consumer group {self.app_id!r} run: of another topic prefix?)"
+            if self.members
+            else ""
         )
         return (
             f"app {self.app_id!r} has no changelog here ({t.join_changelog} and "
-            f"{t.eval_changelog} do not exist): no worker of this app id and topic prefix has "
-            f"started on this cluster. {here}. Check --app-id and --prefix "
-            "($STREAMEVAL_APP_ID, $STREAMEVAL_TOPIC_PREFIX) and --bootstrap"
+            f"{t.eval_changelog} do not exist, or this client may not describe them): no "
+            f"worker of this app id and topic prefix has started on this cluster{group}. "
+            f"{here}. Check --app-id and --prefix ($STREAMEVAL_APP_ID, "
+            "$STREAMEVAL_TOPIC_PREFIX, or the [worker] table of --config) and --bootstrap"
         )
 
     def earlier(self) -> list[tuple[str, int]]:
