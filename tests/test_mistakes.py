@@ -192,3 +192,39 @@ def test_a_state_dir_that_is_a_file_is_said_before_kafka(tmp_path, guarantee, st
     assert f"state_dir = '{tmp_path / 'state'}'" in output, output
     assert "Point state_dir (or STREAMEVAL_STATE_DIR) at a directory" in output, output
     assert "is not reachable" not in output and "NoneType: None" not in output, output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["topics", "create", "--prefix", "team/fraud-"],
+        ["topics", "describe", "--prefix", "team/fraud-"],
+        ["topics", "create", "--app-id", "fraud eval"],
+        ["produce", "EVENTS", "--prefix", "team/fraud-"],
+        ["simulate", "--prefix", "team:fraud-"],
+    ],
+)
+def test_a_prefix_or_app_id_kafka_would_refuse_is_named_before_kafka(tmp_path, command):
+    """Every command that makes topic names of --prefix or --app-id refuses characters no
+    topic name may have, naming the option; Kafka's own refusal came as "did not answer"."""
+    (tmp_path / "events.jsonl").write_text("")
+    command = [str(tmp_path / "events.jsonl") if c == "EVENTS" else c for c in command]
+    code, output = _run(*command, "--bootstrap", "127.0.0.1:1")
+    option = "--app-id" if "--app-id" in command else "--prefix"
+    assert code == 2, output
+    assert f"Invalid value for '{option}'" in output, output
+    assert "has characters no Kafka topic name may have" in output, output
+
+
+def test_kafka_refusing_a_request_is_not_said_to_be_unreachable():
+    import click
+    from confluent_kafka import KafkaError, KafkaException
+    from streameval.cli_kafka import _kafka_errors
+
+    for code, said in (
+        (KafkaError.INVALID_REPLICATION_FACTOR, "Kafka at k:9092 refused: 3 is more than"),
+        (KafkaError._TRANSPORT, "Kafka at k:9092 did not answer (3 is more than"),
+    ):
+        with pytest.raises(click.ClickException) as caught, _kafka_errors("k:9092"):
+            raise KafkaException(KafkaError(code, "3 is more than the 1 broker"))
+        assert caught.value.message.startswith(said), caught.value.message

@@ -129,18 +129,42 @@ def _admin(bootstrap, settings):
 
 @contextlib.contextmanager
 def _kafka_errors(where: str):
-    """A broker that does not answer (a wrong address, Kafka down) as a message that says what
-    to do, not a traceback."""
-    from confluent_kafka import KafkaException
+    """A broker that does not answer (a wrong address, Kafka down), or that answers with an
+    error, as a message that says what to do, not a traceback."""
+    from confluent_kafka import KafkaError, KafkaException
 
     try:
         yield
     except KafkaException as err:
-        reason = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+        error = err.args[0] if err.args else None
+        reason = error.str() if hasattr(error, "str") else str(err)
+        silent = (
+            KafkaError._TRANSPORT,
+            KafkaError._TIMED_OUT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._RESOLVE,
+        )
+        if hasattr(error, "code") and error.code() not in silent:  # it answered: a refusal
+            raise click.ClickException(f"Kafka at {where} refused: {reason}") from None
         raise click.ClickException(
             f"Kafka at {where} did not answer ({reason}); check --bootstrap (or "
             "$STREAMEVAL_BOOTSTRAP), or start a local one with `streameval kafka start`"
         ) from None
+
+
+def name_part(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a topic prefix or an app id, which topic names are made of, of the
+    characters Kafka allows there (it would refuse the topics, and say less)."""
+    import re
+
+    from streameval.topics import NAME_CHARS
+
+    if value is not None and not re.fullmatch(f"{NAME_CHARS}*", value):
+        raise click.BadParameter(
+            f"{value!r} has characters no Kafka topic name may have: use ASCII letters, "
+            "digits, '.', '_' and '-'"
+        )
+    return value
 
 
 @click.group()
@@ -153,6 +177,7 @@ _prefix = click.option(
     envvar="STREAMEVAL_TOPIC_PREFIX",
     default="",
     show_default=True,
+    callback=name_part,
     help="Prefix of every topic name ($STREAMEVAL_TOPIC_PREFIX).",
 )
 
@@ -171,6 +196,7 @@ _prefix = click.option(
     envvar="STREAMEVAL_APP_ID",
     default="streameval",
     show_default=True,
+    callback=name_part,
     help="The worker group whose internal topics to create ($STREAMEVAL_APP_ID).",
 )
 @click.option(

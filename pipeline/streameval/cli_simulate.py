@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from streameval.cli_kafka import name_part
+
 __all__ = ["demo", "need_extra", "simulate"]
 
 
@@ -210,7 +212,13 @@ def _simulation_config(
     metavar="KEY=VALUE",
     help="A Kafka client setting passed through; repeatable.",
 )
-@click.option("--prefix", envvar="STREAMEVAL_TOPIC_PREFIX", default="", help="Topic prefix.")
+@click.option(
+    "--prefix",
+    envvar="STREAMEVAL_TOPIC_PREFIX",
+    default="",
+    callback=name_part,
+    help="Topic prefix ($STREAMEVAL_TOPIC_PREFIX).",
+)
 @click.option(
     "--realtime", is_flag=True, help="Produce at --rate in real time, stamped with the wall clock."
 )

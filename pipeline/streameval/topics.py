@@ -12,6 +12,7 @@ from streameval.resources import resource
 
 __all__ = [
     "INPUT_KINDS",
+    "NAME_CHARS",
     "TopicReport",
     "TopicSpec",
     "Topics",
@@ -21,6 +22,9 @@ __all__ = [
 ]
 
 ROLES = ("input", "output", "internal")
+#: The characters of a Kafka topic name (Kafka refuses any other), and so of a topic prefix
+#: and an app id, which topic names are made of: a regular expression's class.
+NAME_CHARS = "[A-Za-z0-9._-]"
 #: The event each input topic carries, by its name in topics.toml.
 INPUT_KINDS = {"instances": "instance", "predictions": "prediction", "labels": "label"}
 

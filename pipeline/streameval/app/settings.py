@@ -43,6 +43,7 @@ from streameval.series import (
     EXPORTABLE_MEASURES,
     Selection,
 )
+from streameval.topics import NAME_CHARS
 
 __all__ = [
     "ASSIGNMENT_SLACK_MS",
@@ -97,11 +98,11 @@ class WorkerSettings(BaseSettings):
     app_id: str = Field(
         "streameval",
         min_length=1,
-        pattern=r"^[A-Za-z0-9._-]+$",
+        pattern=f"^{NAME_CHARS}+$",
         description="consumer group of the worker group",
     )
     topic_prefix: str = Field(
-        "", pattern=r"^[A-Za-z0-9._-]*$", description="prepended to every topic name"
+        "", pattern=f"^{NAME_CHARS}*$", description="prepended to every topic name"
     )
     metrics_host: str = Field("0.0.0.0", description="address /metrics listens on")
     metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics (0: off)")
