@@ -127,28 +127,38 @@ def _admin(bootstrap, settings):
     return AdminClient(config), config["bootstrap.servers"]
 
 
+def kafka_failure(err: Exception, where: str, check: str) -> click.ClickException:
+    """A KafkaException as a message that says what to do: a broker that did not answer (a
+    wrong address, Kafka down; ``check`` says what to look at), or Kafka's own refusal."""
+    from confluent_kafka import KafkaError
+
+    error = err.args[0] if err.args else None
+    reason = error.str() if hasattr(error, "str") else str(err)
+    silent = (
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    )
+    if hasattr(error, "code") and error.code() not in silent:  # it answered: a refusal
+        return click.ClickException(f"Kafka at {where} refused: {reason}")
+    return click.ClickException(f"Kafka at {where} did not answer ({reason}); check {check}")
+
+
 @contextlib.contextmanager
 def _kafka_errors(where: str):
-    """A broker that does not answer (a wrong address, Kafka down), or that answers with an
-    error, as a message that says what to do, not a traceback."""
-    from confluent_kafka import KafkaError, KafkaException
+    """Kafka's failures as messages that say what to do (:func:`kafka_failure`), not a
+    traceback."""
+    from confluent_kafka import KafkaException
 
     try:
         yield
     except KafkaException as err:
-        error = err.args[0] if err.args else None
-        reason = error.str() if hasattr(error, "str") else str(err)
-        silent = (
-            KafkaError._TRANSPORT,
-            KafkaError._TIMED_OUT,
-            KafkaError._ALL_BROKERS_DOWN,
-            KafkaError._RESOLVE,
-        )
-        if hasattr(error, "code") and error.code() not in silent:  # it answered: a refusal
-            raise click.ClickException(f"Kafka at {where} refused: {reason}") from None
-        raise click.ClickException(
-            f"Kafka at {where} did not answer ({reason}); check --bootstrap (or "
-            "$STREAMEVAL_BOOTSTRAP), or start a local one with `streameval kafka start`"
+        raise kafka_failure(
+            err,
+            where,
+            "--bootstrap (or $STREAMEVAL_BOOTSTRAP), or start a local one with "
+            "`streameval kafka start`",
         ) from None
 
 

@@ -90,16 +90,17 @@ def _kafka_answers(client: dict[str, str]):
         from confluent_kafka import KafkaException
 
         from streameval.app.stateops import StateError
+        from streameval.cli_kafka import kafka_failure
 
         try:
             yield
         except StateError as err:
             raise click.ClickException(str(err)) from None
         except KafkaException as err:
-            reason = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-            raise click.ClickException(
-                f"Kafka at {client.get('bootstrap.servers')} did not answer ({reason}); check "
-                "--bootstrap (or $STREAMEVAL_BOOTSTRAP) and the -X settings"
+            raise kafka_failure(
+                err,
+                client.get("bootstrap.servers", ""),
+                "--bootstrap (or $STREAMEVAL_BOOTSTRAP) and the -X settings",
             ) from None
 
     return guard()
