@@ -200,6 +200,7 @@ def test_a_state_dir_that_is_a_file_is_said_before_kafka(tmp_path, guarantee, st
         ["topics", "create", "--prefix", "team/fraud-"],
         ["topics", "describe", "--prefix", "team/fraud-"],
         ["topics", "create", "--app-id", "fraud eval"],
+        ["topics", "create", "--app-id", ""],
         ["produce", "EVENTS", "--prefix", "team/fraud-"],
         ["simulate", "--prefix", "team:fraud-"],
     ],
@@ -213,7 +214,8 @@ def test_a_prefix_or_app_id_kafka_would_refuse_is_named_before_kafka(tmp_path, c
     option = "--app-id" if "--app-id" in command else "--prefix"
     assert code == 2, output
     assert f"Invalid value for '{option}'" in output, output
-    assert "has characters no Kafka topic name may have" in output, output
+    said = "at least one character" if "" in command else "has characters no Kafka topic"
+    assert said in output, output
 
 
 def test_kafka_refusing_a_request_is_not_said_to_be_unreachable():
@@ -224,7 +226,27 @@ def test_kafka_refusing_a_request_is_not_said_to_be_unreachable():
     for code, said in (
         (KafkaError.INVALID_REPLICATION_FACTOR, "Kafka at k:9092 refused: 3 is more than"),
         (KafkaError._TRANSPORT, "Kafka at k:9092 did not answer (3 is more than"),
+        (KafkaError._INVALID_ARG, "the Kafka client failed (3 is more than"),
+        (KafkaError._AUTHENTICATION, "Kafka at k:9092 refused the connection (3 is more than"),
+        (KafkaError.NOT_CONTROLLER, "Kafka at k:9092 is not ready (3 is more than"),
     ):
         with pytest.raises(click.ClickException) as caught, _kafka_errors("k:9092"):
             raise KafkaException(KafkaError(code, "3 is more than the 1 broker"))
         assert caught.value.message.startswith(said), caught.value.message
+
+
+@pytest.mark.parametrize(
+    "command", [["topics", "create"], ["topics", "describe"], ["state", "show"], ["produce"]]
+)
+def test_a_kafka_client_setting_mistyped_is_said_as_such(tmp_path, command):
+    """A -X key the Kafka client does not know fails before any request: the message says it
+    is the client's setting, not that Kafka refused or did not answer."""
+    (tmp_path / "events.jsonl").write_text(
+        '{"type": "instance", "instance_id": "a", "ts": 1767225600000}\n'
+    )
+    events = [str(tmp_path / "events.jsonl")] if command == ["produce"] else []
+    code, output = _run(*command, *events, "--bootstrap", "127.0.0.1:1",
+                        "-X", "securty.protocol=SSL", cwd=tmp_path)  # fmt: skip
+    assert code in (1, 2), output
+    assert 'No such configuration property: "securty.protocol"' in output, output
+    assert "did not answer" not in output and "refused" not in output, output

@@ -116,33 +116,52 @@ def kafka_settings(items) -> dict[str, str]:
 
 
 def _admin(bootstrap, settings):
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     from streameval.clients import ClientConfigError, client_config
 
     try:
         config = client_config(bootstrap, settings)
+        return AdminClient(config), config["bootstrap.servers"]
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
-    return AdminClient(config), config["bootstrap.servers"]
+    except KafkaException as err:  # a setting the client does not know, or a wrong value
+        raise click.UsageError(f"-X: {err.args[0].str() if err.args else err}") from None
 
 
 def kafka_failure(err: Exception, where: str, check: str) -> click.ClickException:
     """A KafkaException as a message that says what to do: a broker that did not answer (a
     wrong address, Kafka down; ``check`` says what to look at), or Kafka's own refusal."""
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError as E
 
     error = err.args[0] if err.args else None
     reason = error.str() if hasattr(error, "str") else str(err)
-    silent = (
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._RESOLVE,
+    code = error.code() if hasattr(error, "code") else None
+    if code is None or code in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._RESOLVE):
+        return click.ClickException(f"Kafka at {where} did not answer ({reason}); check {check}")
+    if code in (E._AUTHENTICATION, E._SSL):  # a broker turned the connection down
+        return click.ClickException(
+            f"Kafka at {where} refused the connection ({reason}); check the -X security "
+            "settings (security.protocol, sasl.*, ssl.*)"
+        )
+    if code < 0:  # the client's own: its settings, before or without Kafka's answer
+        return click.ClickException(f"the Kafka client failed ({reason}); check the -X settings")
+    transient = (
+        E.REQUEST_TIMED_OUT,
+        E.COORDINATOR_NOT_AVAILABLE,
+        E.NOT_COORDINATOR,
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        E.NOT_CONTROLLER,
+        E.LEADER_NOT_AVAILABLE,
+        E.NOT_LEADER_FOR_PARTITION,
     )
-    if hasattr(error, "code") and error.code() not in silent:  # it answered: a refusal
-        return click.ClickException(f"Kafka at {where} refused: {reason}")
-    return click.ClickException(f"Kafka at {where} did not answer ({reason}); check {check}")
+    if code in transient or (hasattr(error, "retriable") and error.retriable()):
+        return click.ClickException(
+            f"Kafka at {where} is not ready ({reason}): a cluster starting or electing a "
+            "leader says so for a while; try again in a minute"
+        )
+    return click.ClickException(f"Kafka at {where} refused: {reason}")
 
 
 @contextlib.contextmanager
@@ -174,6 +193,8 @@ def name_part(ctx: click.Context, param: click.Parameter, value: str | None) -> 
             f"{value!r} has characters no Kafka topic name may have: use ASCII letters, "
             "digits, '.', '_' and '-'"
         )
+    if value == "" and param.name == "app_id":  # (a prefix may be empty)
+        raise click.BadParameter("an app id has at least one character")
     return value
 
 
