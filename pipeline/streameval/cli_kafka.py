@@ -127,7 +127,13 @@ def _admin(bootstrap, settings):
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
     except KafkaException as err:  # a setting the client does not know, or a wrong value
-        raise click.UsageError(f"-X: {err.args[0].str() if err.args else err}") from None
+        raise click.UsageError(f"-X: {_words(err)}") from None
+
+
+def _words(err: Exception) -> str:
+    """What librdkafka said in a KafkaException (its KafkaError's text), else the exception's."""
+    error = err.args[0] if err.args else None
+    return error.str() if hasattr(error, "str") else str(err)
 
 
 def kafka_failure(err: Exception, where: str, check: str) -> click.ClickException:
@@ -136,7 +142,7 @@ def kafka_failure(err: Exception, where: str, check: str) -> click.ClickExceptio
     from confluent_kafka import KafkaError as E
 
     error = err.args[0] if err.args else None
-    reason = error.str() if hasattr(error, "str") else str(err)
+    reason = _words(err)
     code = error.code() if hasattr(error, "code") else None
     if code is None or code in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._RESOLVE):
         return click.ClickException(f"Kafka at {where} did not answer ({reason}); check {check}")
