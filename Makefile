@@ -49,7 +49,7 @@ bench: $(STAMP)  ## every benchmark: each with its peer where it has one, and th
 	$(BIN)/python benchmarks/pipeline_throughput.py --compare-features 3
 
 soak: $(STAMP)  ## the long runs: 10^6 pending instances moving between workers; 30 min of traffic; the full fault campaign
-	STREAMEVAL_MOVE_PENDING=1000000 $(BIN)/pytest tests/integration/test_state.py -k moves
+	STREAMEVAL_TEST_MOVE_PENDING=1000000 $(BIN)/pytest tests/integration/test_state.py -k moves
 	$(BIN)/python benchmarks/soak.py --minutes 30
 	$(BIN)/python -m tests.reliability.campaign
 

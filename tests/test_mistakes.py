@@ -90,11 +90,134 @@ def test_every_bad_estimator_of_a_list_is_named(tmp_path):
 
 
 def test_an_unknown_worker_setting_points_at_a_section_that_exists(tmp_path):
-    code, output = _worker(tmp_path, "[worker]\nmetric_port = 9464\n")
+    code, output = _worker(tmp_path, "[worker]\nexactly_once = true\n")
     assert code == 2
-    assert "metric_port (or $STREAMEVAL_METRIC_PORT) = 9464: unknown setting" in output
+    assert "exactly_once (or $STREAMEVAL_EXACTLY_ONCE) = True: unknown setting" in output
     doc, section = re.search(r"listed in (docs/\w+\.md), '(\w+)'", output).groups()
     assert re.search(rf"^## {section}$", (ROOT / doc).read_text(), re.M)
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ("metric_port = 9464", "metric_port (or $STREAMEVAL_METRIC_PORT) = 9464: unknown "
+         "setting; did you mean 'metrics_port'?"),
+        ("publish_interval = 2", "did you mean 'publish_interval_s'?"),  # its unit forgotten
+        ("label_grace_ms = 100", "label_grace_ms (or $STREAMEVAL_LABEL_GRACE_MS) = 100: an "
+         "evaluation setting, not a worker one: it belongs in the [join] table, outside "
+         "[worker]"),
+        ("estimators = ['cumulative']", "it belongs at the top of the file, outside [worker]"),
+        ("join = { label_ttl_ms = 5 }", "it belongs in a [join] table of its own"),
+        ('topics_dir = "t"', "not a setting of the file: set $STREAMEVAL_TOPICS_DIR in the "
+         "environment"),
+        ('commit_interval_ms = "5s"', "commit_interval_ms = '5s': a string; write an integer "
+         "number of milliseconds without quotes (commit_interval_ms = 5000)"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_or_misplaced_worker_setting_gets_what_was_meant(tmp_path, toml, said):
+    code, output = _worker(tmp_path, f"[worker]\n{toml}\n")
+    assert code == 2
+    assert said in output
+    assert "Input should be" not in output  # pydantic's words, once said better
+
+
+def test_a_string_that_is_no_number_gets_no_advice_to_unquote_it(tmp_path):
+    code, output = _worker(tmp_path, '[worker]\nprocesses = "two"\n')
+    assert code == 2
+    assert "processes = 'two': a string; write an integer without quotes" in output
+    assert "processes = two" not in output  # not TOML either
+    code, output = _replay(tmp_path, 'publish_every = "10s"\n')
+    assert code == 2
+    assert "a string where an integer belongs; write it without quotes" in output
+    assert "publish_every = 10s" not in output
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ('estimators = "window:1000"', "estimators = 'window:1000': a list belongs here; write "
+         'it as one (estimators = ["window:1000"])'),
+        ('[join]\nlabel_ttl_ms = "7d"', "join.label_ttl_ms = '7d': a string where an integer "
+         "number of milliseconds belongs; write it without quotes (label_ttl_ms = 604800000)"),
+        ("[join]\nlabel_ttl = 3", "join.label_ttl = 3: unknown key; did you mean 'label_ttl_ms'?"),
+        ("publish_evry = 10", "publish_evry = 10: unknown key; did you mean 'publish_every'?"),
+        ("label_grace_ms = 5", "label_grace_ms = 5: not a key of this table; it belongs in the "
+         "[join] table"),
+        ("[delayed]\nece_bins = 3", "not a key of this table; it belongs in the [scores] table"),
+        ("publish_interval_s = 2", "a worker setting; it belongs in the [worker] table"),
+        ("[comparisons]\na = 'x'\nb = 'y'", "a list belongs here; write each as a table of its "
+         "own ([[comparisons]])"),
+        ('estimators = "window:1000, fading:0.999"', 'write it as one (estimators = '
+         '["window:1000", "fading:0.999"])'),
+        ('detectors = "page_hinkley"', 'write it as one (detectors = [{ type = "page_hinkley" '
+         "}])"),
+        ("[models.x.y]\nz = 1", "models.x.y = {'z': 1}: unknown key; check the spelling"),
+        ("[models.m]\npositive = 1", "models.m.positive = 1: unknown key; did you mean "
+         "'positive_label'?"),
+        ("positive_label = 1", "not a key of this table; it belongs in a [models.<id>] table"),
+        ('bootstrap = "kafka:9092"', "bootstrap = 'kafka:9092': a worker setting; it belongs in "
+         "the [worker] table"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_or_misplaced_evaluation_key_gets_what_was_meant(tmp_path, toml, said):
+    code, output = _replay(tmp_path, toml + "\n")
+    assert code == 2
+    assert said in output
+
+
+@pytest.mark.parametrize(
+    ("variable", "said"),
+    [
+        ("STREAMEVAL_EXPORT_MEASURES=accuracy,kappa", "$STREAMEVAL_EXPORT_MEASURES is not valid "
+         """JSON; it holds a list, e.g. STREAMEVAL_EXPORT_MEASURES='["accuracy", "kappa"]'"""),
+        ("STREAMEVAL_EXPORT_ESTIMATORS=window:1000",
+         """from the environment as JSON: STREAMEVAL_EXPORT_ESTIMATORS='["window:1000"]'"""),
+        ("STREAMEVAL_CHANGELOG_CONFIGS=min.insync.replicas=2", "it holds a table of settings, "
+         """e.g. STREAMEVAL_CHANGELOG_CONFIGS='{"min.insync.replicas": "2"}'"""),
+        ("STREAMEVAL_COMMIT_INTERVAL_MS=5s", "commit_interval_ms (or "
+         "$STREAMEVAL_COMMIT_INTERVAL_MS) = '5s': an integer number of milliseconds belongs here "
+         "(commit_interval_ms = 5000, or STREAMEVAL_COMMIT_INTERVAL_MS=5000)"),
+        ("STREAMEVAL_PROCESSES=all", "processes (or $STREAMEVAL_PROCESSES) = 'all': an integer "
+         "belongs here"),
+        ("streameval_export_measures=auc f1", "STREAMEVAL_EXPORT_MEASURES='[\"auc\", \"f1\"]'"),
+    ],
+)  # fmt: skip
+def test_a_variable_that_is_not_what_its_setting_takes_gets_an_example_of_its_own(
+    tmp_path, variable, said
+):
+    name, value = variable.split("=", 1)
+    code, output = _run("worker", "--bootstrap", "127.0.0.1:1", env={name: value}, cwd=tmp_path)
+    assert code == 2
+    assert said in output
+    assert "security.protocol" not in output  # the example of STREAMEVAL_KAFKA alone
+
+
+def test_stray_variables_are_named_with_what_was_meant():
+    from streameval.app.settings import stray_variables
+
+    said = stray_variables(
+        {
+            "STREAMEVAL_PROCESES": "2",
+            "STREAMEVAL_LABEL_GRACE_MS": "0",
+            "STREAMEVAL_QWXZ": "1",
+            "streameval_proceses": "2",  # (read whatever its case, as the settings are)
+            "streameval_processes": "2",  # a setting
+            "STREAMEVAL_config": "w.toml",  # not the file: that one is read in capitals
+            "STREAMEVAL_APP_ID": "fraud",  # a setting
+            "STREAMEVAL_CONFIG": "w.toml",  # the file
+            "STREAMEVAL_TEST_BOOTSTRAP": "k:9092",  # the test suite's
+            "PROCESES": "2",  # not ours
+        }
+    )
+    assert said == [
+        "$STREAMEVAL_LABEL_GRACE_MS names no setting and is ignored; label_grace_ms is an "
+        "evaluation setting, read from --config: it belongs in the [join] table",
+        "$STREAMEVAL_PROCESES names no setting and is ignored; did you mean $STREAMEVAL_PROCESSES?",
+        "$STREAMEVAL_QWXZ names no setting and is ignored (the settings are listed in "
+        "docs/worker.md, 'Settings')",
+        "$STREAMEVAL_config names no setting and is ignored (in this case: $STREAMEVAL_CONFIG)",
+        "$streameval_proceses names no setting and is ignored; did you mean $STREAMEVAL_PROCESSES?",
+    ]
 
 
 def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):
@@ -125,7 +248,8 @@ def test_sigterm_while_the_worker_waits_for_an_unreachable_kafka_stops_it_cleanl
         process = subprocess.Popen(
             [STREAMEVAL, "worker", "--config", str(tmp_path / "worker.toml"), "--bootstrap",
              "127.0.0.1:1", "--metrics-port", "0"],
-            env={**environ, "STREAMEVAL_STATE_DIR": str(tmp_path / "state")}, cwd=tmp_path,
+            env={**environ, "STREAMEVAL_STATE_DIR": str(tmp_path / "state"),
+                 "STREAMEVAL_PROCESES": "2"}, cwd=tmp_path,
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:  # (a wait ends early only if something else broke: the log says what)
@@ -142,6 +266,10 @@ def test_sigterm_while_the_worker_waits_for_an_unreachable_kafka_stops_it_cleanl
     output = log.read_text()
     assert "SIGTERM before start-up was complete: stopping" in output
     assert "Traceback" not in output, output
+    # a misspelt variable is said before Kafka is reached for, with the one it meant
+    stray = "$STREAMEVAL_PROCESES names no setting and is ignored; did you mean $STREAMEVAL_PR"
+    assert stray in output
+    assert output.index(stray) < output.index("is not reachable")
 
 
 def test_a_refused_kafka_setting_never_shows_a_password(tmp_path):

@@ -46,8 +46,8 @@ def test_the_worker_exports_what_its_settings_choose(tmp_path, monkeypatch):
          r"a measure; allowed: n, n_effective, accuracy, .*, or \[\"all\"\]"),
         ('export_initial_measures = ["all", "kappa"]',
          r"export_initial_measures .* = \['all', 'kappa'\]: \"all\" stands alone"),
-        ('export_measures = "accuracy"', r"export_measures .* = 'accuracy': Input should be a "
-         r"valid list"),
+        ('export_measures = "accuracy"', r"export_measures .* = 'accuracy': a list belongs here: "
+         r"export_measures = \[\"accuracy\"\] in \[worker\]"),
         ('export_estimators = ["window:500"]',
          r"export_estimators \(or \$STREAMEVAL_EXPORT_ESTIMATORS\) = \['window:500'\]: "
          r"'window:500' is not one of the configured estimators; allowed: cumulative, "

@@ -283,7 +283,7 @@ def worker(
     Start as many as there are machines; workers with the same app id share the partitions.
     Settings: command line, then STREAMEVAL_* variables, then the [worker] table of --config.
     """
-    from streameval.app.settings import SettingsError, load_settings
+    from streameval.app.settings import SettingsError, load_settings, stray_variables
     from streameval.clients import ClientConfigError
 
     kafka = kafka_settings(settings)
@@ -312,6 +312,8 @@ def worker(
     logging.config.dictConfig(logging_config(worker_settings.log_level, worker_settings.log_format))
     from streameval.core import kernels
 
+    for line in stray_variables():  # a misspelt variable would change nothing, unseen
+        logging.getLogger("streameval.worker").warning("%s", line)
     if not kernels.in_use():
         logging.getLogger("streameval.worker").warning(
             "the compiled kernels (streameval_kernels) are not in use (%s): the ROC AUC and the "

@@ -46,13 +46,15 @@ Example file (every key optional)::
 from __future__ import annotations
 
 import functools
+import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from streameval.advice import UNITS, closest, meant_number, number_words
 from streameval.core.cost import CostMatrix
 from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
@@ -62,7 +64,7 @@ from streameval.core.probabilistic import DEFAULT_ECE_BINS
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
 from streameval.event_time import TimeRules
 
-__all__ = ["ConfigError", "EvaluationConfig", "load_config"]
+__all__ = ["ConfigError", "EvaluationConfig", "key_place", "load_config"]
 
 
 class ConfigError(ValueError):
@@ -305,25 +307,139 @@ class EvaluationConfig(_Strict):
         return self.detectors if own is None else own
 
 
-_KINDS = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false"}
+_KINDS = {"int_type": int, "float_type": float, "bool_type": bool}
+
+
+def _model_at(path: tuple) -> type[BaseModel] | None:
+    """The table (model) at ``path`` of the configuration, None if there is none."""
+    model: type[BaseModel] = EvaluationConfig
+    parts = [str(part) for part in path]
+    while parts:
+        field = model.model_fields.get(parts.pop(0))
+        if field is None:
+            return None
+        kind, args = field.annotation, get_args(field.annotation)
+        if get_origin(kind) in (dict, list):  # models.<id>, comparisons.<index>
+            kind = args[-1]
+            if not parts:
+                return None
+            parts.pop(0)
+        if not _is_table(kind):
+            return None
+        model = kind
+    return model
+
+
+def _is_table(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _keys() -> list[str]:
+    """Every key of the configuration, with its table (``join.label_ttl_ms``, and
+    ``models.<id>.costs`` for the tables named by the user)."""
+    keys = []
+    for name, field in EvaluationConfig.model_fields.items():
+        kind = field.annotation
+        if get_origin(kind) is dict and _is_table(get_args(kind)[-1]):
+            keys += [f"{name}.<id>.{sub}" for sub in get_args(kind)[-1].model_fields]
+        elif _is_table(kind):
+            keys += [f"{name}.{sub}" for sub in kind.model_fields]
+        elif get_origin(kind) is not list or not _is_table(get_args(kind)[0]):
+            keys.append(name)
+    return keys
+
+
+def key_place(name: str) -> str | None:
+    """Where the configuration file holds a key (or table) called ``name``, as the words
+    that follow "it belongs"; None if it has none.
+
+    >>> key_place("label_grace_ms"), key_place("join"), key_place("costs")
+    ('in the [join] table', 'in a [join] table of its own', 'in a [models.<id>] table')
+    """
+    field = EvaluationConfig.model_fields.get(name)
+    if field is not None:
+        kind, args = field.annotation, get_args(field.annotation)
+        if get_origin(kind) is dict and _is_table(args[-1]):
+            return f"in a [{name}.<id>] table of its own"
+        if get_origin(kind) is list and _is_table(args[0]):
+            return f"in [[{name}]] tables of their own"
+        return f"in a [{name}] table of its own" if _is_table(kind) else "at the top of the file"
+    for key in _keys():
+        table, _, leaf = key.rpartition(".")
+        if leaf == name:
+            return f"in a [{table}] table" if "<id>" in table else f"in the [{table}] table"
+    return None
+
+
+def _unknown(path: tuple) -> str:
+    """What to say of the unknown key at ``path``: where a key of that name belongs (this
+    file's other tables, or the worker's), else the closest key of its table, else the closest
+    key of another table, else where to look."""
+    name, table = str(path[-1]), _model_at(path[:-1])
+    place = key_place(name)
+    if place is not None:
+        return f"not a key of this table; it belongs {place}"
+    if len(path) == 1:
+        from streameval.app.settings import WorkerSettings  # (it imports this module)
+
+        if name in WorkerSettings.model_fields:
+            return "a worker setting; it belongs in the [worker] table"
+    near = closest(name, table.model_fields) if table is not None else None
+    if table is not None:  # the unit forgotten (label_ttl for label_ttl_ms) first
+        near = next((name + s for s in UNITS if name + s in table.model_fields), near)
+    if near is not None:
+        return f"unknown key; did you mean {near!r}?"
+    near = closest(name, {key.rsplit(".", 1)[-1] for key in _keys()})
+    if near is not None:
+        return f"unknown key; did you mean {near!r} ({key_place(near)})?"
+    return "unknown key; check the spelling against docs/replay.md"
+
+
+def _list_example(name: str, value: Any) -> str:
+    """What to write for ``value`` where list ``name`` belongs."""
+    field = EvaluationConfig.model_fields.get(name)
+    kind = get_args(field.annotation)[0] if field is not None else str
+    if _is_table(kind):
+        return f"write each as a table of its own ([[{name}]])"
+    if kind is not str:  # the detectors: a list of tables, each naming its type at least
+        kinds = [{"type": d["type"]} for d in field.default_factory()[:1]]  # type: ignore[misc]
+        return f"write it as one ({name} = {_inline(kinds)})"
+    words = value.replace(",", " ").split() if isinstance(value, str) else []
+    if not words:
+        words = list(field.default_factory()) if field is not None and field.default_factory else []
+    return f"write it as one ({name} = {json.dumps(words)})"
+
+
+def _inline(tables: list[dict[str, Any]]) -> str:
+    """A list of tables as TOML inline tables."""
+    return (
+        "["
+        + ", ".join(
+            "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in t.items()) + " }" for t in tables
+        )
+        + "]"
+    )
 
 
 def _format(err: ValidationError) -> str:
     lines = []
     for problem in err.errors():
         key = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        name = key.rsplit(".", 1)[-1]
         value = problem.get("input")
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown key; check the spelling against docs/replay.md"
+            message = _unknown(problem["loc"])
         elif problem["type"] == "dict_type":
-            name = key.rsplit(".", 1)[-1]
             message = f"a table belongs here; write it as one ({name} = {{ key = value, ... }})"
+        elif problem["type"] == "list_type":
+            message = f"a list belongs here; {_list_example(name, value)}"
         elif problem["type"] in _KINDS and isinstance(value, str):
-            message = (
-                f"a string where {_KINDS[problem['type']]} belongs; write it without quotes "
-                f"({key.rsplit('.', 1)[-1]} = {value.strip()})"
-            )
+            kind = _KINDS[problem["type"]]
+            meant = meant_number(name, value, kind)
+            message = f"a string where {number_words(name, kind)} belongs; write it without quotes"
+            if meant is not None:
+                message += f" ({name} = {meant})"
         lines.append(f"  {key} = {value!r}: {message}")
     return "invalid configuration:\n" + "\n".join(lines)
 

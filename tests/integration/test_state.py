@@ -183,7 +183,7 @@ def _topics(bootstrap: str) -> list[str]:
     return list(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
 
 
-@pytest.mark.parametrize("pending", [int(os.environ.get("STREAMEVAL_MOVE_PENDING", 100_000))])
+@pytest.mark.parametrize("pending", [int(os.environ.get("STREAMEVAL_TEST_MOVE_PENDING", 100_000))])
 def test_a_partition_with_many_pending_instances_moves(deploy, tmp_path, pending):
     """A worker holds ``pending`` instances waiting for labels; a second worker joins and
     takes over join partitions, which it rebuilds from their changelogs on its empty disk; then

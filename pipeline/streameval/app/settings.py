@@ -22,17 +22,19 @@ join, delayed labels, detectors, models, comparisons — see ``docs/replay.md``)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
-from streameval.config import ConfigError, EvaluationConfig, load_config
+from streameval.advice import UNITS, closest, meant_number, number_words
+from streameval.config import ConfigError, EvaluationConfig, key_place, load_config
 from streameval.series import (
     ALL,
     DEFAULT_BINS,
@@ -51,6 +53,7 @@ __all__ = [
     "SettingsError",
     "WorkerSettings",
     "load_settings",
+    "stray_variables",
 ]
 
 #: exactly-once: what ``max_poll_interval_ms`` must leave beyond ``transaction_timeout_ms``
@@ -64,6 +67,11 @@ KAFKA_SETTINGS = {
     "session.timeout.ms": "session_timeout_ms",
     "max.poll.interval.ms": "max_poll_interval_ms",
 }
+
+
+#: the ``STREAMEVAL_`` environment variables that are not worker settings: the file, and the
+#: folders of the topic plan and of the local Kafka's downloads
+OTHER_VARIABLES = frozenset({"STREAMEVAL_CONFIG", "STREAMEVAL_TOPICS_DIR", "STREAMEVAL_CACHE"})
 
 
 class SettingsError(ConfigError):
@@ -374,17 +382,128 @@ class _Holder:
 _FILE_TABLE = _Holder()
 
 
-def _format(err: ValidationError) -> str:
+#: pydantic's errors of a string from the environment that is not the number it should be
+_PARSING = {"int_parsing": int, "int_from_float": int, "float_parsing": float, "bool_parsing": bool}
+#: an example of each table-valued setting, as JSON for the environment
+_TABLE_EXAMPLES = {
+    "kafka": {"security.protocol": "SSL"},
+    "changelog_configs": {"min.insync.replicas": "2"},
+}
+
+
+def _env(name: str) -> str:
+    return "STREAMEVAL_" + name.upper()
+
+
+def _unknown(name: str) -> str:
+    """What to say of an unknown worker setting: where an evaluation setting of that name
+    belongs, else the closest worker setting."""
+    place = key_place(name)
+    if place is not None:
+        return f"an evaluation setting, not a worker one: it belongs {place}, outside [worker]"
+    if _env(name) in OTHER_VARIABLES:
+        return f"not a setting of the file: set ${_env(name)} in the environment"
+    fields = WorkerSettings.model_fields
+    near = next((name + s for s in UNITS if name + s in fields), None) or closest(name, fields)
+    if near is not None:
+        return f"unknown setting; did you mean {near!r}?"
+    return "unknown setting; the settings are listed in docs/worker.md, 'Settings'"
+
+
+def _variable(env: str) -> str | None:
+    """The value of environment variable ``env``, named in any case (as pydantic-settings
+    reads it)."""
+    return next((v for k, v in os.environ.items() if k.upper() == env), None)
+
+
+def _as_list(value: str, name: str) -> str:
+    """``value`` (a string where list setting ``name`` belongs) as the JSON list it most likely
+    means (its words), or the setting's default when it has none."""
+    words = [w.strip("'\"") for w in value.replace(",", " ").strip().strip("[]").split()]
+    words = [w for w in words if w]
+    if not words:
+        field = WorkerSettings.model_fields.get(name)
+        words = list(field.default_factory() or []) if field and field.default_factory else []
+    return json.dumps(words or ["..."])
+
+
+def _format(err: ValidationError, skip: set[str] = frozenset()) -> str:
+    """The lines of ``err``, but those of the keys in ``skip`` (said otherwise)."""
     lines = []
     for problem in err.errors():
         key = ".".join(str(part) for part in problem["loc"]) or "(top level)"
-        env = "STREAMEVAL_" + key.split(".")[0].upper()
+        if key.split(".")[0] in skip:
+            continue
+        name, env = key.split(".")[0], _env(key.split(".")[0])
+        value = problem.get("input")
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown setting; the settings are listed in docs/worker.md, 'Settings'"
-        shown = "<hidden>" if _SECRET.search(key) else _redacted(problem.get("input"))
+            message = _unknown(name)
+        elif problem["type"] in _PARSING and isinstance(value, str):
+            kind = _PARSING[problem["type"]]
+            message = f"{number_words(name, kind)} belongs here"
+            meant = meant_number(name, value, kind)
+            if meant is not None and meant != value:
+                message += f" ({name} = {meant}, or {env}={meant})"
+        elif problem["type"] == "list_type" and isinstance(value, str):
+            example = _as_list(value, name)
+            message = (
+                f"a list belongs here: {name} = {example} in [worker], and from the "
+                f"environment as JSON: {env}='{example}'"
+            )
+        shown = "<hidden>" if _SECRET.search(key) else _redacted(value)
         lines.append(f"  {key} (or ${env}) = {shown!r}: {message}")
     return "invalid worker settings:\n" + "\n".join(lines)
+
+
+def _not_json(err: PydanticSettingsError) -> str:
+    """What to say of a variable that is not JSON where a table or a list belongs."""
+    name = str(err).split('"')[1] if '"' in str(err) else "?"
+    env = _env(name)
+    field = WorkerSettings.model_fields.get(name)
+    if field is not None and get_origin(field.annotation) is dict:
+        example = json.dumps(_TABLE_EXAMPLES.get(name, {"key": "value"}))
+        holds = "a table of settings"
+    else:  # a list: what was given, as one
+        example, holds = _as_list(_variable(env) or "", name), "a list"
+    return (
+        f"invalid worker settings:\n  ${env} is not valid JSON; it holds {holds}, e.g. "
+        f"{env}='{example}'"
+    )
+
+
+def stray_variables(environ: dict[str, str] | None = None) -> list[str]:
+    """What to say of each ``STREAMEVAL_`` environment variable that names no setting (a
+    misspelt one is ignored, as for any program, so the worker says so at start-up): its
+    name, and the closest setting's variable.
+
+    >>> stray_variables({"STREAMEVAL_PROCESES": "2", "STREAMEVAL_APP_ID": "fraud"})
+    ['$STREAMEVAL_PROCESES names no setting and is ignored; did you mean $STREAMEVAL_PROCESSES?']
+    """
+    environ = os.environ if environ is None else environ
+    settings = {_env(name) for name in WorkerSettings.model_fields}
+    known = settings | OTHER_VARIABLES
+    said = []
+    for name in sorted(environ):
+        upper = name.upper()  # the settings' variables are read whatever their case; the
+        if not upper.startswith("STREAMEVAL_") or upper in settings or name in OTHER_VARIABLES:
+            continue  # others are not
+        if upper.startswith("STREAMEVAL_TEST_"):  # the test suite's own
+            continue
+        line = f"${name} names no setting and is ignored"
+        setting = upper.removeprefix("STREAMEVAL_").lower()
+        near = closest(setting, [v.removeprefix("STREAMEVAL_").lower() for v in known])
+        place = key_place(setting)
+        if place is not None:  # the file's alone
+            line += f"; {setting} is an evaluation setting, read from --config: it belongs {place}"
+        elif upper in OTHER_VARIABLES:
+            line += f" (in this case: ${upper})"
+        elif near is not None:
+            line += f"; did you mean ${_env(near)}?"
+        else:
+            line += " (the settings are listed in docs/worker.md, 'Settings')"
+        said.append(line)
+    return said
 
 
 #: client settings whose values are secrets: never shown in a message
@@ -403,21 +522,23 @@ def _redacted(value: Any) -> Any:
     return value
 
 
-def _mistyped(table: dict[str, Any]) -> list[str]:
-    """Values of the [worker] table whose TOML type is not the setting's: a string where a
-    number or a switch belongs (``metrics_port = "9464"``) is refused rather than converted —
-    the environment's values are strings by nature, the file's need not be."""
-    problems = []
+def _mistyped(table: dict[str, Any]) -> dict[str, str]:
+    """Values of the [worker] table whose TOML type is not the setting's, and what to say of
+    each: a string where a number or a switch belongs (``metrics_port = "9464"``) is refused
+    rather than converted — the environment's values are strings by nature, the file's need
+    not be."""
+    problems = {}
     for key, value in table.items():
         field = WorkerSettings.model_fields.get(key)
         if field is None or not isinstance(value, str):
             continue
         if field.annotation in (int, float, bool):
-            kind = {int: "an integer", float: "a number", bool: "true or false"}[field.annotation]
-            problems.append(
-                f"  {key} = {value!r}: a string; write {kind} without quotes "
-                f"({key} = {value.strip()})"
+            line = (
+                f"  {key} = {value!r}: a string; write {number_words(key, field.annotation)} "
+                "without quotes"
             )
+            meant = meant_number(key, value, field.annotation)
+            problems[key] = line + (f" ({key} = {meant})" if meant is not None else "")
     return problems
 
 
@@ -444,22 +565,18 @@ def load_settings(
     _FILE_TABLE.value = table
     try:
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as err:
-        message = _format(err)
+    except ValidationError as err:  # (a variable's value is validated, not the file's)
+        message = _format(err, {key for key in mistyped if _variable(_env(key)) is None})
         if mistyped:
-            message += "\n" + "\n".join(mistyped)
+            lines = [line for line in message.split("\n")[1:] if line]
+            message = "\n".join(["invalid worker settings:", *lines, *mistyped.values()])
         raise SettingsError(message) from None
     except PydanticSettingsError as err:  # a variable that is not JSON where JSON belongs
-        name = str(err).split('"')[1] if '"' in str(err) else "?"
-        raise SettingsError(
-            f"invalid worker settings:\n  ${'STREAMEVAL_' + name.upper()} is not valid JSON; it "
-            f"holds a table of settings, e.g. STREAMEVAL_{name.upper()}="
-            '\'{"security.protocol": "SSL"}\''
-        ) from None
+        raise SettingsError(_not_json(err)) from None
     finally:
         _FILE_TABLE.value = {}
     if mistyped:
-        raise SettingsError("invalid worker settings:\n" + "\n".join(mistyped))
+        raise SettingsError("invalid worker settings:\n" + "\n".join(mistyped.values()))
     try:
         config = load_config(None, **data)
     except ConfigError as err:
