@@ -7,9 +7,12 @@ dead-letter header."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
+import sys
 import time
+import uuid
 
 import pytest
 from confluent_kafka.admin import (
@@ -21,6 +24,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from streameval.devkafka import KafkaInstance, LauncherError
+from streameval.topics import create_topics, load_topics
 
 from tests.integration.test_worker import CONFIG, Deployment, _scrape
 
@@ -37,7 +41,8 @@ def secured(tmp_path_factory):
         broker = KafkaInstance.start(tmp_path_factory.mktemp("secured"), secured=True)
     except LauncherError as err:
         pytest.fail(f"no secured broker: {err}", pytrace=False)
-    users = {name: secrets.token_urlsafe(16) for name in ("evaluator", "no-output", "no-txn")}
+    names = ("evaluator", "no-output", "no-txn", "least")  # least: its rights by the test
+    users = {name: secrets.token_urlsafe(16) for name in names}
     for name, password in users.items():
         broker.add_user(name, password)
     allow = AclPermissionType.ALLOW
@@ -175,3 +180,57 @@ def test_a_principal_without_its_transactional_ids_is_told_which_right_to_grant(
     assert "WRITE and DESCRIBE on the TransactionalId" in output
     assert 'processing_guarantee = "at_least_once"' in output
     _never_shows([output], secured.users)
+
+
+def test_the_rights_operations_md_lists_are_enough_with_a_prefix_apart_from_the_app_id(
+    secured, tmp_path, stream, expected, deployments
+):
+    """A principal given just the rights of docs/operations.md ("Security"), for a topic prefix
+    that the app id does not start with: the worker gives replay's numbers under exactly-once,
+    and `state reset` works once the transactional ids under the topic prefix are granted too
+    (before, it says which to grant). Without CREATE, the worker names the topics to create and
+    the command. (The topics' rights are granted by prefix, a superset of the table's
+    per-topic ones: what this checks is the groups, the transactional ids and CREATE.)"""
+    deployment = _deployment(secured, tmp_path, stream, "least")
+    deployments.append(deployment)
+    app = f"a{uuid.uuid4().hex[:8]}"  # not under the topic prefix (w…-)
+    deployment.env["STREAMEVAL_APP_ID"] = app
+    deployment.env["STREAMEVAL_PROCESSING_GUARANTEE"] = "exactly_once"
+    operations = AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
+    admin = AdminClient(secured.client())
+    _grant(admin, [(ResourceType.TOPIC, deployment.prefix, op) for op in operations])
+    _grant(admin, [(ResourceType.GROUP, app, AclOperation.READ)])
+    _grant(admin, [(ResourceType.TRANSACTIONAL_ID, app, op) for op in operations[1:]])
+    output = _fails(deployment)
+    assert "the worker's principal may not create the topics it lacks" in output, output[-2000:]
+    assert f"streameval topics create --app-id {app} --prefix {deployment.prefix}" in output
+    deployment.workers.pop()  # (ended, as it should)
+    create_topics(admin, load_topics(deployment.prefix, app_id=app, partitions=3))
+    deployment.produce()
+    deployment.start_worker()
+    assert deployment.wait_for(expected) == expected
+    deployment.stop_all()
+    log = deployment.workers[0][2].read_text()
+    assert "refused" not in log.lower() and "AUTHORIZATION" not in log, log[-3000:]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMEVAL_")}
+    reset = [sys.executable, "-m", "streameval.cli", "state", "reset", "--config",
+             str(deployment.config), "--bootstrap", deployment.bootstrap, "--app-id", app,
+             "--prefix", deployment.prefix, "--all-models"]  # fmt: skip
+    done = subprocess.run(reset, env=environ, capture_output=True, text=True, timeout=180)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "Kafka refused the transactional id" in said and "Traceback" not in said, said
+    assert f"with the prefix {deployment.prefix}{app} (the topic prefix, then app_id" in said
+    start = deployment.prefix + app
+    _grant(admin, [(ResourceType.TRANSACTIONAL_ID, start, op) for op in operations[1:]])
+    done = subprocess.run(reset, env=environ, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _never_shows([log, said, done.stdout + done.stderr], secured.users)
+
+
+def _grant(admin, rights) -> None:
+    """ALLOW ``least`` each (resource type, name prefix, operation) of ``rights``."""
+    bindings = [AclBinding(kind, name, ResourcePatternType.PREFIXED, "User:least", "*", op,
+                           AclPermissionType.ALLOW) for kind, name, op in rights]  # fmt: skip
+    for future in admin.create_acls(bindings).values():
+        future.result(30)

@@ -139,3 +139,32 @@ def test_valid_and_malformed_records_are_routed(kafka_bootstrap, prefix):
         assert letter.key() == b"i-key"
         assert headers["streameval.reason"]  # a sentence for a person
         assert headers["streameval.reason.code"] in expected_codes
+
+
+def test_a_topic_the_cluster_refuses_to_create_stops_the_worker_with_its_words(
+    kafka_bootstrap, prefix, tmp_path
+):
+    """A changelog config the broker refuses (it came as a traceback of a KafkaException from
+    topic creation): the worker stops with Kafka's words, the topics it lacks and what to
+    change, exit status 1."""
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMEVAL_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "streameval.cli", "worker", "--bootstrap", kafka_bootstrap,
+         "--prefix", prefix, "--app-id", "app", "--metrics-port", "0"],
+        env={**environ, "STREAMEVAL_STATE_DIR": str(tmp_path),
+             "STREAMEVAL_PROCESSING_GUARANTEE": "at_least_once",
+             "STREAMEVAL_CHANGELOG_CONFIGS": '{"min.insync.replicas": "many"}'},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output, output
+    assert "Kafka refused to create the topics the worker lacks" in output, output
+    assert f"{prefix}app-join-changelog" in output and "changelog_configs" in output
+    # (the command an administrator would run keeps the worker's changelog configs)
+    command = f"streameval topics create --app-id app --prefix {prefix} --changelog-config"
+    assert f"`{command} min.insync.replicas=many`" in output

@@ -204,7 +204,10 @@ def connect(
     )
     missing = [s for s in specs if s.name not in metadata.topics]
     if missing:
-        report = create_topics(admin, missing)
+        try:
+            report = create_topics(admin, missing)
+        except Exception as err:  # KafkaException: a right missing, a topic the cluster refuses
+            raise KafkaRefused(creation_refused(err, missing, settings)) from None
         log.info("created topics: %s", ", ".join(report.created) or "none")
         metadata = _listing(admin, [s.name for s in missing], stopping)
         if metadata is None:
@@ -220,6 +223,39 @@ def connect(
                 f"{counts[stage]}: it needs at least as many (one per stage partition)"
             )
     return counts
+
+
+def creation_refused(err: Exception, missing: list[Any], settings: WorkerSettings) -> str:
+    """What to say when Kafka refuses to create the ``missing`` topics (their specs)."""
+    from confluent_kafka import KafkaError
+
+    error = err.args[0] if err.args else err
+    code = error.code() if hasattr(error, "code") else None
+    names = ", ".join(spec.name for spec in missing)
+    command = f"streameval topics create --app-id {settings.app_id}"
+    if settings.topic_prefix:
+        command += f" --prefix {settings.topic_prefix}"
+    for key, value in settings.changelog_configs.items():
+        command += f" --changelog-config {key}={value}"
+    said = error.str() if hasattr(error, "str") else str(error)
+    if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT):
+        return (
+            f"Kafka did not answer the creation of the topics the worker lacks ({names}): "
+            f"{said}. Start the worker again once the cluster answers, or create the topics "
+            f"beforehand: `{command}`"
+        )
+    if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+        return (
+            f"the worker's principal may not create the topics it lacks ({names}); a topic it "
+            "may not DESCRIBE looks missing too. Grant it CREATE (and DESCRIBE) on them, or "
+            f"create them beforehand as an administrator: `{command}` (docs/operations.md, "
+            "'Security')"
+        )
+    return (
+        f"Kafka refused to create the topics the worker lacks ({names}): {said}. Change what "
+        "it names in the topic plan (topics/topics.toml, or a copy in $STREAMEVAL_TOPICS_DIR; "
+        f"changelog_configs for the changelogs), or create the topics beforehand: `{command}`"
+    )
 
 
 #: How long a worker waits for topics it created to show in the cluster's metadata

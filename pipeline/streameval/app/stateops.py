@@ -338,12 +338,13 @@ class ChangelogTransaction:
         self.changes: dict[int, dict[bytes, bytes | None]] = {}
 
     def __enter__(self) -> ChangelogTransaction:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaError, Producer
 
+        transactional_id = f"{self.topic}-state"
         self.producer = Producer(
             {
                 **self.client,
-                "transactional.id": f"{self.topic}-state",
+                "transactional.id": transactional_id,
                 "transaction.timeout.ms": 900_000,
                 "linger.ms": 20,
             }
@@ -351,6 +352,17 @@ class ChangelogTransaction:
         try:
             self.producer.init_transactions(60)
         except Exception as err:  # KafkaException
+            error = err.args[0] if err.args else None
+            if getattr(error, "code", lambda: None)() == (
+                KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            ):
+                start = self.topic.removesuffix("-join-changelog").removesuffix("-eval-changelog")
+                raise StateError(
+                    f"Kafka refused the transactional id {transactional_id} ({error.str()}): "
+                    "grant the principal WRITE and DESCRIBE on the TransactionalId resources "
+                    f"with the prefix {start} (the topic prefix, then app_id: "
+                    "docs/operations.md, 'Security'); nothing has been changed"
+                ) from None
             raise StateError(
                 f"cannot write to {self.topic} in a transaction ({err}): the brokers must allow "
                 "transactions (on a single broker: transaction.state.log.replication.factor=1 "
