@@ -138,7 +138,7 @@ def _scenarios() -> tuple[Scenario, ...]:
     n = 5000
     at = n * 45 // 100  # the demo's drift is at 45 % of its stream
     return (
-        # the demo's configuration: Agrawal, 15 000 instances, abrupt drift at 6 750
+        # the demo's kind of stream (Agrawal, abrupt drift 45 % in), 15 000 instances
         Scenario("agrawal-demo", "abrupt", "agrawal", 15_000, 6_750),
         Scenario("sea-abrupt", "abrupt", "sea", n, at),
         Scenario("hyperplane-abrupt", "abrupt", "hyperplane", n, at),

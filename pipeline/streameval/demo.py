@@ -63,7 +63,7 @@ a = "{CHAMPION}"
 b = "{CHALLENGER}"
 """
 WINDOW, FADING = "window:1000", "fading:0.999"
-#: the demo's instances come from three segments; only the first one's concept changes
+#: the demo's instances come from three segments; at the change each moves to a concept of its own
 SEGMENTS = ("web", "app", "store")
 
 
