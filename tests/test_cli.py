@@ -97,6 +97,30 @@ def test_replay_names_a_missing_output_folder_before_it_runs(tmp_path, option):
     assert not out.exists()  # nothing ran
 
 
+def test_replay_refuses_a_plot_it_cannot_write_before_it_runs_and_names_the_one_it_writes(
+    tmp_path,
+):
+    """``--plot plot.txt`` was a traceback once the whole replay had run; ``--plot plot``
+    wrote plot.png and said "plot written to plot"."""
+    pytest.importorskip("matplotlib")
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        '{"type": "prediction", "instance_id": "i", "model_id": "m", "ts": 1767225600000, '
+        '"label": "a"}\n{"type": "label", "instance_id": "i", "ts": 1767225600001, '
+        '"label": "a"}\n'
+    )
+    out = tmp_path / "records.jsonl"
+    args = ["replay", str(events), "--out", str(out), "--plot"]
+    refused = CliRunner().invoke(main, [*args, str(tmp_path / "plot.txt")])
+    assert refused.exit_code == 2, refused.output
+    assert "a picture cannot be written as .txt; end its name with .png" in refused.output
+    assert not out.exists()  # nothing ran
+    written = CliRunner().invoke(main, [*args, str(tmp_path / "plot")])
+    assert written.exit_code == 0, written.output
+    assert (tmp_path / "plot.png").is_file()
+    assert f"plot written to {tmp_path / 'plot.png'}" in written.output.replace("\n", "")
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

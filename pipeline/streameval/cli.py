@@ -57,6 +57,24 @@ def _writable(path: Path | None, option: str) -> None:
     )
 
 
+def _picture(path: Path) -> Path:
+    """``path`` as the picture matplotlib will write: a name without a suffix gets ``.png``
+    (matplotlib's own choice, said as such); a suffix it cannot write is refused before any
+    work (it came as a traceback once the whole replay had run)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if not path.suffix:
+        return path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise click.BadParameter(
+            f"{path}: a picture cannot be written as {path.suffix}; end its name with .png, "
+            f".svg or .pdf (any of {', '.join('.' + f for f in sorted(formats))})",
+            param_hint="--plot",
+        )
+    return path
+
+
 @main.command()
 @click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -124,6 +142,7 @@ def replay(
     """
     if plot:
         need_extra("matplotlib", "plot", "--plot")
+        plot = _picture(plot)
     _writable(out, "--out")
     _writable(plot, "--plot")
     from rich.console import Console
