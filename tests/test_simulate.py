@@ -154,6 +154,24 @@ def test_bad_settings_are_refused_with_the_setting_named():
         SimulationConfig(instances=10, drifts=[50]).check()
 
 
+def test_a_class_the_generator_has_not_and_a_share_it_cannot_keep_are_refused():
+    """Both were accepted without a word: a delay for class "x" (or "yes") changed nothing,
+    and a positive share kept LED's classes 0 and 1 alone of its ten."""
+    with pytest.raises(ValueError, match="x is no class of agrawal, whose classes are 0, 1"):
+        SimulationConfig(class_delay={"x": 5.0}).check()
+    with pytest.raises(ValueError, match="led has 10 classes; the share of class 1 is for"):
+        SimulationConfig(generator="led", positive_share=0.1).check()
+    SimulationConfig(generator="led", class_delay={"7": 2.0}).check()  # a class of LED's
+
+
+def test_simulate_names_a_missing_output_folder_before_it_runs(tmp_path):
+    """It was a FileNotFoundError traceback."""
+    target = tmp_path / "missing" / "sim.jsonl"
+    result = CliRunner().invoke(main, ["simulate", "--instances", "10", "--out", str(target)])
+    assert result.exit_code == 2, result.output
+    assert f"the folder {tmp_path / 'missing'} does not exist" in result.output
+
+
 def test_the_file_output_replays(tmp_path):
     out = tmp_path / "sim.jsonl"
     result = CliRunner().invoke(main, ["simulate", "--instances", "300", "--generator", "sea",

@@ -12,7 +12,7 @@ import click
 
 from streameval import __version__
 from streameval.cli_kafka import kafka, kafka_settings, produce, topics
-from streameval.cli_simulate import demo, need_extra, simulate
+from streameval.cli_simulate import demo, need_extra, simulate, writable
 from streameval.cli_state import check_before_start, state
 
 
@@ -38,23 +38,6 @@ main.add_command(produce)
 main.add_command(state)
 main.add_command(simulate)
 main.add_command(demo)
-
-
-def _writable(path: Path | None, option: str) -> None:
-    """Stop before any work when ``path`` cannot be written: its folder is missing, or no
-    folder, or not ours to write in."""
-    import os
-
-    folder = path.parent if path is not None else None
-    if folder is None or (folder.is_dir() and os.access(folder, os.W_OK)):
-        return
-    problem = "cannot be written to" if folder.is_dir() else "is not a folder"
-    if not folder.exists():
-        problem = "does not exist"
-    raise click.BadParameter(
-        f"{path}: the folder {folder} {problem}; create it or choose another path",
-        param_hint=option,
-    )
 
 
 def _picture(path: Path) -> Path:
@@ -143,8 +126,8 @@ def replay(
     if plot:
         need_extra("matplotlib", "plot", "--plot")
         plot = _picture(plot)
-    _writable(out, "--out")
-    _writable(plot, "--plot")
+    writable(out, "--out")
+    writable(plot, "--plot")
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 

@@ -13,7 +13,7 @@ import click
 
 from streameval.cli_kafka import name_part
 
-__all__ = ["demo", "need_extra", "simulate"]
+__all__ = ["demo", "need_extra", "simulate", "writable"]
 
 
 def need_extra(module: str, extra: str, what: str) -> None:
@@ -24,6 +24,23 @@ def need_extra(module: str, extra: str, what: str) -> None:
         raise click.ClickException(
             f"{what} needs {module}, an optional dependency: pip install 'streameval[{extra}]'"
         )
+
+
+def writable(path: Path | None, option: str) -> None:
+    """Stop before any work when ``path`` cannot be written: its folder is missing, or no
+    folder, or not ours to write in."""
+    import os
+
+    folder = path.parent if path is not None else None
+    if folder is None or (folder.is_dir() and os.access(folder, os.W_OK)):
+        return
+    problem = "cannot be written to" if folder.is_dir() else "is not a folder"
+    if not folder.exists():
+        problem = "does not exist"
+    raise click.BadParameter(
+        f"{path}: the folder {folder} {problem}; create it or choose another path",
+        param_hint=option,
+    )
 
 
 def _class_delays(_ctx, _param, values: tuple[str, ...]) -> dict[str, float]:
@@ -230,6 +247,7 @@ def simulate(out, bootstrap, settings, prefix, realtime, **options) -> None:
     from rich.progress import Progress
 
     need_extra("river", "simulate", "`streameval simulate`")
+    writable(out, "--out")
     from streameval.simulate.system import simulate as run
 
     start_ms = int(time.time() * 1000) if realtime else None

@@ -36,11 +36,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GENERATORS", "LEARNERS", "SimulationConfig", "simulate"]
+__all__ = ["CLASSES", "GENERATORS", "LEARNERS", "SimulationConfig", "simulate"]
 
 GENERATORS = ("agrawal", "sea", "led", "hyperplane", "sine", "phishing")
 LEARNERS = ("hoeffding_tree", "naive_bayes", "logistic_regression", "no_change", "majority")
 DELAYS = ("fixed_instances", "fixed_ms", "exponential")
+#: the classes of each generator's labels (as ``class_delay`` names them): LED's ten digits,
+#: 0 and 1 for the others
+CLASSES = {name: ("0", "1") for name in GENERATORS} | {"led": tuple(map(str, range(10)))}
 
 
 @dataclass
@@ -83,6 +86,18 @@ class SimulationConfig:
             problems.append(f"drift_width={self.drift_width}: use an integer >= 1")
         if self.positive_share is not None and not 0 < self.positive_share < 1:
             problems.append(f"positive_share={self.positive_share}: use a number in (0, 1)")
+        classes = CLASSES.get(self.generator, ("0", "1"))
+        if self.positive_share is not None and len(classes) > 2:  # it keeps 0 and 1 alone
+            problems.append(
+                f"positive_share={self.positive_share}: {self.generator} has {len(classes)} "
+                "classes; the share of class 1 is for the generators of two classes"
+            )
+        strangers = sorted(set(self.class_delay) - set(classes))
+        if strangers:
+            problems.append(
+                f"class_delay={self.class_delay}: {', '.join(strangers)} is no class of "
+                f"{self.generator}, whose classes are {', '.join(classes)}"
+            )
         unknown = [m for m in self.models if m not in LEARNERS]
         if unknown or not self.models:
             problems.append(f"models={self.models}: choose from {', '.join(LEARNERS)}")
