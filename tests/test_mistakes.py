@@ -61,6 +61,22 @@ def test_a_second_worker_on_a_host_whose_metrics_port_is_taken(tmp_path):
     assert "--metrics-port or STREAMEVAL_METRICS_PORT" in output
 
 
+def test_the_demo_with_a_wrong_address_or_a_taken_port_says_so(tmp_path):
+    """Both were a traceback: Kafka's, from creating the topics; the port's, from the worker
+    it started (after a local Kafka had been started for nothing)."""
+    code, output = _run("demo", "--bootstrap", "127.0.0.1:1", "--duration", "5", cwd=tmp_path)
+    assert code == 1
+    assert "Kafka at 127.0.0.1:1 did not answer" in output and "--bootstrap" in output
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, output = _run("demo", "--metrics-port", str(port), "--duration", "5", cwd=tmp_path)
+    assert code == 2
+    assert f"metrics_port {port} on 0.0.0.0 cannot be used" in output
+    assert "choose another with --metrics-port" in output
+
+
 def test_streameval_kafka_that_is_not_json(tmp_path):
     env = {"STREAMEVAL_KAFKA": "security.protocol=SSL"}
     code, output = _run("worker", "--bootstrap", "127.0.0.1:1", env=env, cwd=tmp_path)

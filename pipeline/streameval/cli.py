@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from streameval import __version__
+from streameval.cli_checks import need_extra, port_free, writable
 from streameval.cli_kafka import kafka, kafka_settings, produce, topics
-from streameval.cli_simulate import demo, need_extra, simulate, writable
+from streameval.cli_simulate import demo, simulate
 from streameval.cli_state import check_before_start, state
 
 
@@ -305,7 +306,7 @@ def worker(
             worker_settings.state_home()
     except SettingsError as err:
         raise click.UsageError(str(err)) from None
-    _port_free(worker_settings.metrics_host, worker_settings.metrics_port)
+    port_free(worker_settings.metrics_host, worker_settings.metrics_port)
     import logging.config
 
     from streameval.logs import logging_config
@@ -343,33 +344,6 @@ def _stopped_before_start(signum: int, _frame: Any) -> None:
         signal.Signals(signum).name,
     )
     raise SystemExit(0)
-
-
-def _port_free(host: str, port: int) -> None:
-    """The worker's web server can listen on ``host``:``port`` (port 0: none), else a message
-    (Faust would say it with a traceback, after starting everything else)."""
-    import socket
-
-    if port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as err:
-        raise click.UsageError(
-            f"metrics_host {host!r} is not an address of this machine ({err.strerror}); use "
-            "0.0.0.0 (every interface), 127.0.0.1, or a name that resolves here"
-        ) from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as err:
-            raise click.UsageError(
-                f"metrics_port {port} on {host} cannot be used ({err.strerror}): another worker "
-                "(or program) on this machine has it. Give each worker on a machine its own "
-                "port with --metrics-port or STREAMEVAL_METRICS_PORT, or 0 for no web server"
-            ) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

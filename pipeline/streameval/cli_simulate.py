@@ -11,36 +11,10 @@ from pathlib import Path
 
 import click
 
+from streameval.cli_checks import need_extra, port_free, writable
 from streameval.cli_kafka import name_part
 
-__all__ = ["demo", "need_extra", "simulate", "writable"]
-
-
-def need_extra(module: str, extra: str, what: str) -> None:
-    """Stop with the install line when an optional dependency is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise click.ClickException(
-            f"{what} needs {module}, an optional dependency: pip install 'streameval[{extra}]'"
-        )
-
-
-def writable(path: Path | None, option: str) -> None:
-    """Stop before any work when ``path`` cannot be written: its folder is missing, or no
-    folder, or not ours to write in."""
-    import os
-
-    folder = path.parent if path is not None else None
-    if folder is None or (folder.is_dir() and os.access(folder, os.W_OK)):
-        return
-    problem = "cannot be written to" if folder.is_dir() else "is not a folder"
-    if not folder.exists():
-        problem = "does not exist"
-    raise click.BadParameter(
-        f"{path}: the folder {folder} {problem}; create it or choose another path",
-        param_hint=option,
-    )
+__all__ = ["demo", "simulate"]
 
 
 def _class_delays(_ctx, _param, values: tuple[str, ...]) -> dict[str, float]:
@@ -305,6 +279,12 @@ def demo(duration, bootstrap, metrics_port, rate, seed) -> None:
     from rich.console import Console
 
     need_extra("river", "simulate", "`streameval demo`")
+    port_free(  # (before a local Kafka is started for nothing)
+        "0.0.0.0",
+        metrics_port,
+        "another program (a worker, or a demo) on this machine has it; choose another with "
+        "--metrics-port",
+    )
     from streameval.demo import run_demo
 
     sys.exit(run_demo(duration, bootstrap, metrics_port, rate, seed, Console()))

@@ -357,7 +357,17 @@ def run_demo(
     app_id = prefix + "app"
     admin = AdminClient(client)
     specs = load_topics(prefix, partitions=3, app_id=app_id)
-    create_topics(admin, specs)
+    try:
+        create_topics(admin, specs)
+    except Exception as err:  # KafkaException: a wrong --bootstrap, Kafka down (a traceback)
+        from streameval.cli_kafka import kafka_failure
+
+        raise kafka_failure(
+            err,
+            bootstrap,
+            "--bootstrap (or $STREAMEVAL_BOOTSTRAP); without either, the demo "
+            "starts a local Kafka of its own",
+        ) from None
     workdir = Path(tempfile.mkdtemp(prefix="streameval-demo-"))
     (workdir / "demo.toml").write_text(WORKER_CONFIG)
     log = workdir / "worker.log"
