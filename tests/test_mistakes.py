@@ -77,6 +77,14 @@ def test_the_demo_with_a_wrong_address_or_a_taken_port_says_so(tmp_path):
     assert "choose another with --metrics-port" in output
 
 
+def test_simulate_to_a_kafka_that_does_not_answer_says_so(tmp_path):
+    """It said "produced 120 events" and exited 0: nothing checked that they were sent."""
+    code, output = _run("simulate", "--instances", "10", "--bootstrap", "127.0.0.1:1",
+                        cwd=tmp_path)  # fmt: skip
+    assert code == 1
+    assert "Kafka at 127.0.0.1:1 did not answer" in output and "produced" not in output
+
+
 def test_streameval_kafka_that_is_not_json(tmp_path):
     env = {"STREAMEVAL_KAFKA": "security.protocol=SSL"}
     code, output = _run("worker", "--bootstrap", "127.0.0.1:1", env=env, cwd=tmp_path)

@@ -239,16 +239,26 @@ def simulate(out, bootstrap, settings, prefix, realtime, **options) -> None:
                         progress.advance(task)
             click.echo(f"wrote {out}")
             return
+        from streameval.cli_kafka import _kafka_errors
         from streameval.clients import ClientConfigError, client_config
+        from streameval.produce import ProduceError
         from streameval.simulate.produce import produce_events
 
         try:
             client = client_config(bootstrap, settings)
         except ClientConfigError as err:
             raise click.UsageError(str(err)) from None
-        sent = produce_events(
-            events, client, prefix, realtime=realtime, on_instance=lambda: progress.advance(task)
-        )
+        try:
+            with _kafka_errors(client["bootstrap.servers"]):
+                sent = produce_events(
+                    events,
+                    client,
+                    prefix,
+                    realtime=realtime,
+                    on_instance=lambda: progress.advance(task),
+                )
+        except ProduceError as err:
+            raise click.ClickException(str(err)) from None
     click.echo(f"produced {sent} events to {prefix}instances, {prefix}predictions, {prefix}labels")
 
 

@@ -394,11 +394,17 @@ def run_demo(
     drift_at = sim.drifts[0]
     stop = threading.Event()
     produced = [0]
+    failed: list[Exception] = []  # the simulator's end, if it failed
     change = ChangeWatch(drift_at, sim.start_ms, rate)
 
     def simulator() -> None:
         events = change.watch(simulate(sim))
-        produced[0] = produce_events(events, client, prefix, realtime=True, stop=stop.is_set)
+        try:
+            produced[0] = produce_events(events, client, prefix, realtime=True, stop=stop.is_set)
+        except Exception as err:  # Kafka gone, or refusing the records: the view says so
+            console.print(f"[red]the simulator stopped: {err}")
+            failed.append(err)
+            stop.set()
 
     thread = threading.Thread(target=simulator, name="simulator", daemon=True)
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -468,4 +474,4 @@ def run_demo(
         if started_kafka is not None:
             started_kafka.stop()
             console.print("stopped the local Kafka the demo started")
-    return status
+    return 1 if failed else status

@@ -83,3 +83,20 @@ def test_a_file_goes_to_the_input_topics_keyed_by_instance_stamped_as_told(
 
 
 _TOPIC = {kind: topic for topic, kind in INPUT_KINDS.items()}
+
+
+def test_simulate_to_topics_that_do_not_exist_says_so_and_sends_nothing(kafka_bootstrap):
+    """`simulate` without --out said "produced N events" and exited 0 whatever happened to
+    them: to topics that do not exist (or a Kafka that does not answer) it now stops saying
+    why, before anything is sent."""
+    prefix = f"s{uuid.uuid4().hex[:8]}-"
+    args = ["simulate", "--instances", "10", "--bootstrap", kafka_bootstrap, "--prefix", prefix]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert f"topic {prefix}instances does not exist: create the topics first" in result.output
+    assert "produced" not in result.output
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    create_topics(admin, [s for s in load_topics(prefix) if s.role == "input"])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"produced 120 events to {prefix}instances" in result.output

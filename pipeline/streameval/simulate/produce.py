@@ -25,11 +25,29 @@ def produce_events(
     """Produce every event to ``prefix`` + its topic, keyed by ``instance_id``; return how many.
 
     With ``realtime`` an event is sent when the wall clock reaches its ``ts`` (the events must
-    then be stamped from now on). ``stop`` is checked between events.
+    then be stamped from now on). ``stop`` is checked between events. A broker that does not
+    answer raises ``confluent_kafka.KafkaException`` before anything is sent; a missing input
+    topic, or records the broker did not take, :class:`~streameval.produce.ProduceError`.
     """
     from confluent_kafka import Producer
 
+    from streameval.produce import ProduceError
+
     producer = Producer({**client, "linger.ms": 20, "compression.type": "lz4"})
+    metadata = producer.list_topics(timeout=10)  # KafkaException when nobody answers
+    missing = [prefix + t for t in TOPIC_OF.values() if prefix + t not in metadata.topics]
+    if missing:
+        raise ProduceError(
+            f"topic {missing[0]} does not exist: create the topics first with `streameval "
+            f"topics create{f' --prefix {prefix}' if prefix else ''}` (same --bootstrap and -X "
+            "settings)"
+        )
+    failed: list[Any] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(error)
+
     sent = 0
     try:
         for event in events:
@@ -44,7 +62,9 @@ def produce_events(
             value = orjson.dumps({k: v for k, v in event.items() if k != "type"})
             while True:
                 try:
-                    producer.produce(topic, value, event["instance_id"].encode())
+                    producer.produce(
+                        topic, value, event["instance_id"].encode(), on_delivery=delivered
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -54,5 +74,8 @@ def produce_events(
             if sent % 1000 == 0:
                 producer.poll(0)
     finally:
-        producer.flush(30)
+        left = producer.flush(30)
+    if failed or left:
+        why = f"the first error: {failed[0].str()}" if failed else "none within 30 s"
+        raise ProduceError(f"{len(failed) + left} of {sent} events were not delivered ({why})")
     return sent
