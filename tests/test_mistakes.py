@@ -244,6 +244,28 @@ def test_stray_variables_are_named_with_what_was_meant():
     ]
 
 
+def test_a_positive_label_of_the_wrong_type_is_named_as_the_thing_to_change(tmp_path):
+    """TOML's positive_label = 1 against labels "1": every outcome was refused with the advice
+    to send labels of one type, and the model's id, printed as rich markup, lost its
+    brackets (in the table too)."""
+    t0, lines = 1_767_225_600_000, []
+    for i in range(20):
+        lines += [
+            f'{{"type": "prediction", "instance_id": "i{i}", "model_id": "fraud[v2]", '
+            f'"ts": {t0 + 1000 * i}, "label": "1"}}',
+            f'{{"type": "label", "instance_id": "i{i}", "ts": {t0 + 1000 * i + 10}, '
+            f'"label": "{i % 2}"}}',
+        ]
+    toml = '[models."fraud[v2]"]\npositive_label = 1\n'
+    code, output = _replay(tmp_path, toml, "\n".join(lines) + "\n")
+    assert code == 0  # the outcomes are refused, and counted; the file is read to its end
+    flat = " ".join(output.split())  # (rich folds long lines)
+    assert "model 'fraud[v2]': its labels come as \"1\" but its positive_label is 1" in flat
+    assert 'write positive_label = "1" in [models."fraud[v2]"]' in flat
+    assert "send labels of one type" not in flat
+    assert "model fraud[v2]: 20 outcomes refused (class_limit)" in flat
+
+
 def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):
     lines, t0 = [], 1_767_225_600_000  # 2026-01-01, in milliseconds
     for i in range(20):

@@ -19,6 +19,7 @@ had an outcome or a newly predicted instance: as of the boundary ``B`` its strea
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from operator import itemgetter
@@ -92,6 +93,35 @@ def _resolution_order(outcome: Outcome) -> tuple[int, str, str]:
 
 
 _due = itemgetter(7)  # Outcome.due
+
+
+def _positive_clash(model: ModelEvaluator, outcome: Outcome) -> str | None:
+    """What to say when a refused outcome's class differs from the model's configured
+    ``positive_label`` by its type alone (TOML's ``positive_label = 1``, labels ``"1"``): the
+    configuration is what to change, not the labels. None otherwise."""
+    positive = model.positive_label
+    if positive is None:
+        return None
+    for label in (outcome.y_true, *outcome.labels):
+        if type(label) is not type(positive) and str(label) == str(positive):
+            written = msgspec.json.encode(label).decode()
+            table = model.model_id  # a TOML key: bare if it may be, else quoted
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", table):
+                table = msgspec.json.encode(table).decode()
+            return (
+                f"its labels come as {written} but its positive_label is {positive!r}, which "
+                f"would be the same class name on the wire; write positive_label = {written} "
+                f"in [models.{table}]"
+            )
+    return None
+    for label in (outcome.y_true, *outcome.labels):
+        if type(label) is not type(positive) and str(label) == str(positive):
+            written = msgspec.json.encode(label).decode()
+            return (
+                f" (the known class {positive!r} is the configured positive_label: write it as "
+                f"the labels come, positive_label = {written})"
+            )
+    return ""
 
 
 class Engine:
@@ -580,7 +610,8 @@ class Engine:
                 # the join drops labels before their instance; outcomes built elsewhere may not
                 early = outcome.t_label < outcome.t_instance
                 self.rejected[model_id, "label_before_instance" if early else "class_limit"] += 1
-                self.problems.append(f"model {model_id!r}: {err}")
+                said = _positive_clash(model, outcome) or str(err)
+                self.problems.append(f"model {model_id!r}: {said}")
             else:
                 accepted.append(outcome)
         return alarms, accepted

@@ -11,6 +11,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from streameval.records import Record
 from streameval.replay import ReplayResult
@@ -133,7 +134,7 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
         m = record.estimators.get(estimator, {})
         d = record.delayed.get(estimator, {})
         cells = [
-            model_id,
+            Text(model_id),  # as it is: a model id is no markup
             str(record.n),
             _fmt(m.get("accuracy")),
             _fmt(d.get("accuracy_initial")),
@@ -156,6 +157,7 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
                 f"always the majority class {_fmt(m['cost_majority'])}, "
                 f"no-change {_fmt(m['cost_no_change'])}",
                 highlight=False,
+                markup=False,
             )
     # models that share their labels say the same of them: once, naming them all
     delays: dict[str, list[str]] = defaultdict(list)
@@ -168,18 +170,18 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
             )
             delays[f"(Kruskal-Wallis p = {test.p_value:.2g}): {said}"].append(model_id)
     for said, models in delays.items():
-        console.print(f"{', '.join(models)}: label delay depends on the class {said}")
+        console.print(f"{', '.join(models)}: label delay depends on the class {said}", markup=False)
     for model_id, record in finals:  # sliced: the worst and the best slice beside the model
         said = describe_slices(result, model_id, record, estimator)
         if said:
-            console.print(f"{model_id}: {said}", highlight=False)
+            console.print(f"{model_id}: {said}", highlight=False, markup=False)
     maturity: dict[str, list[str]] = defaultdict(list)
     for model_id, record in sorted(result.final_maturity.items()):
         maturity[describe_maturity(record)].append(model_id)
     for said, models in maturity.items():
-        console.print(f"{', '.join(models)}: {said}", highlight=False)
+        console.print(f"{', '.join(models)}: {said}", highlight=False, markup=False)
     for alarm in result.alarms[:LISTED_ALARMS]:
-        console.print(describe_alarm(alarm), highlight=False)
+        console.print(describe_alarm(alarm), highlight=False, markup=False)
     if len(result.alarms) > LISTED_ALARMS:
         console.print(f"… and {len(result.alarms) - LISTED_ALARMS} more alarms (in the records)")
     for key, record in sorted(result.final_comparisons.items()):
@@ -199,7 +201,8 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
                 f"on {c.n_scored} scored pairs"
                 if c.n_scored
                 else ""
-            )
+            ),
+            markup=False,
         )
     odd = {k: v for k, v in result.join_counters.items() if v}
     if odd:
@@ -207,9 +210,11 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
     if result.pending:
         console.print(f"{result.pending} instances still wait for a label (not evaluated)")
     for (model_id, reason), count in sorted(result.rejected.items()):
-        console.print(f"[bold red]model {model_id}: {count} outcomes refused ({reason})[/]")
-    for problem in result.problems[:3]:
-        console.print(f"  {problem}")
+        console.print(
+            f"model {model_id}: {count} outcomes refused ({reason})", style="bold red", markup=False
+        )
+    for problem in result.problems[:3]:  # (the data's words: no markup in them)
+        console.print(f"  {problem}", markup=False)
     total_skipped = sum(result.skipped.values())
     console.print(
         f"{result.events} events from {result.lines} lines in {result.seconds:.2f} s; "
@@ -218,9 +223,9 @@ def print_summary(result: ReplayResult, console: Console, estimator: str) -> Non
         f"label-maturity records; {total_skipped} lines skipped"
     )
     for reason, count in result.skipped.most_common():
-        console.print(f"  skipped {count}: {reason}")
+        console.print(f"  skipped {count}: {reason}", markup=False)
     for number, message in result.skipped_examples:
-        console.print(f"  line {number}: {message}")
+        console.print(f"  line {number}: {message}", markup=False)
 
 
 class MeasureHistory:
