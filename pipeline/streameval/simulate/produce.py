@@ -42,16 +42,18 @@ def produce_events(
             f"topics create{f' --prefix {prefix}' if prefix else ''}` (same --bootstrap and -X "
             "settings)"
         )
-    failed: list[Any] = []
+    failed: list[Any] = []  # the first delivery error, and how many there were
+    count = [0]
 
     def delivered(error: Any, _message: Any) -> None:
         if error is not None:
-            failed.append(error)
+            count[0] += 1
+            failed[:] = failed or [error]
 
     sent = 0
     try:
         for event in events:
-            if stop is not None and stop():
+            if (stop is not None and stop()) or failed:  # (events lost: no more of them)
                 break
             if realtime:
                 wait = event["ts"] / 1000.0 - time.time()
@@ -77,5 +79,5 @@ def produce_events(
         left = producer.flush(30)
     if failed or left:
         why = f"the first error: {failed[0].str()}" if failed else "none within 30 s"
-        raise ProduceError(f"{len(failed) + left} of {sent} events were not delivered ({why})")
+        raise ProduceError(f"{count[0] + left} of {sent} events were not delivered ({why})")
     return sent
