@@ -402,7 +402,7 @@ def run_demo(
         try:
             produced[0] = produce_events(events, client, prefix, realtime=True, stop=stop.is_set)
         except Exception as err:  # Kafka gone, or refusing the records: the view says so
-            console.print(f"[red]the simulator stopped: {err}")
+            console.print(f"the simulator stopped: {err}", style="red", markup=False)
             failed.append(err)
             stop.set()
 

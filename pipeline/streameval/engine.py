@@ -114,14 +114,6 @@ def _positive_clash(model: ModelEvaluator, outcome: Outcome) -> str | None:
                 f"in [models.{table}]"
             )
     return None
-    for label in (outcome.y_true, *outcome.labels):
-        if type(label) is not type(positive) and str(label) == str(positive):
-            written = msgspec.json.encode(label).decode()
-            return (
-                f" (the known class {positive!r} is the configured positive_label: write it as "
-                f"the labels come, positive_label = {written})"
-            )
-    return ""
 
 
 class Engine:
