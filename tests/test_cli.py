@@ -114,6 +114,8 @@ def test_replay_refuses_a_plot_it_cannot_write_before_it_runs_and_names_the_one_
     refused = CliRunner().invoke(main, [*args, str(tmp_path / "plot.txt")])
     assert refused.exit_code == 2, refused.output
     assert "a picture cannot be written as .txt; end its name with .png" in refused.output
+    latex = CliRunner().invoke(main, [*args, str(tmp_path / "plot.pgf")])  # (it needs LaTeX)
+    assert latex.exit_code == 2 and "cannot be written as .pgf" in latex.output, latex.output
     assert not out.exists()  # nothing ran
     written = CliRunner().invoke(main, [*args, str(tmp_path / "plot")])
     assert written.exit_code == 0, written.output

@@ -264,6 +264,14 @@ def test_a_positive_label_of_the_wrong_type_is_named_as_the_thing_to_change(tmp_
     assert 'write positive_label = "1" in [models."fraud[v2]"]' in flat
     assert "send labels of one type" not in flat
     assert "model fraud[v2]: 20 outcomes refused (class_limit)" in flat
+    # labels of the positive label's type but one: the data mixes types, not the config
+    mixed = [
+        line.replace('"label": "1"', '"label": 1').replace('"label": "0"', '"label": 0')
+        for line in lines[:-1]
+    ] + [lines[-1].replace('"label": "1"', '"label": "1"')]
+    code, output = _replay(tmp_path, toml, "\n".join(mixed) + "\n")
+    flat = " ".join(output.split())
+    assert "send labels of one type" in flat and "write positive_label" not in flat, flat
 
 
 def test_a_comparison_naming_a_model_that_never_appears_is_said(tmp_path):

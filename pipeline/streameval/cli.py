@@ -49,7 +49,7 @@ def _picture(path: Path) -> Path:
 
     if not path.suffix:
         return path.with_name(path.name + ".png")
-    formats = FigureCanvasBase.get_supported_filetypes()
+    formats = set(FigureCanvasBase.get_supported_filetypes()) - {"pgf"}  # (pgf: LaTeX's)
     if path.suffix[1:].lower() not in formats:
         raise click.BadParameter(
             f"{path}: a picture cannot be written as {path.suffix}; end its name with .png, "
@@ -201,8 +201,9 @@ def replay(
     if plot:
         try:
             plot_history(history, plot)
-        except OSError as err:
-            raise click.ClickException(f"--plot {plot}: {err.strerror or err}") from None
+        except Exception as err:  # a disk, or a format's own needs: said, not a traceback
+            said = getattr(err, "strerror", None) or err
+            raise click.ClickException(f"--plot {plot}: {said}") from None
         if not quiet:
             console.print(f"plot written to {plot}")
 

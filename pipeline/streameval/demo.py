@@ -357,9 +357,11 @@ def run_demo(
     app_id = prefix + "app"
     admin = AdminClient(client)
     specs = load_topics(prefix, partitions=3, app_id=app_id)
+    from confluent_kafka import KafkaException
+
     try:
         create_topics(admin, specs)
-    except Exception as err:  # KafkaException: a wrong --bootstrap, Kafka down (a traceback)
+    except KafkaException as err:  # a wrong --bootstrap, Kafka down (it was a traceback)
         from streameval.cli_kafka import kafka_failure
 
         raise kafka_failure(

@@ -102,6 +102,8 @@ def _positive_clash(model: ModelEvaluator, outcome: Outcome) -> str | None:
     positive = model.positive_label
     if positive is None:
         return None
+    if any(type(c) is type(positive) for c in model.classes if c != positive):
+        return None  # the model has labels of its type: the data mixes types, not the config
     for label in (outcome.y_true, *outcome.labels):
         if type(label) is not type(positive) and str(label) == str(positive):
             written = msgspec.json.encode(label).decode()

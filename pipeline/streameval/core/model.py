@@ -418,6 +418,11 @@ class ModelEvaluator:
         proba[rows, self._labels.lookup(flat[0::2])] = flat[1::2]
         self._psi.update(y_true, proba, lengths, times, t_instance, t_label)
 
+    @property
+    def classes(self) -> list[Label]:
+        """The model's known classes (its positive label first, when it has one)."""
+        return self._labels.classes
+
     def _positive_code(self) -> int | None:
         """The positive class's index (None: no positive label, or not seen yet)."""
         if self.positive_label is None or self.positive_label not in self._labels:

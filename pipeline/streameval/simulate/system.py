@@ -92,6 +92,11 @@ class SimulationConfig:
                 f"positive_share={self.positive_share}: {self.generator} has {len(classes)} "
                 "classes; the share of class 1 is for the generators of two classes"
             )
+        elif self.positive_share is not None and self.generator == "phishing":
+            problems.append(
+                f"positive_share={self.positive_share}: phishing is a data set, read as it is; "
+                "the share of class 1 is for the generators"
+            )
         strangers = sorted(set(self.class_delay) - set(classes))
         if strangers:
             problems.append(
