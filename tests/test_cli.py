@@ -123,6 +123,15 @@ def test_replay_refuses_a_plot_it_cannot_write_before_it_runs_and_names_the_one_
     assert f"plot written to {tmp_path / 'plot.png'}" in written.output.replace("\n", "")
 
 
+def test_a_plot_named_with_a_trailing_dot_is_written_as_png(tmp_path):
+    """``--plot a.`` wrote ``a..png``: the dot has no suffix after it, and was kept."""
+    pytest.importorskip("matplotlib")
+    from streameval.cli import _picture
+
+    assert _picture(tmp_path / "a.") == tmp_path / "a.png"
+    assert _picture(tmp_path / "a") == tmp_path / "a.png"
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

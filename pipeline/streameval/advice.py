@@ -11,7 +11,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-__all__ = ["UNITS", "closest", "meant_number", "number_words"]
+__all__ = ["UNITS", "closest", "closest_key", "list_words", "meant_number", "number_words"]
 
 #: the suffixes that name a setting's unit
 UNITS = ("_ms", "_s", "_mb")
@@ -37,6 +37,30 @@ def closest(word: str, names: Iterable[str]) -> str | None:
         return None
     found = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+def closest_key(name: str, keys: Iterable[str]) -> str | None:
+    """The setting of ``keys`` that a misspelt ``name`` most likely means: ``name`` with its
+    unit forgotten first (``label_ttl`` for ``label_ttl_ms``), else the closest, else None.
+
+    >>> closest_key("label_ttl", ["label_ttl_s", "label_ttl_ms"])
+    'label_ttl_ms'
+    >>> closest_key("procesess", ["processes", "app_id"])
+    'processes'
+    """
+    keys = list(keys)
+    return next((name + s for s in UNITS if name + s in keys), None) or closest(name, keys)
+
+
+def list_words(text: str) -> list[str]:
+    """The items a string most likely lists, where a list belongs: its words, split at commas
+    and blanks, without the brackets and quotes of a list written as text.
+
+    >>> list_words("accuracy, kappa"), list_words("['accuracy' 'kappa']"), list_words(" ")
+    (['accuracy', 'kappa'], ['accuracy', 'kappa'], [])
+    """
+    words = (w.strip("'\"") for w in text.replace(",", " ").strip().strip("[]").split())
+    return [w for w in words if w]
 
 
 def _scale(key: str, unit: str) -> float | None:

@@ -48,7 +48,7 @@ def _picture(path: Path) -> Path:
     from matplotlib.backend_bases import FigureCanvasBase
 
     if not path.suffix:
-        return path.with_name(path.name + ".png")
+        return path.with_name(path.name.rstrip(".") + ".png")  # (a trailing dot is no suffix)
     formats = set(FigureCanvasBase.get_supported_filetypes()) - {"pgf"}  # (pgf: LaTeX's)
     if path.suffix[1:].lower() not in formats:
         raise click.BadParameter(
@@ -75,7 +75,8 @@ def _picture(path: Path) -> Path:
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Draw the main measures of every model over outcomes to this PNG.",
+    help="Draw the main measures of every model over outcomes to this picture: PNG, or the "
+    "format its name ends in (.svg, .pdf, ...).",
 )
 @click.option("--strict", is_flag=True, help="Stop at the first malformed line.")
 @click.option(

@@ -54,7 +54,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from streameval.advice import UNITS, closest, meant_number, number_words
+from streameval.advice import closest, closest_key, list_words, meant_number, number_words
 from streameval.core.cost import CostMatrix
 from streameval.core.drift import DEFAULT_DETECTORS, make_detector
 from streameval.core.evaluator import DEFAULT_ESTIMATORS
@@ -384,9 +384,7 @@ def _unknown(path: tuple) -> str:
 
         if name in WorkerSettings.model_fields:
             return "a worker setting; it belongs in the [worker] table"
-    near = closest(name, table.model_fields) if table is not None else None
-    if table is not None:  # the unit forgotten (label_ttl for label_ttl_ms) first
-        near = next((name + s for s in UNITS if name + s in table.model_fields), near)
+    near = closest_key(name, table.model_fields) if table is not None else None
     if near is not None:
         return f"unknown key; did you mean {near!r}?"
     near = closest(name, {key.rsplit(".", 1)[-1] for key in _keys()})
@@ -404,7 +402,7 @@ def _list_example(name: str, value: Any) -> str:
     if kind is not str:  # the detectors: a list of tables, each naming its type at least
         kinds = [{"type": d["type"]} for d in field.default_factory()[:1]]  # type: ignore[misc]
         return f"write it as one ({name} = {_inline(kinds)})"
-    words = value.replace(",", " ").split() if isinstance(value, str) else []
+    words = list_words(value) if isinstance(value, str) else []
     if not words:
         words = list(field.default_factory()) if field is not None and field.default_factory else []
     return f"write it as one ({name} = {json.dumps(words)})"

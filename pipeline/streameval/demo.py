@@ -466,9 +466,11 @@ def run_demo(
         view.poll()
         view.close()
         console.print(view.table("final numbers"))
+        # (a failed simulator returned no count: its red line above says how far it got)
+        sent = "the simulator stopped early" if failed else f"{produced[0]} events produced"
         console.print(
-            f"{produced[0]} events produced, {len(view.all_alarms)} drift alarms; "
-            + change.describe_change()
+            f"{sent}, {len(view.all_alarms)} drift alarms; " + change.describe_change(),
+            markup=False,
         )
         for alarm in view.all_alarms:
             console.print(Text("  " + change.describe(alarm)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import shlex
 import threading
 import time
 from collections import Counter
@@ -232,11 +233,12 @@ def creation_refused(err: Exception, missing: list[Any], settings: WorkerSetting
     error = err.args[0] if err.args else err
     code = error.code() if hasattr(error, "code") else None
     names = ", ".join(spec.name for spec in missing)
-    command = f"streameval topics create --app-id {settings.app_id}"
+    words = ["streameval", "topics", "create", "--app-id", settings.app_id]
     if settings.topic_prefix:
-        command += f" --prefix {settings.topic_prefix}"
+        words += ["--prefix", settings.topic_prefix]
     for key, value in settings.changelog_configs.items():
-        command += f" --changelog-config {key}={value}"
+        words += ["--changelog-config", f"{key}={value}"]
+    command = shlex.join(words)  # (quoted as a shell needs it: a value may have blanks)
     said = error.str() if hasattr(error, "str") else str(error)
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT):
         return (

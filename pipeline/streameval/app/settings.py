@@ -33,7 +33,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
-from streameval.advice import UNITS, closest, meant_number, number_words
+from streameval.advice import closest, closest_key, list_words, meant_number, number_words
 from streameval.config import ConfigError, EvaluationConfig, key_place, load_config
 from streameval.series import (
     ALL,
@@ -391,6 +391,10 @@ _TABLE_EXAMPLES = {
 }
 
 
+#: the first line of every message of refused worker settings
+_INVALID = "invalid worker settings:\n"
+
+
 def _env(name: str) -> str:
     return "STREAMEVAL_" + name.upper()
 
@@ -403,8 +407,7 @@ def _unknown(name: str) -> str:
         return f"an evaluation setting, not a worker one: it belongs {place}, outside [worker]"
     if _env(name) in OTHER_VARIABLES:
         return f"not a setting of the file: set ${_env(name)} in the environment"
-    fields = WorkerSettings.model_fields
-    near = next((name + s for s in UNITS if name + s in fields), None) or closest(name, fields)
+    near = closest_key(name, WorkerSettings.model_fields)
     if near is not None:
         return f"unknown setting; did you mean {near!r}?"
     return "unknown setting; the settings are listed in docs/worker.md, 'Settings'"
@@ -419,16 +422,15 @@ def _variable(env: str) -> str | None:
 def _as_list(value: str, name: str) -> str:
     """``value`` (a string where list setting ``name`` belongs) as the JSON list it most likely
     means (its words), or the setting's default when it has none."""
-    words = [w.strip("'\"") for w in value.replace(",", " ").strip().strip("[]").split()]
-    words = [w for w in words if w]
+    words = list_words(value)
     if not words:
         field = WorkerSettings.model_fields.get(name)
         words = list(field.default_factory() or []) if field and field.default_factory else []
     return json.dumps(words or ["..."])
 
 
-def _format(err: ValidationError, skip: set[str] = frozenset()) -> str:
-    """The lines of ``err``, but those of the keys in ``skip`` (said otherwise)."""
+def _lines(err: ValidationError, skip: set[str] = frozenset()) -> list[str]:
+    """A line for each problem of ``err``, but those of the keys in ``skip`` (said otherwise)."""
     lines = []
     for problem in err.errors():
         key = ".".join(str(part) for part in problem["loc"]) or "(top level)"
@@ -452,8 +454,10 @@ def _format(err: ValidationError, skip: set[str] = frozenset()) -> str:
                 f"environment as JSON: {env}='{example}'"
             )
         shown = "<hidden>" if _SECRET.search(key) else _redacted(value)
-        lines.append(f"  {key} (or ${env}) = {shown!r}: {message}")
-    return "invalid worker settings:\n" + "\n".join(lines)
+        # an unknown key has no variable (the environment's unknown ones are only warned of)
+        variable = "" if problem["type"] == "extra_forbidden" else f" (or ${env})"
+        lines.append(f"  {key}{variable} = {shown!r}: {message}")
+    return lines
 
 
 def _not_json(err: PydanticSettingsError) -> str:
@@ -466,10 +470,7 @@ def _not_json(err: PydanticSettingsError) -> str:
         holds = "a table of settings"
     else:  # a list: what was given, as one
         example, holds = _as_list(_variable(env) or "", name), "a list"
-    return (
-        f"invalid worker settings:\n  ${env} is not valid JSON; it holds {holds}, e.g. "
-        f"{env}='{example}'"
-    )
+    return f"{_INVALID}  ${env} is not valid JSON; it holds {holds}, e.g. {env}='{example}'"
 
 
 def stray_variables(environ: dict[str, str] | None = None) -> list[str]:
@@ -492,13 +493,12 @@ def stray_variables(environ: dict[str, str] | None = None) -> list[str]:
             continue
         line = f"${name} names no setting and is ignored"
         setting = upper.removeprefix("STREAMEVAL_").lower()
-        near = closest(setting, [v.removeprefix("STREAMEVAL_").lower() for v in known])
         place = key_place(setting)
         if place is not None:  # the file's alone
             line += f"; {setting} is an evaluation setting, read from --config: it belongs {place}"
         elif upper in OTHER_VARIABLES:
             line += f" (in this case: ${upper})"
-        elif near is not None:
+        elif near := closest(setting, [v.removeprefix("STREAMEVAL_").lower() for v in known]):
             line += f"; did you mean ${_env(near)}?"
         else:
             line += " (the settings are listed in docs/worker.md, 'Settings')"
@@ -566,17 +566,14 @@ def load_settings(
     try:
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as err:  # (a variable's value is validated, not the file's)
-        message = _format(err, {key for key in mistyped if _variable(_env(key)) is None})
-        if mistyped:
-            lines = [line for line in message.split("\n")[1:] if line]
-            message = "\n".join(["invalid worker settings:", *lines, *mistyped.values()])
-        raise SettingsError(message) from None
+        lines = _lines(err, {key for key in mistyped if _variable(_env(key)) is None})
+        raise SettingsError(_INVALID + "\n".join([*lines, *mistyped.values()])) from None
     except PydanticSettingsError as err:  # a variable that is not JSON where JSON belongs
         raise SettingsError(_not_json(err)) from None
     finally:
         _FILE_TABLE.value = {}
     if mistyped:
-        raise SettingsError("invalid worker settings:\n" + "\n".join(mistyped.values()))
+        raise SettingsError(_INVALID + "\n".join(mistyped.values()))
     try:
         config = load_config(None, **data)
     except ConfigError as err:
@@ -584,7 +581,7 @@ def load_settings(
     unknown = [e for e in settings.export_estimators or () if e not in config.estimators]
     if unknown:
         raise SettingsError(
-            "invalid worker settings:\n  export_estimators (or $STREAMEVAL_EXPORT_ESTIMATORS) = "
+            f"{_INVALID}  export_estimators (or $STREAMEVAL_EXPORT_ESTIMATORS) = "
             f"{settings.export_estimators!r}: {unknown[0]!r} is not one of the configured "
             f"estimators; allowed: {', '.join(config.estimators)}"
         )
