@@ -402,6 +402,7 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     exporter.observe_outcomes("champion", [1000.0, 4000.0])
     exporter.count_input(10)
     exporter.count_dropped("expired_unlabelled", "champion")
+    exporter.count_dropped("class_limit", "champion")  # an outcome the model refused
     exporter.count_dead_letters("not_json")
     exporter.count_skipped_batch("join")
     exporter.set_pending(3)

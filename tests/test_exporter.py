@@ -533,6 +533,40 @@ def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
     assert series["streameval_drift_alarms_total", key] == 0
 
 
+def test_refused_outcomes_are_counted_by_model_across_the_partitions_of_a_process():
+    """The engines' refusals reach ``streameval_dropped_records_total`` as what grew since the
+    last look, keyed by model: a model moved from one evaluation partition to another of the
+    same process is not counted twice; one that went to another worker is forgotten."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from streameval.app.telemetry import Telemetry
+
+    registry = CollectorRegistry()
+    telemetry = Telemetry(Exporter(registry), ["instances"])
+
+    def counted():
+        return {
+            dict(k[1])["model"]: v
+            for k, v in _series(registry).items()
+            if k[0] == "streameval_dropped_records_total"
+        }
+
+    first = SimpleNamespace(rejected=Counter({("m", "class_limit"): 3, ("n", "class_limit"): 1}))
+    telemetry.refused(first)
+    telemetry.refused(first)  # nothing new
+    assert counted() == {"m": 3, "n": 1}
+    first.rejected["m", "class_limit"] = 5
+    telemetry.refused(first)
+    moved = SimpleNamespace(rejected=Counter({("m", "class_limit"): 5}))  # m, now elsewhere
+    telemetry.refused(moved)
+    assert counted() == {"m": 5, "n": 1}
+    telemetry.dropped([], {"m"})  # m went to another worker, and came back with its state
+    assert counted() == {"n": 1}
+    telemetry.refused(moved)
+    assert counted() == {"m": 5, "n": 1}
+
+
 def test_consumer_lag_shows_only_the_partitions_being_fetched():
     """librdkafka keeps the last lag of partitions a rebalance moved away; those must go."""
     from streameval.app.telemetry import Telemetry

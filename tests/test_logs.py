@@ -198,3 +198,44 @@ def test_an_error_that_stops_the_worker_has_a_traceback_only_if_it_is_a_defect(
     err = capfd.readouterr().err
     assert "Traceback" in err and "KeyError: 'model'" in err
     assert "Crashed reason=KeyError('x')" in err and "NoneType: None" not in err
+
+
+def test_a_models_refused_outcomes_are_said_at_once_then_at_most_once_a_minute(caplog, monkeypatch):
+    """The worker said nothing of outcomes a model refused. Now it says the first at once,
+    and then, at most once a minute, how many more and the latest reason."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from streameval.app.telemetry import Telemetry
+
+    now = [1000.0]
+    monkeypatch.setattr("streameval.app.runner.time", SimpleNamespace(monotonic=lambda: now[0]))
+    engine = SimpleNamespace(rejected=Counter(), refusals={"m": ("label 'x' is over", 3)})
+    worker = SimpleNamespace(telemetry=Telemetry(None, []), _said_refused={})
+    stage = SimpleNamespace(engine=engine)
+    caplog.set_level(logging.WARNING, logger="streameval.worker")
+
+    def said():
+        lines = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        return lines
+
+    Pipeline._refused(worker, stage)
+    assert said() == [
+        "model 'm' refused 3 outcomes: label 'x' is over (counted in "
+        "streameval_dropped_records_total; its numbers leave them out)"
+    ]
+    engine.refusals["m"] = ("label 'y' is over", 1)
+    now[0] += 30
+    Pipeline._refused(worker, stage)
+    assert said() == []  # within the minute: it waits, and its count grows meanwhile
+    engine.refusals["m"] = ("label 'z' is over", 2)
+    now[0] += 31
+    Pipeline._refused(worker, stage)
+    assert said() == [
+        "model 'm' refused 2 more outcomes: label 'z' is over (counted in "
+        "streameval_dropped_records_total; its numbers leave them out)"
+    ]
+    now[0] += 120
+    Pipeline._refused(worker, stage)
+    assert said() == [] and engine.refusals == {}  # nothing new, nothing said

@@ -263,7 +263,7 @@ def test_a_positive_label_of_the_wrong_type_is_named_as_the_thing_to_change(tmp_
     assert "model 'fraud[v2]': its labels come as \"1\" but its positive_label is 1" in flat
     assert 'write positive_label = "1" in [models."fraud[v2]"]' in flat
     assert "send labels of one type" not in flat
-    assert "model fraud[v2]: 20 outcomes refused (class_limit)" in flat
+    assert "model fraud[v2]: 20 outcomes refused (label_type_clash)" in flat
     # labels of the positive label's type but one: the data mixes types, not the config
     mixed = [
         line.replace('"label": "1"', '"label": 1').replace('"label": "0"', '"label": 0')

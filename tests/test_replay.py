@@ -258,6 +258,22 @@ def test_a_model_whose_every_outcome_is_refused_publishes_nothing_and_stops_noth
     assert result.rejected == {("bad", "class_limit"): 3}
 
 
+def test_a_label_named_as_a_class_of_the_other_type_is_refused_for_that_reason():
+    """1 and "1" cannot both be classes: the second is refused as a clash, not as a class over
+    ``max_classes`` (the reason the worker's /metrics and alert show), and the engine keeps
+    each model's latest refusal and their count for the worker's log."""
+    from streameval.core.outcome import Outcome
+
+    engine = Engine(load_config(publish_every=1000))
+    one = Outcome("m", "i1", 1, (T0 + 10,), (1,), T0 + 10, T0 + 20, T0 + 20)
+    clash = [Outcome("m", f"i{k}", "1", (T0 + 10,), ("1",), T0 + 10, T0 + 20, T0 + 20)
+             for k in (2, 3)]  # fmt: skip
+    engine.evaluate([one, *clash])
+    assert engine.rejected == {("m", "label_type_clash"): 2}
+    said, count = engine.refusals["m"]
+    assert count == 2 and "would be the same class name '1' on the wire" in said
+
+
 def test_an_outcome_labelled_before_its_instance_is_refused_for_that_reason():
     """The join drops such labels (``label_before_instance``); an outcome built without it
     is refused by the model, counted under the same reason, and changes no number."""

@@ -39,6 +39,7 @@ from streameval.codec import (
 from streameval.config import EvaluationConfig
 from streameval.core.alarm import Alarm
 from streameval.core.join import Join, join_partition
+from streameval.core.labels import LabelClash
 from streameval.core.maturity import LabelMaturity
 from streameval.core.model import ModelEvaluator
 from streameval.core.outcome import INSTANCE, LABEL, PREDICTION, Outcome
@@ -93,6 +94,14 @@ def _resolution_order(outcome: Outcome) -> tuple[int, str, str]:
 
 
 _due = itemgetter(7)  # Outcome.due
+
+
+def _refusal(outcome: Outcome, err: ValueError) -> str:
+    """The reason a model refused ``outcome`` (a label of ``streameval_dropped_records_total``
+    in the worker)."""
+    if outcome.t_label < outcome.t_instance:  # (the join drops such labels; outcomes built
+        return "label_before_instance"  # elsewhere may not)
+    return "label_type_clash" if isinstance(err, LabelClash) else "class_limit"
 
 
 def _positive_clash(model: ModelEvaluator, outcome: Outcome) -> str | None:
@@ -163,6 +172,9 @@ class Engine:
         #: outcomes a model refused, by (model, reason), and the latest reasons as text
         self.rejected: Counter[tuple[str, str]] = Counter()
         self.problems: deque[str] = deque(maxlen=10)
+        #: each model's latest refusal as text, and how many since the caller last took
+        #: them (the worker's log)
+        self.refusals: dict[str, tuple[str, int]] = {}
         #: models and pairs updated since the caller last emptied it (checkpoints)
         self.touched: set[str] = set()
 
@@ -601,11 +613,10 @@ class Engine:
             try:
                 alarms += model.update([outcome])
             except ValueError as err:
-                # the join drops labels before their instance; outcomes built elsewhere may not
-                early = outcome.t_label < outcome.t_instance
-                self.rejected[model_id, "label_before_instance" if early else "class_limit"] += 1
+                self.rejected[model_id, _refusal(outcome, err)] += 1
                 said = _positive_clash(model, outcome) or str(err)
                 self.problems.append(f"model {model_id!r}: {said}")
+                self.refusals[model_id] = (said, self.refusals.get(model_id, ("", 0))[1] + 1)
             else:
                 accepted.append(outcome)
         return alarms, accepted

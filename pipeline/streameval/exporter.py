@@ -144,7 +144,8 @@ class Exporter:
         )
         self.dropped = Counter(
             "streameval_dropped_records",
-            "Records the join dropped or found odd, by reason (and model where it has one).",
+            "Records the join dropped or found odd, and outcomes a model refused, by reason "
+            "(and model where it has one).",
             ["reason", "model"],
             registry=registry,
         )

@@ -894,6 +894,40 @@ def _counted(thread, last: list[int]):
     return Counted
 
 
+def test_outcomes_a_model_refuses_are_counted_and_said(kafka_bootstrap, tmp_path, stream):
+    """With ``max_classes = 1`` every outcome naming "no" is refused, in the worker as in
+    replay. The worker counted them only in its checkpoints: a model whose label field was an
+    identifier froze with nothing said. Now /metrics counts them by model and reason, and the
+    log says why."""
+    import io
+
+    from streameval.replay import replay
+
+    config = make_config(max_classes=1)
+    source = io.BytesIO(b"".join(line + b"\n" for line in stream.lines()))
+    refused = replay(source, config, io.BytesIO()).rejected
+    assert set(refused) == {(m, "class_limit") for m in ("champion", "challenger", "baseline")}
+    expected = replay_finals(stream, config)
+    deployment = Deployment(kafka_bootstrap, tmp_path, stream, config="max_classes = 1\n" + CONFIG)
+    try:
+        deployment.produce()
+        _, port = deployment.start_worker()
+        assert deployment.wait_for(expected) == expected
+        time.sleep(1)  # (the next publish tick counts what the last outcomes refused)
+        text = _scrape(port)
+        for (model, reason), count in refused.items():
+            got = _series(text, "streameval_dropped_records_total", reason=reason, model=model)
+            assert got == count, (model, got, count)
+        log = deployment.workers[0][2].read_text()
+        for model in ("champion", "challenger", "baseline"):
+            said = re.findall(rf"model '{model}' refused (\d+) outcomes: label 'no' would be "
+                              r"class number 2, over max_classes=1", log)  # fmt: skip
+            assert said, log[-3000:]  # (then at most once a minute: the rest may wait)
+            assert sum(map(int, said)) <= refused[model, "class_limit"], said
+    finally:
+        deployment.kill_all()
+
+
 def test_malformed_and_odd_records_never_stop_the_worker_nor_change_a_number(
     deployment, stream, expected
 ):

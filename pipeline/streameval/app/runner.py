@@ -131,6 +131,8 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         #: came meanwhile: they are applied, in order, once it has caught up
         self._queued: dict[int, deque[Any]] = {}
         self._held_said = -1e9
+        #: when each model's refused outcomes were last said (monotonic; Pipeline._refused)
+        self._said_refused: dict[str, float] = {}
         self._said_unmatched: set[str] = set()  # comparisons with a model never seen, told
         #: a store or Kafka refused a write: no checkpoint may follow (the revocation when
         #: the consumer leaves the group takes none either)
@@ -322,6 +324,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 for r, stage in list(self.evals.items()):
                     self._evaluated(*stage.tick(periodic=True), r)
                     self._unmatched(stage)
+                    self._refused(stage)
                 self.telemetry.gauges(
                     [stage.join for stage in self.joins.values()],
                     sum(stage.waiting for stage in self.evals.values()),
@@ -480,6 +483,26 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             if message.split(":")[0] not in self._said_unmatched:
                 self._said_unmatched.add(message.split(":")[0])
                 log.warning("%s", message)
+
+    def _refused(self, stage: EvalStage) -> None:
+        """Count the outcomes the stage's models refused (a class over ``max_classes``, a
+        label of another type) in /metrics, and say why in the log: at once for a model,
+        then at most once a minute while its outcomes keep being refused."""
+        self.telemetry.refused(stage.engine)
+        refusals, now = stage.engine.refusals, time.monotonic()
+        never = float("-inf")
+        for model_id in [m for m in refusals if now >= self._said_refused.get(m, never) + 60]:
+            said, count = refusals.pop(model_id)
+            log.warning(
+                "model %r refused %d %soutcome%s: %s (counted in "
+                "streameval_dropped_records_total; its numbers leave them out)",
+                model_id,
+                count,
+                "more " if model_id in self._said_refused else "",
+                "" if count == 1 else "s",
+                said,
+            )
+            self._said_refused[model_id] = now
 
     # -- checkpoints -------------------------------------------------------------------------
     def _begin(

@@ -7,12 +7,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_MAX_CLASSES", "LabelEncoder"]
+__all__ = ["DEFAULT_MAX_CLASSES", "LabelClash", "LabelEncoder"]
 
 #: Default cap on the number of distinct classes of one model (docs/measures.md).
 DEFAULT_MAX_CLASSES = 1000
 
 Label = str | int
+
+
+class LabelClash(ValueError):
+    """A label refused because a known class of another type has the same name on the wire
+    (``1`` and ``"1"``), not because of ``max_classes``."""
 
 
 def _check_label(value: Any) -> Label:
@@ -125,7 +130,7 @@ class LabelEncoder:
         text = str(value)
         for other in (*self._classes, *new):
             if str(other) == text:
-                raise ValueError(
+                raise LabelClash(
                     f"label {value!r} and the known class {other!r} would be the same class "
                     f"name {text!r} on the wire; send labels of one type (all strings or all "
                     "integers)"
