@@ -454,3 +454,26 @@ def test_the_topic_creation_command_offered_quotes_what_a_shell_would_split(tmp_
         "streameval", "topics", "create", "--app-id", "fraud", "--prefix", "team.",
         "--changelog-config", "message.timestamp.type=Create Time",
     ]  # fmt: skip
+
+
+def test_a_positive_label_in_another_case_than_the_labels_is_said(tmp_path):
+    """positive_label = "yes" for labels "Yes"/"No": precision, recall and F1 were null, and
+    nothing said why."""
+    t0, lines = 1_767_225_600_000, []
+    for i in range(10):
+        label = "Yes" if i % 2 else "No"
+        lines += [
+            f'{{"type": "prediction", "instance_id": "i{i}", "model_id": "churn", '
+            f'"ts": {t0 + 1000 * i}, "label": "{label}"}}',
+            f'{{"type": "label", "instance_id": "i{i}", "ts": {t0 + 1000 * i + 10}, '
+            f'"label": "{label}"}}',
+        ]
+    code, output = _replay(tmp_path, '[models.churn]\npositive_label = "yes"\n',
+                           "\n".join(lines) + "\n")  # fmt: skip
+    assert code == 0, output
+    flat = " ".join(output.split())
+    assert "'yes' differs only in case or blanks from 'Yes'" in flat, flat
+    assert 'write positive_label = "Yes" in [models.churn]' in flat, flat
+    code, output = _replay(tmp_path, '[models.churn]\npositive_label = "Yes"\n',
+                           "\n".join(lines) + "\n")  # fmt: skip
+    assert code == 0 and "positive_label of model" not in output, output

@@ -116,15 +116,19 @@ def _positive_clash(model: ModelEvaluator, outcome: Outcome) -> str | None:
     for label in (outcome.y_true, *outcome.labels):
         if type(label) is not type(positive) and str(label) == str(positive):
             written = msgspec.json.encode(label).decode()
-            table = model.model_id  # a TOML key: bare if it may be, else quoted
-            if not re.fullmatch(r"[A-Za-z0-9_-]+", table):
-                table = msgspec.json.encode(table).decode()
             return (
                 f"its labels come as {written} but its positive_label is {positive!r}, which "
                 f"would be the same class name on the wire; write positive_label = {written} "
-                f"in [models.{table}]"
+                f"in {_table_of(model.model_id)}"
             )
     return None
+
+
+def _table_of(model_id: str) -> str:
+    """A model's table in the configuration file, its id a bare TOML key if it may be."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", model_id):
+        model_id = msgspec.json.encode(model_id).decode()
+    return f"[models.{model_id}]"
 
 
 class Engine:
@@ -175,6 +179,8 @@ class Engine:
         #: each model's latest refusal as text, and how many since the caller last took
         #: them (the worker's log)
         self.refusals: dict[str, tuple[str, int]] = {}
+        #: how many classes each model had when :meth:`misspelt_positives` last looked
+        self._looked: dict[str, int] = {}
         #: models and pairs updated since the caller last emptied it (checkpoints)
         self.touched: set[str] = set()
 
@@ -203,6 +209,41 @@ class Engine:
                     f"{', '.join(repr(m) for m in missing)} (models seen: "
                     f"{', '.join(seen) or 'none'}); it makes no record until both have "
                     "outcomes — check the model ids in [[comparisons]]"
+                )
+        return out
+
+    def misspelt_positives(self) -> list[str]:
+        """A sentence for each model whose outcomes name a class that differs from its
+        ``positive_label`` only in case or blanks (``"Yes"`` for ``"yes"``): a positive label
+        its outcomes never name leaves precision, recall and F1 null without a word. A model
+        is looked at again only once it has new classes.
+
+        >>> from streameval.config import load_config
+        >>> from streameval.codec import InstanceEvent, LabelEvent, PredictionEvent
+        >>> engine = Engine(load_config(models={"m": {"positive_label": "yes"}}))
+        >>> _ = engine.process([PredictionEvent("i", "m", 10**12, "Yes"),
+        ...                     LabelEvent("i", 10**12 + 5, "No")])
+        >>> _ = engine.finish()
+        >>> print(engine.misspelt_positives()[0][:76])
+        positive_label of model 'm': 'yes' differs only in case or blanks from 'Yes'
+        """
+        out = []
+        for model_id, model in self.models.items():
+            positive, classes = model.positive_label, model.classes
+            if not isinstance(positive, str) or self._looked.get(model_id) == len(classes):
+                continue
+            self._looked[model_id] = len(classes)
+            name = positive.strip().casefold()
+            alike = [c for c in classes if isinstance(c, str) and c != positive
+                     and c.strip().casefold() == name]  # fmt: skip
+            if alike:
+                written = msgspec.json.encode(alike[0]).decode()
+                out.append(
+                    f"positive_label of model {model_id!r}: {positive!r} differs only in case "
+                    f"or blanks from {alike[0]!r}, a class its outcomes name; precision, recall "
+                    f"and F1 are of {positive!r} (null while no outcome names it). If "
+                    f"{alike[0]!r} is the positive class, write positive_label = {written} in "
+                    f"{_table_of(model_id)}"
                 )
         return out
 

@@ -163,7 +163,12 @@ def replay(
     for store in stores:
         store.close()
     result.rejected = dict(engine.rejected)
-    result.problems = engine.unmatched_comparisons() + engine.unsliced() + list(engine.problems)
+    result.problems = (
+        engine.misspelt_positives()
+        + engine.unmatched_comparisons()
+        + engine.unsliced()
+        + list(engine.problems)
+    )
     result.seconds = time.perf_counter() - started
     return result
 

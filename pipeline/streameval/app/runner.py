@@ -476,10 +476,13 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.telemetry.published(records)
 
     def _unmatched(self, stage: EvalStage) -> None:
-        """Say once per comparison that one of its models has no outcome while the other has
-        had ``publish_every`` (a misspelt model id in [[comparisons]], most often)."""
+        """Say once what looks misspelt in the configuration: a comparison one of whose
+        models has no outcome while the other has had ``publish_every`` (a model id in
+        [[comparisons]]), a model whose outcomes name its positive label in another case,
+        ``slices.by`` naming nothing."""
         engine, least = stage.engine, self.config.publish_every
-        for message in engine.unmatched_comparisons(least) + engine.unsliced(least):
+        said = engine.misspelt_positives() + engine.unmatched_comparisons(least)
+        for message in said + engine.unsliced(least):
             if message.split(":")[0] not in self._said_unmatched:
                 self._said_unmatched.add(message.split(":")[0])
                 log.warning("%s", message)
