@@ -533,10 +533,12 @@ def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
     assert series["streameval_drift_alarms_total", key] == 0
 
 
-def test_refused_outcomes_are_counted_by_model_across_the_partitions_of_a_process():
+def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_backwards():
     """The engines' refusals reach ``streameval_dropped_records_total`` as what grew since the
-    last look, keyed by model: a model moved from one evaluation partition to another of the
-    same process is not counted twice; one that went to another worker is forgotten."""
+    last look at each evaluation partition. Two partitions may hold counts of one model (a
+    model every outcome of which was refused has no evaluator to move with): each adds its
+    own. A count that went down (a model's state reset) is not counted backwards, which
+    prometheus_client refuses with an exception; a partition gone is forgotten."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -553,17 +555,20 @@ def test_refused_outcomes_are_counted_by_model_across_the_partitions_of_a_proces
         }
 
     first = SimpleNamespace(rejected=Counter({("m", "class_limit"): 3, ("n", "class_limit"): 1}))
-    telemetry.refused(first)
-    telemetry.refused(first)  # nothing new
-    assert counted() == {"m": 3, "n": 1}
-    first.rejected["m", "class_limit"] = 5
-    telemetry.refused(first)
-    moved = SimpleNamespace(rejected=Counter({("m", "class_limit"): 5}))  # m, now elsewhere
-    telemetry.refused(moved)
-    assert counted() == {"m": 5, "n": 1}
-    telemetry.dropped([], {"m"})  # m went to another worker, and came back with its state
+    second = SimpleNamespace(rejected=Counter({("m", "class_limit"): 5}))
+    telemetry.refused(0, first)
+    telemetry.refused(0, first)  # nothing new
+    telemetry.refused(1, second)
+    assert counted() == {"m": 8, "n": 1}
+    first.rejected["m", "class_limit"] = 2  # reset, then refused again
+    telemetry.refused(0, first)
+    assert counted() == {"m": 8, "n": 1}
+    first.rejected["m", "class_limit"] = 4
+    telemetry.refused(0, first)
+    assert counted() == {"m": 10, "n": 1}
+    telemetry.dropped([], [1], {"m"})  # partition 1 went to another worker, and came back
     assert counted() == {"n": 1}
-    telemetry.refused(moved)
+    telemetry.refused(1, second)
     assert counted() == {"m": 5, "n": 1}
 
 

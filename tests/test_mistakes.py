@@ -472,7 +472,7 @@ def test_a_positive_label_in_another_case_than_the_labels_is_said(tmp_path):
                            "\n".join(lines) + "\n")  # fmt: skip
     assert code == 0, output
     flat = " ".join(output.split())
-    assert "'yes' differs only in case or blanks from 'Yes'" in flat, flat
+    assert "its outcomes name 'Yes', which differs from positive_label 'yes' only in case" in flat
     assert 'write positive_label = "Yes" in [models.churn]' in flat, flat
     code, output = _replay(tmp_path, '[models.churn]\npositive_label = "Yes"\n',
                            "\n".join(lines) + "\n")  # fmt: skip

@@ -47,8 +47,8 @@ def _picture(path: Path) -> Path:
     work (it came as a traceback once the whole replay had run)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    if not path.suffix:
-        return path.with_name(path.name.rstrip(".") + ".png")  # (a trailing dot is no suffix)
+    if path.suffix in ("", "."):  # (Python 3.14 calls a trailing dot a suffix)
+        return path.with_name(path.name.rstrip(".") + ".png")
     formats = set(FigureCanvasBase.get_supported_filetypes()) - {"pgf"}  # (pgf: LaTeX's)
     if path.suffix[1:].lower() not in formats:
         raise click.BadParameter(

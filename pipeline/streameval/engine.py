@@ -212,11 +212,11 @@ class Engine:
                 )
         return out
 
-    def misspelt_positives(self) -> list[str]:
-        """A sentence for each model whose outcomes name a class that differs from its
-        ``positive_label`` only in case or blanks (``"Yes"`` for ``"yes"``): a positive label
-        its outcomes never name leaves precision, recall and F1 null without a word. A model
-        is looked at again only once it has new classes.
+    def misspelt_positives(self, least: int = 0) -> list[str]:
+        """A sentence for each model, with at least ``least`` outcomes, whose outcomes name a
+        class that differs from its ``positive_label`` only in case or blanks (``"Yes"`` for
+        ``"yes"``): a positive label the outcomes spell otherwise leaves precision, recall
+        and F1 null without a word. A model is looked at again only once it has new classes.
 
         >>> from streameval.config import load_config
         >>> from streameval.codec import InstanceEvent, LabelEvent, PredictionEvent
@@ -224,26 +224,28 @@ class Engine:
         >>> _ = engine.process([PredictionEvent("i", "m", 10**12, "Yes"),
         ...                     LabelEvent("i", 10**12 + 5, "No")])
         >>> _ = engine.finish()
-        >>> print(engine.misspelt_positives()[0][:76])
-        positive_label of model 'm': 'yes' differs only in case or blanks from 'Yes'
+        >>> print(engine.misspelt_positives()[0][:72])
+        positive_label of model 'm': its outcomes name 'Yes', which differs from
         """
         out = []
         for model_id, model in self.models.items():
-            positive, classes = model.positive_label, model.classes
-            if not isinstance(positive, str) or self._looked.get(model_id) == len(classes):
+            positive, count = model.positive_label, model.class_count
+            if not isinstance(positive, str) or model.n < least:
                 continue
-            self._looked[model_id] = len(classes)
+            if self._looked.get(model_id) == count:
+                continue
+            self._looked[model_id] = count
             name = positive.strip().casefold()
-            alike = [c for c in classes if isinstance(c, str) and c != positive
+            alike = [c for c in model.classes if isinstance(c, str) and c != positive
                      and c.strip().casefold() == name]  # fmt: skip
             if alike:
                 written = msgspec.json.encode(alike[0]).decode()
                 out.append(
-                    f"positive_label of model {model_id!r}: {positive!r} differs only in case "
-                    f"or blanks from {alike[0]!r}, a class its outcomes name; precision, recall "
-                    f"and F1 are of {positive!r} (null while no outcome names it). If "
-                    f"{alike[0]!r} is the positive class, write positive_label = {written} in "
-                    f"{_table_of(model_id)}"
+                    f"positive_label of model {model_id!r}: its outcomes name {alike[0]!r}, "
+                    f"which differs from positive_label {positive!r} only in case or blanks; "
+                    f"the positive class's precision, recall and F1 count {positive!r} alone "
+                    f"(null while no outcome names it). If {alike[0]!r} is the positive class, "
+                    f"write positive_label = {written} in {_table_of(model_id)}"
                 )
         return out
 

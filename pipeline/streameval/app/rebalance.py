@@ -402,7 +402,9 @@ class Rebalancing:
             stage = self.evals.pop(r, None)
             self.eval_changelog.forget(r)
             if stage is not None:
-                models |= set(stage.engine.models)
+                self._refused(r, stage, final=True)  # (what waited for its minute)
+                # (a model every outcome of which was refused has counts but no evaluator)
+                models |= set(stage.engine.models) | {m for m, _ in stage.engine.rejected}
         committed = self.telemetry.committed
         for tp in inputs:
             self._input_next.pop(tp, None)
@@ -414,4 +416,4 @@ class Rebalancing:
             for r in evals:
                 committed.pop((self.topics.outcomes, r), None)
         self.router.revoke(inputs)
-        self.telemetry.dropped(joins, models)
+        self.telemetry.dropped(joins, evals, models)

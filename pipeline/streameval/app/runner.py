@@ -324,7 +324,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 for r, stage in list(self.evals.items()):
                     self._evaluated(*stage.tick(periodic=True), r)
                     self._unmatched(stage)
-                    self._refused(stage)
+                    self._refused(r, stage)
                 self.telemetry.gauges(
                     [stage.join for stage in self.joins.values()],
                     sum(stage.waiting for stage in self.evals.values()),
@@ -481,29 +481,38 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         [[comparisons]]), a model whose outcomes name its positive label in another case,
         ``slices.by`` naming nothing."""
         engine, least = stage.engine, self.config.publish_every
-        said = engine.misspelt_positives() + engine.unmatched_comparisons(least)
+        said = engine.misspelt_positives(least) + engine.unmatched_comparisons(least)
         for message in said + engine.unsliced(least):
-            if message.split(":")[0] not in self._said_unmatched:
-                self._said_unmatched.add(message.split(":")[0])
+            what = message.split(": ", 1)[0]  # (a model id may hold a colon)
+            if what not in self._said_unmatched:
+                self._said_unmatched.add(what)
                 log.warning("%s", message)
 
-    def _refused(self, stage: EvalStage) -> None:
-        """Count the outcomes the stage's models refused (a class over ``max_classes``, a
-        label of another type) in /metrics, and say why in the log: at once for a model,
-        then at most once a minute while its outcomes keep being refused."""
-        self.telemetry.refused(stage.engine)
+    def _refused(self, r: int, stage: EvalStage, final: bool = False) -> None:
+        """Count the outcomes evaluation partition ``r``'s models refused (a class over
+        ``max_classes``, a label of another type) in /metrics, and say why in the log: at
+        once for a model, then at most once a minute while its outcomes keep being refused
+        (``final``: now, whatever the minute — the stage is going)."""
+        self.telemetry.refused(r, stage.engine)
         refusals, now = stage.engine.refusals, time.monotonic()
         never = float("-inf")
-        for model_id in [m for m in refusals if now >= self._said_refused.get(m, never) + 60]:
+        counted = (
+            "counted in streameval_dropped_records_total; "
+            if self.telemetry.exporter is not None
+            else ""
+        )
+        for model_id in list(refusals):
+            if not final and now < self._said_refused.get(model_id, never) + 60:
+                continue
             said, count = refusals.pop(model_id)
             log.warning(
-                "model %r refused %d %soutcome%s: %s (counted in "
-                "streameval_dropped_records_total; its numbers leave them out)",
+                "model %r refused %d %soutcome%s: %s (%sits numbers leave them out)",
                 model_id,
                 count,
                 "more " if model_id in self._said_refused else "",
                 "" if count == 1 else "s",
                 said,
+                counted,
             )
             self._said_refused[model_id] = now
 

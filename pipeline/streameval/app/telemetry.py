@@ -78,10 +78,9 @@ class Telemetry:
         #: internal partitions (the consumer never learns them: the producer commits them)
         self.committed: dict[tuple[str, int], int] | None = None
         self._join_seen: dict[int, Counter[tuple[str, str]]] = {}
-        #: the outcomes this process's models refused, by (model, reason), as last counted
-        #: (by model, not by evaluation partition: a model moved between two partitions of
-        #: this process keeps its count)
-        self._refused_seen: Counter[tuple[str, str]] = Counter()
+        #: per evaluation partition, the outcomes its models refused, by (model, reason), as
+        #: last counted
+        self._refused_seen: dict[int, Counter[tuple[str, str]]] = {}
 
     def input(self, messages: int, dead_letter_codes: list[str]) -> None:
         self.stats.input_messages += messages
@@ -137,24 +136,25 @@ class Telemetry:
                 self.exporter.count_dropped(reason, "", rest - seen[reason, ""])
                 seen[reason, ""] = rest
 
-    def refused(self, engine: Engine) -> None:
-        """Add the outcomes an evaluation partition's models refused since the last look to
-        ``streameval_dropped_records_total`` (as the join's drops: a restored state's counts
-        go on from where the process that had it left them)."""
+    def refused(self, r: int, engine: Engine) -> None:
+        """Add the outcomes evaluation partition ``r``'s models refused since the last look
+        to ``streameval_dropped_records_total`` (as the join's drops: a restored state's
+        counts go on from where the process that had it left them). A count that went down
+        (a model's state reset) is taken as it is, never counted backwards."""
         if self.exporter is None:
             return
-        seen = self._refused_seen
-        for (model_id, reason), value in engine.rejected.items():
-            if value != seen[model_id, reason]:
-                self.exporter.count_dropped(reason, model_id, value - seen[model_id, reason])
-                seen[model_id, reason] = value
+        seen = self._refused_seen.setdefault(r, Counter())
+        for key, value in engine.rejected.items():
+            if value > seen[key]:
+                self.exporter.count_dropped(key[1], key[0], value - seen[key])
+            seen[key] = value
 
-    def dropped(self, joins: Iterable[int], models: set[str]) -> None:
+    def dropped(self, joins: Iterable[int], evals: Iterable[int], models: set[str]) -> None:
         """Partitions that went to another worker: forget their counts and models."""
         for q in joins:
             self._join_seen.pop(q, None)
-        for key in [key for key in self._refused_seen if key[0] in models]:
-            del self._refused_seen[key]
+        for r in evals:
+            self._refused_seen.pop(r, None)
         if self.exporter is not None and models:
             self.exporter.forget_models(models)
 

@@ -423,6 +423,11 @@ class ModelEvaluator:
         """The model's known classes (its positive label first, when it has one)."""
         return self._labels.classes
 
+    @property
+    def class_count(self) -> int:
+        """How many classes :attr:`classes` holds (without copying them)."""
+        return len(self._labels)
+
     def _positive_code(self) -> int | None:
         """The positive class's index (None: no positive label, or not seen yet)."""
         if self.positive_label is None or self.positive_label not in self._labels:
