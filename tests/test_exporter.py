@@ -537,15 +537,18 @@ def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_backwar
     """The engines' refusals reach ``streameval_dropped_records_total`` as what grew since the
     last look at each evaluation partition. Two partitions may hold counts of one model (a
     model every outcome of which was refused has no evaluator to move with): each adds its
-    own. A count that went down (a model's state reset) is not counted backwards, which
-    prometheus_client refuses with an exception; a partition gone is forgotten."""
+    own. A count that went down started again from 0 (prometheus_client raises on a negative
+    increment, in the worker's loop). A partition gone keeps the counts of the models whose
+    series stay, and counts from them when it comes back; those of models forgotten (their
+    series removed) are counted whole again."""
     from collections import Counter
     from types import SimpleNamespace
 
     from streameval.app.telemetry import Telemetry
 
     registry = CollectorRegistry()
-    telemetry = Telemetry(Exporter(registry), ["instances"])
+    exporter = Exporter(registry)
+    telemetry = Telemetry(exporter, ["instances"])
 
     def counted():
         return {
@@ -560,16 +563,18 @@ def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_backwar
     telemetry.refused(0, first)  # nothing new
     telemetry.refused(1, second)
     assert counted() == {"m": 8, "n": 1}
-    first.rejected["m", "class_limit"] = 2  # reset, then refused again
-    telemetry.refused(0, first)
-    assert counted() == {"m": 8, "n": 1}
-    first.rejected["m", "class_limit"] = 4
+    first.rejected["m", "class_limit"] = 2  # from 0 again: 2 new ones
     telemetry.refused(0, first)
     assert counted() == {"m": 10, "n": 1}
-    telemetry.dropped([], [1], {"m"})  # partition 1 went to another worker, and came back
-    assert counted() == {"n": 1}
-    telemetry.refused(1, second)
-    assert counted() == {"m": 5, "n": 1}
+    telemetry.dropped([], [1], set())  # m's series stays (its evaluator is elsewhere)
+    second.rejected["m", "class_limit"] = 6
+    telemetry.refused(1, second)  # partition 1 came back with one more
+    assert counted() == {"m": 11, "n": 1}
+    telemetry.dropped([], [0], {"n"})
+    exporter.forget_models({"n"})
+    assert counted() == {"m": 11}
+    telemetry.refused(0, first)  # back: n counted whole, m from where it was
+    assert counted() == {"m": 11, "n": 1}
 
 
 def test_consumer_lag_shows_only_the_partitions_being_fetched():

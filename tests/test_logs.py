@@ -221,30 +221,29 @@ def test_a_models_refused_outcomes_are_said_at_once_then_at_most_once_a_minute(c
         caplog.clear()
         return lines
 
-    Pipeline._refused(worker, 0, stage)
+    Pipeline._outcomes_refused(worker, 0, stage)
     assert said() == [
         "model 'm' refused 3 outcomes: label 'x' is over (counted in "
         "streameval_dropped_records_total; its numbers leave them out)"
     ]
     engine.refusals["m"] = ("label 'y' is over", 1)
     now[0] += 30
-    Pipeline._refused(worker, 0, stage)
+    Pipeline._outcomes_refused(worker, 0, stage)
     assert said() == []  # within the minute: it waits, and its count grows meanwhile
     engine.refusals["m"] = ("label 'z' is over", 2)
     now[0] += 31
-    Pipeline._refused(worker, 0, stage)
+    Pipeline._outcomes_refused(worker, 0, stage)
     assert said() == [
         "model 'm' refused 2 more outcomes: label 'z' is over (counted in "
         "streameval_dropped_records_total; its numbers leave them out)"
     ]
     now[0] += 120
-    Pipeline._refused(worker, 0, stage)
+    Pipeline._outcomes_refused(worker, 0, stage)
     assert said() == [] and engine.refusals == {}  # nothing new, nothing said
-    # a stage that goes (revoked, shut down) says what waited for its minute, at once; and
-    # without an exporter nothing claims a counter
-    engine.refusals["m"] = ("label 'w' is over", 1)
+    engine.refusals["m"] = ("label 'w' is over", 1)  # without an exporter: no counter claimed
     worker.telemetry.exporter = None
-    Pipeline._refused(worker, 0, stage, final=True)
+    now[0] += 60
+    Pipeline._outcomes_refused(worker, 0, stage)
     assert said() == [
         "model 'm' refused 1 more outcome: label 'w' is over (its numbers leave them out)"
     ]

@@ -558,6 +558,28 @@ def test_a_model_reset_counts_its_maturity_from_the_next_cohort():
         assert record.labelled <= record.predicted and not record.cohorts, record
 
 
+def test_a_moved_models_refused_outcomes_add_up_with_those_of_the_target():
+    """A model every outcome of which was refused has no evaluator, so a move can leave its
+    counts behind; moved back later, its rows met the ones left there, and the restore kept
+    only the last (now exported in streameval_dropped_records_total)."""
+    from collections import Counter
+
+    from streameval.app import edits
+
+    config = make_config(publish_every=1000)
+    source, target = EvalStage(0, config, 1), EvalStage(1, config, 1)
+    source.engine.rejected = Counter({("m", "class_limit"): 3, ("n", "class_limit"): 1})
+    target.engine.rejected = Counter({("m", "class_limit"): 2})
+    items: dict = {0: {}, 1: {}}
+    _checkpoint_into(source, items[0])
+    _checkpoint_into(target, items[1])
+    out_source, out_target = edits.move(items[0], items[1], {"m"}, set(), [], 0)
+    moved = {r: EvalStage.restore(edits.apply(items[r], change).items(), config, 1)
+             for r, change in ((0, out_source), (1, out_target))}  # fmt: skip
+    assert moved[0].engine.rejected == {("n", "class_limit"): 1}
+    assert moved[1].engine.rejected == {("m", "class_limit"): 5}
+
+
 def test_a_model_with_predictions_and_no_label_yet_moves_with_its_maturity():
     """A model whose labels have not come yet has only its label maturity in a partition:
     the seal's summary names it, so that a move takes it along (streameval.app.stateops)."""

@@ -805,7 +805,9 @@ class Engine:
         }
         engine._now = state["now"]
         engine.alarms = state["alarms"]
-        engine.rejected = Counter({(m, r): c for m, r, c in state["rejected"]})
+        engine.rejected = Counter()
+        for model_id, reason, count in state["rejected"]:  # (a state moved before 2026-11-29
+            engine.rejected[model_id, reason] += count  # may hold two rows of one model)
         return engine
 
 

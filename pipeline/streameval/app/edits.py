@@ -21,6 +21,7 @@ partitions and write the changes, in one Kafka transaction.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -276,7 +277,10 @@ def move(
     )
     moved_rejected = [row for row in src["engine"]["rejected"] if row[0] in models]
     src["engine"]["rejected"] = [row for row in src["engine"]["rejected"] if row[0] not in models]
-    dst["engine"]["rejected"] += moved_rejected
+    counts = Counter({(m, r): c for m, r, c in dst["engine"]["rejected"]})
+    for model_id, reason, count in moved_rejected:  # (rows of a model that was there before
+        counts[model_id, reason] += count  # add up: one row per model and reason)
+    dst["engine"]["rejected"] = [[m, r, c] for (m, r), c in counts.items()]
     # the models' waiting outcomes, and those the source has yet to read, wait in the target
     rows: list[tuple] = []
     for number, run in waiting_outcomes(source).items():

@@ -402,9 +402,7 @@ class Rebalancing:
             stage = self.evals.pop(r, None)
             self.eval_changelog.forget(r)
             if stage is not None:
-                self._refused(r, stage, final=True)  # (what waited for its minute)
-                # (a model every outcome of which was refused has counts but no evaluator)
-                models |= set(stage.engine.models) | {m for m, _ in stage.engine.rejected}
+                models |= set(stage.engine.models)
         committed = self.telemetry.committed
         for tp in inputs:
             self._input_next.pop(tp, None)

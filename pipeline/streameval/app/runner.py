@@ -131,7 +131,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         #: came meanwhile: they are applied, in order, once it has caught up
         self._queued: dict[int, deque[Any]] = {}
         self._held_said = -1e9
-        #: when each model's refused outcomes were last said (monotonic; Pipeline._refused)
+        #: when each model's refused outcomes were last said (monotonic; Pipeline._outcomes_refused)
         self._said_refused: dict[str, float] = {}
         self._said_unmatched: set[str] = set()  # comparisons with a model never seen, told
         #: a store or Kafka refused a write: no checkpoint may follow (the revocation when
@@ -324,7 +324,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 for r, stage in list(self.evals.items()):
                     self._evaluated(*stage.tick(periodic=True), r)
                     self._unmatched(stage)
-                    self._refused(r, stage)
+                    self._outcomes_refused(r, stage)
                 self.telemetry.gauges(
                     [stage.join for stage in self.joins.values()],
                     sum(stage.waiting for stage in self.evals.values()),
@@ -488,11 +488,12 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                 self._said_unmatched.add(what)
                 log.warning("%s", message)
 
-    def _refused(self, r: int, stage: EvalStage, final: bool = False) -> None:
+    def _outcomes_refused(self, r: int, stage: EvalStage) -> None:
         """Count the outcomes evaluation partition ``r``'s models refused (a class over
         ``max_classes``, a label of another type) in /metrics, and say why in the log: at
-        once for a model, then at most once a minute while its outcomes keep being refused
-        (``final``: now, whatever the minute — the stage is going)."""
+        once for a model, then at most once a minute while its outcomes keep being refused.
+        (What waits for its minute when the stage goes is in /metrics alone: after a rewind
+        the same outcomes are refused, and said, again.)"""
         self.telemetry.refused(r, stage.engine)
         refusals, now = stage.engine.refusals, time.monotonic()
         never = float("-inf")
@@ -502,7 +503,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
             else ""
         )
         for model_id in list(refusals):
-            if not final and now < self._said_refused.get(model_id, never) + 60:
+            if now < self._said_refused.get(model_id, never) + 60:
                 continue
             said, count = refusals.pop(model_id)
             log.warning(

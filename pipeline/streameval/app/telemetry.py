@@ -140,21 +140,24 @@ class Telemetry:
         """Add the outcomes evaluation partition ``r``'s models refused since the last look
         to ``streameval_dropped_records_total`` (as the join's drops: a restored state's
         counts go on from where the process that had it left them). A count that went down
-        (a model's state reset) is taken as it is, never counted backwards."""
+        (a model's state reset) started again from 0, as a counter's reset."""
         if self.exporter is None:
             return
         seen = self._refused_seen.setdefault(r, Counter())
         for key, value in engine.rejected.items():
-            if value > seen[key]:
-                self.exporter.count_dropped(key[1], key[0], value - seen[key])
-            seen[key] = value
+            if value != seen[key]:
+                grown = value - seen[key] if value > seen[key] else value
+                self.exporter.count_dropped(key[1], key[0], grown)
+                seen[key] = value
 
     def dropped(self, joins: Iterable[int], evals: Iterable[int], models: set[str]) -> None:
         """Partitions that went to another worker: forget their counts and models."""
         for q in joins:
             self._join_seen.pop(q, None)
-        for r in evals:
-            self._refused_seen.pop(r, None)
+        for r in evals:  # the counts of models whose series stay (a model known only by its
+            seen = self._refused_seen.get(r)  # refusals) are kept: counted when it comes back
+            for key in [key for key in seen or () if key[0] in models]:
+                del seen[key]
         if self.exporter is not None and models:
             self.exporter.forget_models(models)
 
