@@ -533,14 +533,47 @@ def test_an_alarm_before_its_models_first_metrics_still_creates_the_zeros():
     assert series["streameval_drift_alarms_total", key] == 0
 
 
-def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_backwards():
-    """The engines' refusals reach ``streameval_dropped_records_total`` as what grew since the
-    last look at each evaluation partition. Two partitions may hold counts of one model (a
+def _dropped_counts(registry) -> dict[tuple[str, str], float]:
+    return {
+        (dict(k[1])["reason"], dict(k[1])["model"]): v
+        for k, v in _series(registry).items()
+        if k[0] == "streameval_dropped_records_total"
+    }
+
+
+def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_twice():
+    """The engines' refusals reach ``streameval_dropped_records_total`` as what passed the
+    most counted of each evaluation partition. Two partitions may hold counts of one model (a
     model every outcome of which was refused has no evaluator to move with): each adds its
-    own. A count that went down started again from 0 (prometheus_client raises on a negative
-    increment, in the worker's loop). A partition gone keeps the counts of the models whose
-    series stay, and counts from them when it comes back; those of models forgotten (their
-    series removed) are counted whole again."""
+    own. A partition restored below what was counted (a rewind to its checkpoint) counts
+    only past it — never a negative increment, which prometheus_client raises in the
+    worker's loop."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from streameval.app.telemetry import Telemetry
+
+    registry = CollectorRegistry()
+    telemetry = Telemetry(Exporter(registry), ["instances"])
+    first = SimpleNamespace(rejected=Counter({("m", "class_limit"): 3, ("n", "class_limit"): 1}))
+    second = SimpleNamespace(rejected=Counter({("m", "class_limit"): 5}))
+    telemetry.refused(0, first)
+    telemetry.refused(0, first)  # nothing new
+    telemetry.refused(1, second)
+    assert _dropped_counts(registry) == {("class_limit", "m"): 8, ("class_limit", "n"): 1}
+    first.rejected["m", "class_limit"] = 2  # rewound to its checkpoint ...
+    telemetry.refused(0, first)
+    first.rejected["m", "class_limit"] = 4  # ... and past where it was
+    telemetry.refused(0, first)
+    assert _dropped_counts(registry) == {("class_limit", "m"): 9, ("class_limit", "n"): 1}
+
+
+def test_a_join_partition_restored_again_counts_only_its_new_drops():
+    """Every rebalance revokes every partition, and a join partition that stays with the
+    worker is restored from its checkpoint. The counts of its drops of no model, or of models
+    evaluated elsewhere (series the revocation does not remove), were counted whole again:
+    orphan labels and expired instances doubled at each rebalance. Those of models the
+    worker evaluated are removed with their series, and counted whole."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -549,32 +582,22 @@ def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_backwar
     registry = CollectorRegistry()
     exporter = Exporter(registry)
     telemetry = Telemetry(exporter, ["instances"])
-
-    def counted():
-        return {
-            dict(k[1])["model"]: v
-            for k, v in _series(registry).items()
-            if k[0] == "streameval_dropped_records_total"
-        }
-
-    first = SimpleNamespace(rejected=Counter({("m", "class_limit"): 3, ("n", "class_limit"): 1}))
-    second = SimpleNamespace(rejected=Counter({("m", "class_limit"): 5}))
-    telemetry.refused(0, first)
-    telemetry.refused(0, first)  # nothing new
-    telemetry.refused(1, second)
-    assert counted() == {"m": 8, "n": 1}
-    first.rejected["m", "class_limit"] = 2  # from 0 again: 2 new ones
-    telemetry.refused(0, first)
-    assert counted() == {"m": 10, "n": 1}
-    telemetry.dropped([], [1], set())  # m's series stays (its evaluator is elsewhere)
-    second.rejected["m", "class_limit"] = 6
-    telemetry.refused(1, second)  # partition 1 came back with one more
-    assert counted() == {"m": 11, "n": 1}
-    telemetry.dropped([], [0], {"n"})
-    exporter.forget_models({"n"})
-    assert counted() == {"m": 11}
-    telemetry.refused(0, first)  # back: n counted whole, m from where it was
-    assert counted() == {"m": 11, "n": 1}
+    join = SimpleNamespace(
+        counters=Counter({"orphan_label": 4, "expired_unlabelled": 5}),
+        model_counters=Counter({("expired_unlabelled", "here"): 2, ("expired_unlabelled", "x"): 3}),
+    )
+    telemetry.joined(0, join)
+    want = {("orphan_label", ""): 4, ("expired_unlabelled", "here"): 2,
+            ("expired_unlabelled", "x"): 3}  # fmt: skip
+    assert _dropped_counts(registry) == want
+    telemetry.dropped([0], [0], {"here"})  # a rebalance: "here" was evaluated by this worker
+    restored = SimpleNamespace(counters=Counter(join.counters),
+                               model_counters=Counter(join.model_counters))  # fmt: skip
+    telemetry.joined(0, restored)
+    assert _dropped_counts(registry) == want
+    restored.counters["orphan_label"] += 1
+    telemetry.joined(0, restored)
+    assert _dropped_counts(registry) == {**want, ("orphan_label", ""): 5}
 
 
 def test_consumer_lag_shows_only_the_partitions_being_fetched():

@@ -127,36 +127,36 @@ class Telemetry:
         attributed: Counter[str] = Counter()
         for (reason, model_id), value in join.model_counters.items():
             attributed[reason] += value
-            if value != seen[reason, model_id]:
-                self.exporter.count_dropped(reason, model_id, value - seen[reason, model_id])
-                seen[reason, model_id] = value
+            self._count(seen, reason, model_id, value)
         for reason, value in join.counters.items():
-            rest = value - attributed[reason]
-            if rest != seen[reason, ""]:
-                self.exporter.count_dropped(reason, "", rest - seen[reason, ""])
-                seen[reason, ""] = rest
+            self._count(seen, reason, "", value - attributed[reason])
 
     def refused(self, r: int, engine: Engine) -> None:
         """Add the outcomes evaluation partition ``r``'s models refused since the last look
-        to ``streameval_dropped_records_total`` (as the join's drops: a restored state's
-        counts go on from where the process that had it left them). A count that went down
-        (a model's state reset) started again from 0, as a counter's reset."""
+        to ``streameval_dropped_records_total``, as the join's drops."""
         if self.exporter is None:
             return
         seen = self._refused_seen.setdefault(r, Counter())
-        for key, value in engine.rejected.items():
-            if value != seen[key]:
-                grown = value - seen[key] if value > seen[key] else value
-                self.exporter.count_dropped(key[1], key[0], grown)
-                seen[key] = value
+        for (model_id, reason), value in engine.rejected.items():
+            self._count(seen, reason, model_id, value)
+
+    def _count(self, seen: Counter[tuple[str, str]], reason: str, model_id: str, value: int):
+        """Count what a partition's total ``value`` of (``reason``, ``model_id``) adds to the
+        most of it this process counted (``seen``). A partition comes back restored (after a
+        rebalance, a rewind) with the total of its checkpoint, at most what was counted, and
+        reaches it again as it reads the same input again: only what passes it is new."""
+        if value > seen[reason, model_id]:
+            assert self.exporter is not None
+            self.exporter.count_dropped(reason, model_id, value - seen[reason, model_id])
+            seen[reason, model_id] = value
 
     def dropped(self, joins: Iterable[int], evals: Iterable[int], models: set[str]) -> None:
-        """Partitions that went to another worker: forget their counts and models."""
-        for q in joins:
-            self._join_seen.pop(q, None)
-        for r in evals:  # the counts of models whose series stay (a model known only by its
-            seen = self._refused_seen.get(r)  # refusals) are kept: counted when it comes back
-            for key in [key for key in seen or () if key[0] in models]:
+        """Partitions that went to another worker (or are restored again): forget their
+        models' series, and what was counted of those; the counts of series that stay (a
+        join's drops of no model or of a model evaluated elsewhere) are kept, to go on from
+        when the partition comes back."""
+        for seen in [*map(self._join_seen.get, joins), *map(self._refused_seen.get, evals)]:
+            for key in [key for key in seen or () if key[1] in models]:
                 del seen[key]
         if self.exporter is not None and models:
             self.exporter.forget_models(models)
