@@ -568,12 +568,13 @@ def test_refused_outcomes_are_counted_per_evaluation_partition_and_never_twice()
     assert _dropped_counts(registry) == {("class_limit", "m"): 9, ("class_limit", "n"): 1}
 
 
-def test_a_join_partition_restored_again_counts_only_its_new_drops():
-    """Every rebalance revokes every partition, and a join partition that stays with the
-    worker is restored from its checkpoint. The counts of its drops of no model, or of models
-    evaluated elsewhere (series the revocation does not remove), were counted whole again:
-    orphan labels and expired instances doubled at each rebalance. Those of models the
-    worker evaluated are removed with their series, and counted whole."""
+def test_a_restored_partition_counts_only_what_it_drops_from_then_on():
+    """Every rebalance revokes every partition, and one that stays is restored from its
+    checkpoint: its totals (drops of no model, of models evaluated elsewhere: series the
+    revocation leaves) were counted whole again, and orphan labels and expired instances
+    doubled at each rebalance — in a worker with two processes, also when a partition went
+    from one to the other. A restored partition's totals are taken as counted, by whichever
+    process counted them; a rewind's re-read counts only past what was counted."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -581,23 +582,43 @@ def test_a_join_partition_restored_again_counts_only_its_new_drops():
 
     registry = CollectorRegistry()
     exporter = Exporter(registry)
-    telemetry = Telemetry(exporter, ["instances"])
+    one, two = Telemetry(exporter, ["instances"]), Telemetry(exporter, ["instances"])
     join = SimpleNamespace(
         counters=Counter({"orphan_label": 4, "expired_unlabelled": 5}),
         model_counters=Counter({("expired_unlabelled", "here"): 2, ("expired_unlabelled", "x"): 3}),
     )
-    telemetry.joined(0, join)
-    want = {("orphan_label", ""): 4, ("expired_unlabelled", "here"): 2,
-            ("expired_unlabelled", "x"): 3}  # fmt: skip
-    assert _dropped_counts(registry) == want
-    telemetry.dropped([0], [0], {"here"})  # a rebalance: "here" was evaluated by this worker
-    restored = SimpleNamespace(counters=Counter(join.counters),
+    engine = SimpleNamespace(rejected=Counter({("here", "class_limit"): 6}), latest_records=list)
+
+    def restored(telemetry):
+        copy = SimpleNamespace(counters=Counter(join.counters),
                                model_counters=Counter(join.model_counters))  # fmt: skip
-    telemetry.joined(0, restored)
+        telemetry.restored_join(0, copy)
+        telemetry.restored(
+            0, SimpleNamespace(rejected=Counter(engine.rejected), latest_records=list)
+        )
+        return copy
+
+    one.joined(0, join)
+    one.refused(0, engine)
+    want = {("orphan_label", ""): 4, ("expired_unlabelled", "here"): 2,
+            ("expired_unlabelled", "x"): 3, ("class_limit", "here"): 6}  # fmt: skip
     assert _dropped_counts(registry) == want
-    restored.counters["orphan_label"] += 1
-    telemetry.joined(0, restored)
-    assert _dropped_counts(registry) == {**want, ("orphan_label", ""): 5}
+    one.dropped({"here"})  # a rebalance: the worker evaluated "here"; back to the same process
+    again = restored(one)
+    one.joined(0, again)
+    one.refused(0, engine)
+    assert _dropped_counts(registry) == {k: v for k, v in want.items() if k[1] != "here"}
+    again.counters["orphan_label"] += 1
+    one.joined(0, again)
+    assert _dropped_counts(registry)["orphan_label", ""] == 5
+    moved = restored(two)  # the other process takes it, restored from the same checkpoint
+    moved.counters["orphan_label"] += 2
+    two.joined(0, moved)
+    assert _dropped_counts(registry)["orphan_label", ""] == 7
+    rewound = restored(one)  # back in the first, from its checkpoint (4), then read again
+    rewound.counters["orphan_label"] += 2
+    one.joined(0, rewound)
+    assert _dropped_counts(registry)["orphan_label", ""] == 8
 
 
 def test_consumer_lag_shows_only_the_partitions_being_fetched():

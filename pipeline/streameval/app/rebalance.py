@@ -109,6 +109,7 @@ class Rebalancing:
                     self.telemetry.restore_lag("join"),
                     rebuild=tp.partition in self._rebuild,
                 )
+                self.telemetry.restored_join(tp.partition, stage.join)
                 if stage.behind:  # checkpointed between two steps: the rest comes first
                     self._queued[tp.partition] = deque()
             elif tp.topic == t.outcomes:
@@ -121,7 +122,7 @@ class Rebalancing:
                     t.outcomes,
                     self.telemetry.restore_lag("evaluate"),
                 )
-                self.telemetry.restored(stage.engine)
+                self.telemetry.restored(tp.partition, stage.engine)
             else:
                 inputs.append((tp.topic, tp.partition))
                 continue
@@ -393,6 +394,7 @@ class Rebalancing:
             self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
             stage = self.joins.pop(q, None)
             if stage is not None:
+                self.telemetry.joined(q, stage.join)  # (what it dropped since its last step)
                 try:
                     stage.join.state.close()  # a disk store: free it for whoever takes it next
                 except Exception as err:  # one that failed to write fails to close: say so,
@@ -402,6 +404,7 @@ class Rebalancing:
             stage = self.evals.pop(r, None)
             self.eval_changelog.forget(r)
             if stage is not None:
+                self.telemetry.refused(r, stage.engine)  # (since the last publish tick)
                 models |= set(stage.engine.models)
         committed = self.telemetry.committed
         for tp in inputs:
@@ -414,4 +417,4 @@ class Rebalancing:
             for r in evals:
                 committed.pop((self.topics.outcomes, r), None)
         self.router.revoke(inputs)
-        self.telemetry.dropped(joins, evals, models)
+        self.telemetry.dropped(models)

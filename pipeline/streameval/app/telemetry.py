@@ -58,6 +58,16 @@ class Stats:
     skipped_batches: int = 0
 
 
+def _join_counts(join: Join) -> Iterator[tuple[tuple[str, str], int]]:
+    """A join partition's drops: ((reason, model), total), model "" for those of no model."""
+    attributed: Counter[str] = Counter()
+    for (reason, model_id), value in join.model_counters.items():
+        attributed[reason] += value
+        yield (reason, model_id), value
+    for reason, value in join.counters.items():
+        yield (reason, ""), value - attributed[reason]
+
+
 class Telemetry:
     """The worker's counts, and the exporter's series of them."""
 
@@ -113,23 +123,28 @@ class Telemetry:
         if self.exporter is not None:
             self.exporter.observe(records)
 
-    def restored(self, engine: Engine) -> None:
-        """An evaluation partition's latest records, shown at once after a restore (built
-        only when there is an exporter to show them)."""
+    def restored(self, r: int, engine: Engine) -> None:
+        """Evaluation partition ``r`` restored: its latest records, shown at once (built only
+        when there is an exporter to show them), and its refused outcomes taken as counted."""
+        seen = self._refused_seen.setdefault(r, Counter())
+        for (model_id, reason), value in engine.rejected.items():
+            seen[reason, model_id] = max(seen[reason, model_id], value)
         if self.exporter is not None:
             self.exporter.observe(engine.latest_records())
+
+    def restored_join(self, q: int, join: Join) -> None:
+        """Join partition ``q`` restored: its drops taken as counted."""
+        seen = self._join_seen.setdefault(q, Counter())
+        for key, value in _join_counts(join):
+            seen[key] = max(seen[key], value)
 
     def joined(self, q: int, join: Join) -> None:
         """Add what join partition ``q`` dropped since the last look to the counters."""
         if self.exporter is None:
             return
         seen = self._join_seen.setdefault(q, Counter())
-        attributed: Counter[str] = Counter()
-        for (reason, model_id), value in join.model_counters.items():
-            attributed[reason] += value
+        for (reason, model_id), value in _join_counts(join):
             self._count(seen, reason, model_id, value)
-        for reason, value in join.counters.items():
-            self._count(seen, reason, "", value - attributed[reason])
 
     def refused(self, r: int, engine: Engine) -> None:
         """Add the outcomes evaluation partition ``r``'s models refused since the last look
@@ -140,24 +155,24 @@ class Telemetry:
         for (model_id, reason), value in engine.rejected.items():
             self._count(seen, reason, model_id, value)
 
-    def _count(self, seen: Counter[tuple[str, str]], reason: str, model_id: str, value: int):
+    def _count(
+        self, seen: Counter[tuple[str, str]], reason: str, model_id: str, value: int
+    ) -> None:
         """Count what a partition's total ``value`` of (``reason``, ``model_id``) adds to the
-        most of it this process counted (``seen``). A partition comes back restored (after a
-        rebalance, a rewind) with the total of its checkpoint, at most what was counted, and
-        reaches it again as it reads the same input again: only what passes it is new."""
+        most of it taken as counted (``seen``). A restored partition's totals are taken as
+        counted (:meth:`restored_join`, :meth:`restored`) — by whichever process or worker
+        counted them, or by none: the counters count what this process saw happen, and start
+        at 0 with it. After a rewind the same input, read again, reaches the mark again: only
+        what passes it is new."""
         if value > seen[reason, model_id]:
             assert self.exporter is not None
             self.exporter.count_dropped(reason, model_id, value - seen[reason, model_id])
             seen[reason, model_id] = value
 
-    def dropped(self, joins: Iterable[int], evals: Iterable[int], models: set[str]) -> None:
-        """Partitions that went to another worker (or are restored again): forget their
-        models' series, and what was counted of those; the counts of series that stay (a
-        join's drops of no model or of a model evaluated elsewhere) are kept, to go on from
-        when the partition comes back."""
-        for seen in [*map(self._join_seen.get, joins), *map(self._refused_seen.get, evals)]:
-            for key in [key for key in seen or () if key[1] in models]:
-                del seen[key]
+    def dropped(self, models: set[str]) -> None:
+        """Evaluation partitions went (to another worker, or to be restored again): forget
+        the series of their models. (What was counted of each partition stays its mark: it is
+        raised again to its totals when the partition comes back.)"""
         if self.exporter is not None and models:
             self.exporter.forget_models(models)
 
