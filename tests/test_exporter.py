@@ -611,7 +611,13 @@ def test_a_restored_partition_counts_only_what_it_drops_from_then_on():
     again.counters["orphan_label"] += 1
     one.joined(0, again)
     assert _dropped_counts(registry)["orphan_label", ""] == 5
-    moved = restored(two)  # the other process takes it, restored from the same checkpoint
+    one.refused(0, SimpleNamespace(rejected=Counter({("here", "class_limit"): 7})))
+    assert _dropped_counts(registry)["class_limit", "here"] == 1  # a new series, from 0
+    # the other process takes it, restored from the same checkpoint (4: the first process
+    # saw a fifth drop after it, which this one sees again, and counts)
+    moved = restored(two)
+    two.refused(0, engine)
+    assert _dropped_counts(registry)["class_limit", "here"] == 1
     moved.counters["orphan_label"] += 2
     two.joined(0, moved)
     assert _dropped_counts(registry)["orphan_label", ""] == 7
@@ -619,6 +625,13 @@ def test_a_restored_partition_counts_only_what_it_drops_from_then_on():
     rewound.counters["orphan_label"] += 2
     one.joined(0, rewound)
     assert _dropped_counts(registry)["orphan_label", ""] == 8
+    join.counters["orphan_label"] = 9  # back again, from a later checkpoint: 9 are counted
+    later = restored(one)  # elsewhere, and the mark rises to it
+    one.joined(0, later)
+    assert _dropped_counts(registry)["orphan_label", ""] == 8
+    later.counters["orphan_label"] += 1
+    one.joined(0, later)
+    assert _dropped_counts(registry)["orphan_label", ""] == 9
 
 
 def test_consumer_lag_shows_only_the_partitions_being_fetched():

@@ -915,10 +915,12 @@ def test_outcomes_a_model_refuses_are_counted_and_said(kafka_bootstrap, tmp_path
         assert deployment.wait_for(expected) == expected
         time.sleep(1)  # (the next publish tick counts what the last outcomes refused)
         text = _scrape(port)
+        log = deployment.workers[0][2].read_text()
+        # (a rebalance or a rewind would start the models' series again from 0)
+        again = re.search(r"revoked|aborted|partitions lost", log)
         for (model, reason), count in refused.items():
             got = _series(text, "streameval_dropped_records_total", reason=reason, model=model)
-            assert got == count, (model, got, count)
-        log = deployment.workers[0][2].read_text()
+            assert got == count if again is None else 0 < got <= count, (model, got, count)
         for model in ("champion", "challenger", "baseline"):
             said = re.findall(rf"model '{model}' refused (\d+) outcomes: label 'no' would be "
                               r"class number 2, over max_classes=1", log)  # fmt: skip

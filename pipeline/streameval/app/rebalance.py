@@ -394,11 +394,11 @@ class Rebalancing:
             self._queued.pop(q, None)  # re-read from the checkpoint's offset by its next owner
             stage = self.joins.pop(q, None)
             if stage is not None:
-                self.telemetry.joined(q, stage.join)  # (what it dropped since its last step)
                 try:
                     stage.join.state.close()  # a disk store: free it for whoever takes it next
                 except Exception as err:  # one that failed to write fails to close: say so,
                     log.warning("join %d: closing its store failed: %s", q, err)  # go on
+                self.telemetry.joined(q, stage.join)  # (what it dropped since its last step)
             self.join_changelog.forget(q)
         for r in evals:
             stage = self.evals.pop(r, None)

@@ -87,9 +87,9 @@ class Telemetry:
         #: exactly-once: the offsets the last transactions committed, of the input and the
         #: internal partitions (the consumer never learns them: the producer commits them)
         self.committed: dict[tuple[str, int], int] | None = None
+        #: per join partition, its drops by (reason, model) taken as counted (:meth:`_count`)
         self._join_seen: dict[int, Counter[tuple[str, str]]] = {}
-        #: per evaluation partition, the outcomes its models refused, by (model, reason), as
-        #: last counted
+        #: per evaluation partition, the outcomes its models refused, likewise
         self._refused_seen: dict[int, Counter[tuple[str, str]]] = {}
 
     def input(self, messages: int, dead_letter_codes: list[str]) -> None:
