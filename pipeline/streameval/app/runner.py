@@ -90,6 +90,10 @@ GC_THRESHOLDS = (500_000, 20, 100)
 COMMIT_LOOK_S = 0.005
 
 
+#: where a refused outcome is counted (Pipeline._outcomes_refused)
+_COUNTED = "counted in streameval_dropped_records_total; "
+
+
 class Pipeline(Lifecycle, Rebalancing, JoinPacing):
     """Run the worker's data path until :meth:`stop` (or the ``stop`` event) is set."""
 
@@ -497,15 +501,11 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
         self.telemetry.refused(r, stage.engine)
         refusals, now = stage.engine.refusals, time.monotonic()
         never = float("-inf")
-        counted = (
-            "counted in streameval_dropped_records_total; "
-            if self.telemetry.exporter is not None
-            else ""
-        )
         for model_id in list(refusals):
             if now < self._said_refused.get(model_id, never) + 60:
                 continue
             said, count = refusals.pop(model_id)
+            counted = "" if self.telemetry.exporter is None else _COUNTED
             log.warning(
                 "model %r refused %d %soutcome%s: %s (%sits numbers leave them out)",
                 model_id,

@@ -68,6 +68,14 @@ def _join_counts(join: Join) -> Iterator[tuple[tuple[str, str], int]]:
         yield (reason, ""), value - attributed[reason]
 
 
+def _taken_as_counted(
+    seen: Counter[tuple[str, str]], totals: Iterable[tuple[tuple[str, str], int]]
+) -> None:
+    """Raise a restored partition's marks to its totals, without counting them."""
+    for key, value in totals:
+        seen[key] = max(seen[key], value)
+
+
 class Telemetry:
     """The worker's counts, and the exporter's series of them."""
 
@@ -126,17 +134,14 @@ class Telemetry:
     def restored(self, r: int, engine: Engine) -> None:
         """Evaluation partition ``r`` restored: its latest records, shown at once (built only
         when there is an exporter to show them), and its refused outcomes taken as counted."""
-        seen = self._refused_seen.setdefault(r, Counter())
-        for (model_id, reason), value in engine.rejected.items():
-            seen[reason, model_id] = max(seen[reason, model_id], value)
+        rejected = (((reason, m), value) for (m, reason), value in engine.rejected.items())
+        _taken_as_counted(self._refused_seen.setdefault(r, Counter()), rejected)
         if self.exporter is not None:
             self.exporter.observe(engine.latest_records())
 
     def restored_join(self, q: int, join: Join) -> None:
         """Join partition ``q`` restored: its drops taken as counted."""
-        seen = self._join_seen.setdefault(q, Counter())
-        for key, value in _join_counts(join):
-            seen[key] = max(seen[key], value)
+        _taken_as_counted(self._join_seen.setdefault(q, Counter()), _join_counts(join))
 
     def joined(self, q: int, join: Join) -> None:
         """Add what join partition ``q`` dropped since the last look to the counters."""
