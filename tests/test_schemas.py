@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import msgspec
 import pytest
 from streameval.codec import (
     BatchDecoder,
@@ -14,6 +15,7 @@ from streameval.codec import (
     canonical_scores,
     decode_event,
 )
+from streameval.decode_errors import explain
 from streameval.messages import DEAD_LETTER_REASONS, EventError, StoredMessage
 from streameval.records import MAX_TS, MIN_TS
 from streameval.topics import topics_dir
@@ -307,6 +309,24 @@ def test_a_utf8_byte_order_mark_before_the_json_is_tolerated():
     assert code == "wrong_ts_unit"  # what follows the mark is judged as any message
     assert letter.value.startswith(bom)  # the dead letter keeps the original bytes
     assert _decode(bom + bom + LABEL)[0] == "invalid_json"  # one mark, not any number
+
+
+@pytest.mark.parametrize(
+    "err",
+    [  # what msgspec raises for a string that is not UTF-8: before 0.23, and from 0.23 on
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        msgspec.DecodeError("Invalid UTF-8 encoded string"),
+    ],
+    ids=["msgspec<0.23", "msgspec>=0.23"],
+)
+def test_a_string_that_is_not_utf8_is_said_so_whichever_msgspec_is_installed(err):
+    """msgspec 0.23 turned its UnicodeDecodeError into a DecodeError, and the reason became
+    invalid_json; it is invalid_utf8 with either (the installed one decodes below)."""
+    error = explain(err, "label", b'{"instance_id": "\xff"}')
+    assert error.code == "invalid_utf8" and "not valid UTF-8" in str(error)
+    assert explain(msgspec.DecodeError("Input data was truncated")).code == "invalid_json"
+    code, letter = _decode(b'{"instance_id": "i\xff", "ts": 1767225600000, "label": "a"}')
+    assert code == "invalid_utf8" and letter.reason.startswith("a string is not valid UTF-8")
 
 
 @pytest.mark.parametrize("payload", [LABEL, b"\x02\x12inst-1\x02a"], ids=["json-schema", "avro"])

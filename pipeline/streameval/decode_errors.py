@@ -55,7 +55,11 @@ def explain(
             "schema_registry",
         )
     message = str(err)
-    if isinstance(err, UnicodeDecodeError):
+    # msgspec < 0.23 raised UnicodeDecodeError for a string that is not UTF-8; 0.23 raises a
+    # DecodeError "Invalid UTF-8 encoded string": the same fault, the same code
+    if isinstance(err, UnicodeDecodeError) or (
+        type(err) is msgspec.DecodeError and "Invalid UTF-8" in message
+    ):
         return EventError(
             f"a string is not valid UTF-8 ({message}); encode text as UTF-8", "invalid_utf8"
         )

@@ -6,6 +6,7 @@ A test fails when the committed files differ from what this module generates;
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -44,8 +45,24 @@ _METRICS = (
 )
 
 
+def _dedented(node: Any) -> Any:
+    """``node`` with each description a docstring gives cleaned as :func:`inspect.cleandoc`
+    does: msgspec 0.23 does so itself, earlier versions kept the indentation of a docstring's
+    later lines, and the files must not depend on which one is installed."""
+    if isinstance(node, dict):
+        return {
+            key: inspect.cleandoc(value)
+            if key == "description" and isinstance(value, str)
+            else _dedented(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_dedented(value) for value in node]
+    return node
+
+
 def _schema(name: str, kind: Any, title: str) -> dict[str, Any]:
-    generated = msgspec.json.schema(kind)
+    generated = _dedented(msgspec.json.schema(kind))
     defs = generated.pop("$defs", {})
     if "$ref" in generated:  # one struct: its definition is the schema
         generated = defs.pop(generated.pop("$ref").rsplit("/", 1)[1])
