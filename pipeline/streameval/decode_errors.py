@@ -60,6 +60,10 @@ def explain(
     if isinstance(err, UnicodeDecodeError) or (
         type(err) is msgspec.DecodeError and "Invalid UTF-8" in message
     ):
+        try:  # the bad byte and where it is in the message, whichever error was raised
+            value.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            message = str(bad)
         return EventError(
             f"a string is not valid UTF-8 ({message}); encode text as UTF-8", "invalid_utf8"
         )

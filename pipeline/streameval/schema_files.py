@@ -46,14 +46,18 @@ _METRICS = (
 
 
 def _dedented(node: Any) -> Any:
-    """``node`` with each description a docstring gives cleaned as :func:`inspect.cleandoc`
-    does: msgspec 0.23 does so itself, earlier versions kept the indentation of a docstring's
-    later lines, and the files must not depend on which one is installed."""
+    """``node`` with each description a docstring gives (that of a struct, which has a
+    ``title``) cleaned as :func:`inspect.cleandoc` does: msgspec 0.23 does so itself, earlier
+    versions kept the indentation of a docstring's later lines, and the files must not depend
+    on which one is installed.
+
+    >>> _dedented({"a": {"title": "A", "description": "One\\n    two."}})
+    {'a': {'title': 'A', 'description': 'One\\ntwo.'}}
+    """
     if isinstance(node, dict):
+        docstring = "title" in node and isinstance(node.get("description"), str)
         return {
-            key: inspect.cleandoc(value)
-            if key == "description" and isinstance(value, str)
-            else _dedented(value)
+            key: inspect.cleandoc(value) if docstring and key == "description" else _dedented(value)
             for key, value in node.items()
         }
     if isinstance(node, list):
