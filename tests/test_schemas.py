@@ -324,9 +324,11 @@ def test_a_string_that_is_not_utf8_is_said_so_whichever_msgspec_is_installed(err
     invalid_json; it is invalid_utf8 with either (the installed one decodes below)."""
     error = explain(err, "label", b'{"instance_id": "\xff"}')
     assert error.code == "invalid_utf8" and "not valid UTF-8" in str(error)
+    assert "byte 0xff in position 17" in str(error)  # its place in the whole message
     assert explain(msgspec.DecodeError("Input data was truncated")).code == "invalid_json"
     code, letter = _decode(b'{"instance_id": "i\xff", "ts": 1767225600000, "label": "a"}')
     assert code == "invalid_utf8" and letter.reason.startswith("a string is not valid UTF-8")
+    assert "byte 0xff in position 18" in letter.reason
 
 
 @pytest.mark.parametrize("payload", [LABEL, b"\x02\x12inst-1\x02a"], ids=["json-schema", "avro"])
