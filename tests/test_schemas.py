@@ -329,6 +329,13 @@ def test_a_string_that_is_not_utf8_is_said_so_whichever_msgspec_is_installed(err
     code, letter = _decode(b'{"instance_id": "i\xff", "ts": 1767225600000, "label": "a"}')
     assert code == "invalid_utf8" and letter.reason.startswith("a string is not valid UTF-8")
     assert "byte 0xff in position 18" in letter.reason
+    # past a byte order mark (3 bytes), still its place in the message as it was produced
+    code, letter = _decode(
+        b'\xef\xbb\xbf{"instance_id": "i\xff", "ts": 1767225600000, "label": "a"}'
+    )
+    assert code == "invalid_utf8" and "byte 0xff in position 21" in letter.reason
+    with pytest.raises(EventError, match="byte 0xff in position 37"):
+        decode_event(b'\xef\xbb\xbf{"type": "label", "instance_id": "\xff", "ts": 1, "label": 1}')
 
 
 @pytest.mark.parametrize("payload", [LABEL, b"\x02\x12inst-1\x02a"], ids=["json-schema", "avro"])

@@ -39,10 +39,16 @@ _read_ts = msgspec.json.Decoder(_Ts).decode
 
 
 def explain(
-    err: BaseException, kind: str | None = None, value: bytes = b"", unit: str = "ms"
+    err: BaseException,
+    kind: str | None = None,
+    value: bytes = b"",
+    unit: str = "ms",
+    whole: bytes | None = None,
 ) -> EventError:
     """Any exception of the decoder as a message and a stable reason code (``kind``: the kind
-    of message expected, if known; ``value``: the message; ``unit``: that of its ``ts``)."""
+    of message expected, if known; ``value``: the message; ``unit``: that of its ``ts``;
+    ``whole``: the message as produced, when ``value`` is what follows its byte order mark,
+    so that a position is told in it)."""
     if isinstance(err, EventError):
         return err
     if value[:1] == b"\x00" and len(value) >= 5:  # JSON text never starts with a NUL
@@ -61,7 +67,7 @@ def explain(
         type(err) is msgspec.DecodeError and "Invalid UTF-8" in message
     ):
         try:  # the bad byte and where it is in the message, whichever error was raised
-            value.decode("utf-8")
+            (value if whole is None else whole).decode("utf-8")
         except UnicodeDecodeError as bad:
             message = str(bad)
         return EventError(
@@ -132,13 +138,14 @@ def _nesting(value: bytes) -> int:
 def after_mark(decode: Any, value: bytes, err: BaseException, kind: str | None, unit: str) -> Any:
     """After ``decode`` refused ``value`` with ``err``: the record of what follows a UTF-8 byte
     order mark, if there is one and it decodes; else the :class:`EventError` saying why not."""
+    whole = None
     if value.startswith(BOM):
-        value = value[len(BOM) :]
+        whole, value = value, value[len(BOM) :]
         try:
             return decode(value)
         except Exception as again:
             err = again
-    raise explain(err, kind, value, unit) from None
+    raise explain(err, kind, value, unit, whole) from None
 
 
 def too_deep(value: bytes) -> bool:
