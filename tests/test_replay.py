@@ -439,3 +439,56 @@ def test_interval_settings_reach_the_records():
             assert values["accuracy"] == other["accuracy"]
             assert values["accuracy_lo"] <= other["accuracy_lo"] <= other["accuracy_hi"]
             assert other["accuracy_hi"] <= values["accuracy_hi"]
+
+
+def test_a_file_in_utf16_is_refused_at_once_saying_how_to_convert_it(tmp_path):
+    """PowerShell 5's `>` writes UTF-16 with a byte order mark; every line used to be skipped
+    as malformed (most of them as Schema Registry framing), one more than the file has."""
+    path = tmp_path / "events.jsonl"
+    text = "\r\n".join(json.dumps(line) for line in _stream(3)) + "\r\n"
+    path.write_bytes(text.encode("utf-16"))
+    result = CliRunner().invoke(main, ["replay", str(path), "--quiet"])
+    assert result.exit_code == 1
+    assert "UTF-16" in result.output and "iconv -f UTF-16 -t UTF-8" in result.output
+    assert "Traceback" not in result.output and "Schema Registry" not in result.output
+    from streameval.produce import ProduceError, check_file
+
+    with pytest.raises(ProduceError, match="is UTF-16 text, and events files are UTF-8"):
+        check_file(path)  # `streameval produce` says the same
+
+
+def test_a_line_of_only_a_byte_order_mark_is_blank_and_the_limit_is_the_lines_own(tmp_path):
+    """Replay reads a line as `produce` sends it: a line that is only a byte order mark (an
+    editor's empty first line) is blank, and a line of exactly the 1 MiB limit is within it,
+    its line ending not counted."""
+    from streameval.messages import BOM, MAX_MESSAGE_BYTES
+    from streameval.produce import check_file
+
+    head = b'{"type": "instance", "instance_id": "i", "ts": %d, "features": {"pad": "' % T0
+    instance = head + b"x" * (MAX_MESSAGE_BYTES - len(head) - 3) + b'"}}'
+    assert len(instance) == MAX_MESSAGE_BYTES
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(BOM + b"\r\n" + instance + b"\r\n")
+    assert check_file(path) == Counter(instance=1)
+    result = replay(path, load_config(), io.BytesIO(), strict=True)
+    assert (result.events, dict(result.skipped)) == (1, {})
+    path.write_bytes(instance[:-3] + b'x"}}\n')  # one byte more
+    result = replay(path, load_config(), io.BytesIO())
+    assert dict(result.skipped) == {"oversized": 1}
+
+
+def test_a_models_table_whose_model_never_appears_is_said_with_the_id_it_likely_means(
+    tmp_path,
+):
+    """``[models.champoin]`` gave its positive label to no model, without a word."""
+    _records, result = _run_lines(
+        tmp_path, _stream(4, model="champion"), models={"champoin": {"positive_label": "a"}}
+    )
+    assert result.problems == [
+        "[models] 'champoin': no outcome of that model (models seen: champion); its settings "
+        "apply to no model: did you mean 'champion'?"
+    ]
+    _records, result = _run_lines(
+        tmp_path, _stream(4, model="champion"), models={"champion": {"positive_label": "a"}}
+    )
+    assert result.problems == []

@@ -16,7 +16,7 @@ from streameval.codec import (
     decode_event,
 )
 from streameval.decode_errors import explain
-from streameval.messages import DEAD_LETTER_REASONS, EventError, StoredMessage
+from streameval.messages import BOM, DEAD_LETTER_REASONS, EventError, StoredMessage
 from streameval.records import MAX_TS, MIN_TS
 from streameval.topics import topics_dir
 
@@ -396,3 +396,32 @@ def test_a_drift_alarm_says_where_the_change_began_in_code_and_schema_alike(alar
     assert accepted == valid
     if valid:
         assert (record.change_n, record.settings) == (alarm["change_n"], alarm["settings"])
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_a_message_in_utf16_is_said_so_not_taken_for_schema_registry_framing(codec):
+    """UTF-16 (what PowerShell and .NET write by default) puts a NUL in every other byte; one
+    starting with a NUL used to be told as Schema Registry framing, with a made-up schema id."""
+    code, letter = _decode(LABEL.decode().encode(codec))
+    assert code == "invalid_utf8"
+    assert "UTF-16" in letter.reason and "not UTF-8" in letter.reason
+    assert "Schema Registry" not in letter.reason
+
+
+def test_a_type_that_is_not_its_topics_kind_is_said_before_the_fields_it_lacks():
+    """An instance on the labels topic lacks a label and may have fields a label has not: the
+    producer sent it to the wrong topic, which is what the dead letter says."""
+    instance = b'{"type": "instance", "instance_id": "i1", "ts": 1767225600000}'
+    for value in (instance, instance[:-1] + b', "features": {}}', BOM + instance):
+        code, letter = _decode(value, kind="label")
+        assert code == "unknown_type", letter.reason
+        assert letter.reason == "`type` is 'instance' but topic 't' carries 'label' messages"
+    code, letter = _decode(b'{"type": "label", "instance_id": "i1", "ts": 1767225600000}')
+    assert code == "missing_field"  # its own kind: what it lacks is what is wrong
+
+
+def test_a_syntax_error_past_a_byte_order_mark_is_placed_in_the_message_as_produced():
+    bad = b'{"instance_id" "i"}'
+    assert _decode(bad)[1].reason == "not valid JSON: JSON is malformed: expected ':' (byte 15)"
+    code, letter = _decode(BOM + bad)
+    assert code == "invalid_json" and letter.reason.endswith(" (byte 18)")

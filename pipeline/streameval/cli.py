@@ -134,7 +134,7 @@ def replay(
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from streameval.config import ConfigError, load_config
-    from streameval.replay import MalformedLine
+    from streameval.replay import MalformedLine, NotUtf8
     from streameval.replay import replay as run
     from streameval.report import MeasureHistory, plot_history, print_summary
 
@@ -185,6 +185,10 @@ def replay(
         raise click.ClickException(
             f"{events}: {err} (without --strict it would be skipped)"
         ) from None
+    except NotUtf8:
+        from streameval.decode_errors import utf16_file
+
+        raise click.ClickException(utf16_file(events)) from None
     finally:
         if out:
             sink.close()

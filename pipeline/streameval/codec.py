@@ -25,7 +25,7 @@ import numpy as np
 from streameval.core.outcome import Label
 from streameval.decode_errors import after_mark, explain, too_deep
 from streameval.event_time import TS_UNITS, event_ms, kafka_ms
-from streameval.messages import MAX_DEPTH, DeadLetter, EventError, Message
+from streameval.messages import BOM, MAX_DEPTH, DeadLetter, EventError, Message
 from streameval.records import MAX_MESSAGE_BYTES, InstanceRecord, LabelRecord, PredictionRecord
 
 __all__ = [
@@ -236,6 +236,29 @@ def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:
     return event
 
 
+class _Declared(msgspec.Struct):
+    type: Any = None
+
+
+_read_declared = msgspec.json.Decoder(_Declared).decode
+
+
+def _declared_type(value: bytes) -> str | None:
+    """The kind of event a message that did not decode says it is (its ``type``), if it
+    says one of the kinds there are."""
+    try:
+        declared = _read_declared(value.removeprefix(BOM)).type
+    except Exception:
+        return None
+    return declared if type(declared) is str and declared in _RECORDS else None
+
+
+def _wrong_type(declared: str, topic: str, kind: str) -> EventError:
+    return EventError(
+        f"`type` is {declared!r} but topic {topic!r} carries {kind!r} messages", "unknown_type"
+    )
+
+
 def _numpy_scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
@@ -371,8 +394,12 @@ class BatchDecoder:
             except Exception as err:  # any bytes at all: a dead letter, never a crash
                 try:
                     record = after_mark(self.decoders[kind], value, err, kind, self.ts_unit)
-                except EventError as error:
-                    return None, self.dead_letter(message, error)
+                except EventError as refused:
+                    # an event of another kind says so first, not the fields it lacks
+                    declared = _declared_type(value)
+                    if declared is not None and declared != kind:
+                        return None, self.dead_letter(message, _wrong_type(declared, topic, kind))
+                    return None, self.dead_letter(message, refused)
             if record.type is None or record.type == kind:
                 if kind == "prediction" and record.scores is not None:
                     try:
@@ -380,10 +407,7 @@ class BatchDecoder:
                     except EventError as error:
                         return None, self.dead_letter(message, error)
                 return kind, record
-            error = EventError(
-                f"`type` is {record.type!r} but topic {topic!r} carries {kind!r} messages",
-                "unknown_type",
-            )
+            error = _wrong_type(record.type, topic, kind)
         return None, self.dead_letter(message, error)
 
     def dead_letter(self, message: Message, error: EventError) -> DeadLetter:

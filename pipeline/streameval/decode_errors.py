@@ -7,6 +7,8 @@ the nesting bound is checked before msgspec parses (:func:`too_deep`).
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Any
 
 import msgspec
@@ -15,7 +17,7 @@ import numpy as np
 from streameval.event_time import TS_UNITS, event_ms
 from streameval.messages import BOM, MAX_DEPTH, EventError
 
-__all__ = ["after_mark", "explain", "too_deep"]
+__all__ = ["after_mark", "explain", "too_deep", "utf16", "utf16_file"]
 
 
 #: fields that give away a message of another kind, per kind of topic
@@ -51,6 +53,12 @@ def explain(
     so that a position is told in it)."""
     if isinstance(err, EventError):
         return err
+    encoding = utf16(value if whole is None else whole)
+    if encoding is not None:  # (before the framing: a NUL starts big-endian UTF-16 as well)
+        return EventError(
+            f"the text is UTF-16 ({encoding}), not UTF-8: produce the JSON text as UTF-8 bytes",
+            "invalid_utf8",
+        )
     if value[:1] == b"\x00" and len(value) >= 5:  # JSON text never starts with a NUL
         schema = int.from_bytes(value[1:5], "big")
         return EventError(
@@ -61,6 +69,9 @@ def explain(
             "schema_registry",
         )
     message = str(err)
+    if whole is not None and len(whole) > len(value):  # a place past the mark: in the message
+        shift = len(whole) - len(value)
+        message = re.sub(r"\(byte (\d+)\)", lambda m: f"(byte {int(m[1]) + shift})", message)
     # msgspec < 0.23 raised UnicodeDecodeError for a string that is not UTF-8; 0.23 raises a
     # DecodeError "Invalid UTF-8 encoded string": the same fault, the same code
     if isinstance(err, UnicodeDecodeError) or (
@@ -133,6 +144,38 @@ def _nesting(value: bytes) -> int:
     step -= (data == 0x5D) | (data == 0x7D)
     step[~outside] = 0
     return int(np.cumsum(step).max(initial=0))
+
+
+def utf16(value: bytes) -> str | None:
+    """Which UTF-16 ``value`` is written in ("little-endian", "big-endian"), or None: it starts
+    with UTF-16's byte order mark, or its first characters are ASCII with a NUL beside each (as
+    JSON text starts in UTF-16; Schema Registry framing has NULs side by side).
+
+    >>> [utf16('{"a": 1}'.encode(c)) for c in ("utf-16", "utf-16-le", "utf-16-be", "utf-8")]
+    ['little-endian', 'little-endian', 'big-endian', None]
+    >>> utf16(b"\\x00\\x00\\x00\\x04\\xd2{}")  # magic byte 0, schema id 1234
+    """
+    if value[:2] == b"\xff\xfe":
+        return "little-endian"
+    if value[:2] == b"\xfe\xff":
+        return "big-endian"
+    head = value[: min(8, len(value) // 2 * 2)]
+    if len(head) < 4:
+        return None
+    for nul, text, name in ((head[1::2], head[0::2], "little-endian"),
+                            (head[0::2], head[1::2], "big-endian")):  # fmt: skip
+        if not any(nul) and all(0 < c < 0x80 for c in text):
+            return name
+    return None
+
+
+def utf16_file(path: Any) -> str:
+    """What to say of an events file written in UTF-16, with the command that converts it."""
+    name, out = shlex.quote(str(path)), shlex.quote(f"{path}.utf8")
+    return (
+        f"{path} is UTF-16 text, and events files are UTF-8: convert it first, e.g. "
+        f"iconv -f UTF-16 -t UTF-8 {name} > {out}"
+    )
 
 
 def after_mark(decode: Any, value: bytes, err: BaseException, kind: str | None, unit: str) -> Any:

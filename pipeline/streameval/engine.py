@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from streameval.advice import closest
 from streameval.codec import (
     Event,
     InstanceEvent,
@@ -209,6 +210,33 @@ class Engine:
                     f"{', '.join(repr(m) for m in missing)} (models seen: "
                     f"{', '.join(seen) or 'none'}); it makes no record until both have "
                     "outcomes — check the model ids in [[comparisons]]"
+                )
+        return out
+
+    def unseen_models(self) -> list[str]:
+        """A sentence for each model of the ``[models]`` tables that has had no outcome, with
+        the model seen whose id is closest: a misspelt id leaves its settings (positive label,
+        costs) to no model without a word. For a whole stream (replay): in the worker each
+        evaluation partition sees only its own models.
+
+        >>> from streameval.config import load_config
+        >>> from streameval.codec import LabelEvent, PredictionEvent
+        >>> engine = Engine(load_config(models={"champoin": {"positive_label": "yes"}}))
+        >>> _ = engine.process([PredictionEvent("i", "champion", 10**12, "yes"),
+        ...                     LabelEvent("i", 10**12 + 5, "no")])
+        >>> _ = engine.finish()
+        >>> print(engine.unseen_models()[0])
+        [models] 'champoin': no outcome of that model (models seen: champion); its settings apply to no model: did you mean 'champion'?
+        """  # noqa: E501
+        seen = sorted(self.models)
+        out = []
+        for model_id in self.config.models:
+            if model_id not in self.models:
+                near = closest(model_id, seen)
+                out.append(
+                    f"[models] {model_id!r}: no outcome of that model (models seen: "
+                    f"{', '.join(seen) or 'none'}); its settings apply to no model"
+                    + (f": did you mean {near!r}?" if near is not None else "")
                 )
         return out
 

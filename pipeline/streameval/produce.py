@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from streameval.codec import Event, decode_event
+from streameval.decode_errors import utf16, utf16_file
 from streameval.messages import BOM, EventError
 from streameval.topics import INPUT_KINDS
 
@@ -35,8 +36,10 @@ def _events(path: Path, ts_unit: str) -> Iterator[tuple[bytes, Event]]:
     """Every event of the file with its line as sent; :class:`ProduceError` at a bad line."""
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
+            if number == 1 and utf16(line) is not None:
+                raise ProduceError(utf16_file(path))
             value = line.removeprefix(BOM).strip() if number == 1 else line.strip()
-            if not value:
+            if not value or value == BOM:  # (a mark alone: an editor's blank line)
                 continue
             try:
                 yield value, decode_event(value, ts_unit)

@@ -24,12 +24,13 @@ from streameval.codec import (
 )
 from streameval.config import EvaluationConfig
 from streameval.core.join import Join
+from streameval.decode_errors import utf16
 from streameval.engine import Engine
 from streameval.event_time import NO_TS, TimeRules
-from streameval.messages import EventError
+from streameval.messages import BOM, EventError
 from streameval.records import Record
 
-__all__ = ["MalformedLine", "ReplayResult", "replay"]
+__all__ = ["MalformedLine", "NotUtf8", "ReplayResult", "replay"]
 
 #: Events handed to the engine at a time (a line of the file is never split).
 CHUNK = 2048
@@ -37,6 +38,17 @@ CHUNK = 2048
 
 class MalformedLine(ValueError):
     """A line of the events file that is not a valid event (fatal with ``strict``)."""
+
+
+class NotUtf8(ValueError):
+    """The events file is UTF-16 text: none of its lines can be read (always fatal)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        super().__init__(
+            f"the file is UTF-16 text ({encoding}), and events files are UTF-8: convert it "
+            "first (iconv -f UTF-16 -t UTF-8)"
+        )
 
 
 @dataclass
@@ -76,7 +88,13 @@ def _events(
     check = rules.check
     for number, line in enumerate(lines, start=1):
         result.lines = number
-        if not line.strip():
+        if number == 1:
+            encoding = utf16(line)
+            if encoding is not None:
+                raise NotUtf8(encoding)
+            line = line.removeprefix(BOM)
+        line = line.strip()  # the line as `streameval produce` sends it
+        if not line or line == BOM:  # (a mark alone: an editor's blank line)
             continue
         try:
             event = decode_event(line, rules.ts_unit)
@@ -166,6 +184,7 @@ def replay(
     result.problems = (
         engine.misspelt_positives()
         + engine.unmatched_comparisons()
+        + engine.unseen_models()
         + engine.unsliced()
         + list(engine.problems)
     )
