@@ -181,6 +181,8 @@ def test_a_string_that_is_no_number_gets_no_advice_to_unquote_it(tmp_path):
         ("positive_label = 1", "not a key of this table; it belongs in a [models.<id>] table"),
         ('bootstrap = "kafka:9092"', "bootstrap = 'kafka:9092': a worker setting; it belongs in "
          "the [worker] table"),
+        ("[wokrer]\nmetrics_port = 1", "wokrer = {'metrics_port': 1}: unknown key; did you mean "
+         "'worker'?"),
     ],
 )  # fmt: skip
 def test_a_misspelt_or_misplaced_evaluation_key_gets_what_was_meant(tmp_path, toml, said):
@@ -477,3 +479,72 @@ def test_a_positive_label_in_another_case_than_the_labels_is_said(tmp_path):
     code, output = _replay(tmp_path, '[models.churn]\npositive_label = "Yes"\n',
                            "\n".join(lines) + "\n")  # fmt: skip
     assert code == 0 and "positive_label of model" not in output, output
+
+
+def test_a_switch_where_a_number_belongs_and_an_empty_state_dir_are_refused(tmp_path):
+    """pydantic took a TOML switch for 0 or 1 (``metrics_port = false`` turned /metrics off
+    without a word), and an empty ``state_dir`` (an unset shell variable expanded into
+    ``STREAMEVAL_STATE_DIR=$DIR``) for the working directory, where the worker wrote."""
+    code, output = _worker(tmp_path, "[worker]\nmetrics_port = false\nprocesses = true\n")
+    assert code == 2, output
+    assert "metrics_port = False: true or false; write an integer" in output, output
+    assert "processes = True: true or false; write an integer" in output, output
+    code, output = _worker(tmp_path, '[worker]\nstate_dir = ""\n')
+    assert code == 2, output
+    assert "state_dir (or $STREAMEVAL_STATE_DIR) = '': empty; name a directory" in output
+    work = tmp_path / "work"
+    work.mkdir()
+    code, output = _run(
+        "worker", "--bootstrap", "127.0.0.1:1", "--metrics-port", "0",
+        env={"STREAMEVAL_STATE_DIR": ""}, cwd=work,
+    )  # fmt: skip
+    assert code == 2 and "state_dir (or $STREAMEVAL_STATE_DIR) = '': empty" in output, output
+    assert not list(work.iterdir())  # nothing written where it was started
+
+
+def test_numbers_and_switches_among_the_kafka_settings_are_taken_as_librdkafka_writes_them(
+    tmp_path,
+):
+    from streameval.app.settings import load_settings
+
+    (tmp_path / "w.toml").write_text(
+        '[worker.kafka]\n"linger.ms" = 5\n"enable.idempotence" = true\n"client.id" = "a"\n'
+        '[worker.changelog_configs]\n"min.insync.replicas" = 2\n"retention.ms" = -1\n'
+    )
+    settings, _config = load_settings(tmp_path / "w.toml")
+    assert settings.kafka == {"linger.ms": "5", "enable.idempotence": "true", "client.id": "a"}
+    assert settings.changelog_configs == {"min.insync.replicas": "2", "retention.ms": "-1"}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["topics", "describe"], ["worker", "--metrics-port", "0"], ["demo", "--duration", "5"]],
+)
+def test_a_url_given_as_the_bootstrap_is_refused_at_once(command):
+    """librdkafka cannot parse ``http://host:port`` and so reaches no broker: the commands
+    said Kafka did not answer, after their wait, and the worker retried for ever."""
+    started = time.monotonic()
+    code, output = _run(*command, "--bootstrap", "http://localhost:9092")
+    assert code == 2, output
+    assert "'http://localhost:9092' is a URL; a Kafka address is HOST:PORT" in output, output
+    assert "did not answer" not in output and "not reachable" not in output, output
+    assert time.monotonic() - started < 30  # said at once, not after waiting for Kafka
+
+
+@pytest.mark.parametrize("command", ["replay", "worker"])
+def test_a_configuration_file_that_is_not_utf8_is_said_so(tmp_path, command):
+    """PowerShell 5's `>` writes UTF-16: a traceback of the UTF-8 decoder came out. A UTF-8
+    byte order mark (Notepad's) is read past, as TOML readers do not."""
+    (tmp_path / "events.jsonl").write_text(
+        '{"type": "label", "instance_id": "i", "ts": 1767225600000, "label": "a"}\n'
+    )
+    target = ([str(tmp_path / "events.jsonl")] if command == "replay"
+              else ["--bootstrap", "127.0.0.1:1", "--metrics-port", "0"])  # fmt: skip
+    config = tmp_path / "c.toml"
+    config.write_bytes("publish_every = 100\n".encode("utf-16"))
+    code, output = _run(command, "--config", str(config), *target)
+    assert code == 2, output
+    assert f"configuration file '{config}' is UTF-16 text, not UTF-8" in output, output
+    config.write_bytes(b"\xef\xbb\xbfpublish_every = 0\n")  # read past the mark: 0 is refused
+    code, output = _run(command, "--config", str(config), *target)
+    assert code == 2 and "publish_every = 0" in output and "not valid TOML" not in output, output

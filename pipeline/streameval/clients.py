@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Iterable
 
-__all__ = ["ClientConfigError", "client_config", "unpolled"]
+__all__ = ["PROTOCOLS", "ClientConfigError", "bootstrap_problem", "client_config", "unpolled"]
 
 
 class ClientConfigError(ValueError):
@@ -41,9 +41,36 @@ def client_config(bootstrap: str | None = None, settings: Iterable[str] = ()) ->
             "no Kafka to talk to: pass --bootstrap HOST:PORT, set STREAMEVAL_BOOTSTRAP, or start "
             "a local one with `streameval kafka start`"
         )
+    problem = bootstrap_problem(bootstrap)
+    if problem is not None:
+        raise ClientConfigError(f"bootstrap servers {bootstrap!r}: {problem}")
     config["bootstrap.servers"] = bootstrap
     config["logger"] = QUIET  # type: ignore[assignment]
     return config
+
+
+#: the prefixes librdkafka reads before a broker's address (its security protocols)
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def bootstrap_problem(bootstrap: str) -> str | None:
+    """What is wrong with a list of bootstrap servers that no Kafka client could use, or None:
+    a URL (``http://host:9092``), whose scheme librdkafka cannot parse, so that it reaches no
+    broker and a command would wait and then say that Kafka did not answer.
+
+    >>> bootstrap_problem("kafka-1:9092,SASL_SSL://kafka-2:9093") is None
+    True
+    >>> bootstrap_problem("https://kafka:9092")
+    "'https://kafka:9092' is a URL; a Kafka address is HOST:PORT (e.g. localhost:9092), without https://"
+    """
+    for server in bootstrap.split(","):
+        scheme, sep, _rest = server.strip().partition("://")
+        if sep and scheme.upper() not in PROTOCOLS:
+            return (
+                f"{server.strip()!r} is a URL; a Kafka address is HOST:PORT (e.g. "
+                f"localhost:9092), without {scheme}://"
+            )
+    return None
 
 
 def unpolled(client: dict) -> dict:

@@ -62,7 +62,9 @@ from streameval.core.forgetting import EstimatorSpec, parse_estimators
 from streameval.core.intervals import DEFAULT_CONFIDENCE, DEFAULT_MIN_N, check_confidence
 from streameval.core.probabilistic import DEFAULT_ECE_BINS
 from streameval.core.roc_auc import DEFAULT_AUC_MAX_VALUES
+from streameval.decode_errors import utf16
 from streameval.event_time import TimeRules
+from streameval.messages import BOM
 
 __all__ = ["ConfigError", "EvaluationConfig", "key_place", "load_config"]
 
@@ -384,9 +386,10 @@ def _unknown(path: tuple) -> str:
 
         if name in WorkerSettings.model_fields:
             return "a worker setting; it belongs in the [worker] table"
-    near = closest_key(name, table.model_fields) if table is not None else None
-    if near is not None:
-        return f"unknown key; did you mean {near!r}?"
+    if table is not None:  # (at the top, the worker's table is one of the file's too)
+        near = closest_key(name, [*table.model_fields, *(["worker"] if len(path) == 1 else [])])
+        if near is not None:
+            return f"unknown key; did you mean {near!r}?"
     near = closest(name, {key.rsplit(".", 1)[-1] for key in _keys()})
     if near is not None:
         return f"unknown key; did you mean {near!r} ({key_place(near)})?"
@@ -442,18 +445,34 @@ def _format(err: ValidationError) -> str:
     return "invalid configuration:\n" + "\n".join(lines)
 
 
+def read_toml(path: str | Path, error: type[Exception]) -> dict[str, Any]:
+    """The TOML file at ``path``, or ``error`` saying what to do if it does not exist, is not
+    UTF-8 text or not TOML. A UTF-8 byte order mark before it (Notepad writes one) is read
+    past; TOML itself does not allow one."""
+    where = f"configuration file {str(path)!r}"
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{where} does not exist") from None
+    if utf16(raw) is not None:  # PowerShell 5's `>` and Out-File write UTF-16
+        raise error(
+            f"{where} is UTF-16 text, not UTF-8: save it as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8`)"
+        )
+    try:
+        text = raw.removeprefix(BOM).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{where} is not UTF-8 text ({err}): save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{where} is not valid TOML: {err}") from None
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluationConfig:
     """The defaults, updated from a TOML file and then from keyword overrides."""
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(
-                f"configuration file {str(path)!r} is not valid TOML: {err}"
-            ) from None
+        data = read_toml(path, ConfigError)
     data.pop("worker", None)  # the streaming worker's own table (streameval/app/settings.py)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:

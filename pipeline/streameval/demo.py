@@ -19,12 +19,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from streameval.clients import QUIET
+from streameval.clients import QUIET, bootstrap_problem
 from streameval.records import ComparisonRecord, DriftAlarmRecord, decode_record
 from streameval.simulate.produce import produce_events
 from streameval.simulate.system import SimulationConfig, simulate
@@ -339,6 +340,9 @@ def run_demo(
     launched = time.monotonic()
     started_kafka: KafkaInstance | None = None
     bootstrap = bootstrap or os.environ.get("STREAMEVAL_BOOTSTRAP")
+    problem = bootstrap_problem(bootstrap) if bootstrap else None
+    if problem is not None:  # said now, not as a Kafka that did not answer
+        raise click.UsageError(f"--bootstrap (or $STREAMEVAL_BOOTSTRAP): {problem}")
     if not bootstrap:
         local = KafkaInstance.load(KafkaInstance.named("default"))
         if local is not None and local.running():

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_origin
 
@@ -34,7 +33,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from streameval.advice import closest, closest_key, list_words, meant_number, number_words
-from streameval.config import ConfigError, EvaluationConfig, key_place, load_config
+from streameval.clients import bootstrap_problem
+from streameval.config import ConfigError, EvaluationConfig, key_place, load_config, read_toml
 from streameval.series import (
     ALL,
     DEFAULT_BINS,
@@ -90,6 +90,15 @@ class _TomlWorkerTable(PydanticBaseSettingsSource):
         return dict(self._data)
 
 
+#: a librdkafka or topic setting's value: TOML's numbers and switches are taken as they read
+_ClientValue = str | bool | int | float
+
+
+def _client_string(value: _ClientValue) -> str:
+    """A librdkafka or topic setting's value as the string Kafka takes (``true``, ``5``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 class WorkerSettings(BaseSettings):
     """Where the worker reads and writes, and how often it publishes and checkpoints."""
 
@@ -98,7 +107,7 @@ class WorkerSettings(BaseSettings):
     bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers (else the local `streameval kafka start` one)"
     )
-    kafka: dict[str, str] = Field(
+    kafka: dict[str, _ClientValue] = Field(
         default_factory=dict,
         description="librdkafka settings passed through (SASL/SSL, client.id ...); "
         'as JSON in STREAMEVAL_KAFKA, e.g. {"security.protocol": "SSL"}',
@@ -204,7 +213,7 @@ class WorkerSettings(BaseSettings):
         description="RAM per join partition for records read from disk "
         "(as much again for RocksDB: its block cache and write buffers)",
     )
-    changelog_configs: dict[str, str] = Field(
+    changelog_configs: dict[str, _ClientValue] = Field(
         default_factory=dict,
         description="topic configs of the changelog topics, over those "
         "of topics/topics.toml (used when the worker or `topics create` creates them)",
@@ -331,12 +340,12 @@ class WorkerSettings(BaseSettings):
 
     @field_validator("changelog_configs")
     @classmethod
-    def _strings(cls, value: dict[str, str]) -> dict[str, str]:
-        return {k: str(v) for k, v in value.items()}
+    def _strings(cls, value: dict[str, _ClientValue]) -> dict[str, str]:
+        return {k: _client_string(v) for k, v in value.items()}
 
     @field_validator("kafka")
     @classmethod
-    def _no_owned_keys(cls, value: dict[str, str]) -> dict[str, str]:
+    def _no_owned_keys(cls, value: dict[str, _ClientValue]) -> dict[str, str]:
         owned = {
             "group.id",
             "enable.auto.commit",
@@ -354,7 +363,25 @@ class WorkerSettings(BaseSettings):
                 f"{named[0]!r} is the worker setting {setting}: set that instead "
                 f"(STREAMEVAL_{setting.upper()}, or {setting} in [worker])"
             )
-        return {k: str(v) for k, v in value.items()}
+        return {k: _client_string(v) for k, v in value.items()}
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # Path("") is the working directory
+            raise ValueError(
+                "empty; name a directory, or leave it unset for the default "
+                f"({_default_state_dir()})"
+            )
+        return value
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = None if value is None else bootstrap_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -526,11 +553,18 @@ def _mistyped(table: dict[str, Any]) -> dict[str, str]:
     """Values of the [worker] table whose TOML type is not the setting's, and what to say of
     each: a string where a number or a switch belongs (``metrics_port = "9464"``) is refused
     rather than converted — the environment's values are strings by nature, the file's need
-    not be."""
+    not be — and so is a switch where a number belongs (``metrics_port = false``, which
+    pydantic would take for 0)."""
     problems = {}
     for key, value in table.items():
         field = WorkerSettings.model_fields.get(key)
-        if field is None or not isinstance(value, str):
+        if field is None:
+            continue
+        if isinstance(value, bool) and field.annotation in (int, float):  # (pydantic: 0 or 1)
+            words = number_words(key, field.annotation)
+            problems[key] = f"  {key} = {value!r}: true or false; write {words}"
+            continue
+        if not isinstance(value, str):
             continue
         if field.annotation in (int, float, bool):
             line = (
@@ -550,14 +584,7 @@ def load_settings(
     path = path or os.environ.get("STREAMEVAL_CONFIG") or None
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise SettingsError(f"configuration file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as err:
-            raise SettingsError(
-                f"configuration file {str(path)!r} is not valid TOML: {err}"
-            ) from None
+        data = read_toml(path, SettingsError)
     table = data.pop("worker", {})
     if not isinstance(table, dict):
         raise SettingsError(f"`worker` in {str(path)!r} must be a table ([worker])")
