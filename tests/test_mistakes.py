@@ -485,10 +485,12 @@ def test_a_switch_where_a_number_belongs_and_an_empty_state_dir_are_refused(tmp_
     """pydantic took a TOML switch for 0 or 1 (``metrics_port = false`` turned /metrics off
     without a word), and an empty ``state_dir`` (an unset shell variable expanded into
     ``STREAMEVAL_STATE_DIR=$DIR``) for the working directory, where the worker wrote."""
-    code, output = _worker(tmp_path, "[worker]\nmetrics_port = false\nprocesses = true\n")
+    toml = "[worker]\nmetrics_port = false\nprocesses = true\npublish_interval_s = true\n"
+    code, output = _worker(tmp_path, toml)
     assert code == 2, output
-    assert "metrics_port = False: true or false; write an integer" in output, output
-    assert "processes = True: true or false; write an integer" in output, output
+    assert "metrics_port = false: true or false; write an integer" in output, output
+    assert "processes = true: true or false; write an integer" in output, output
+    assert "publish_interval_s = true: true or false; write a number of seconds" in output
     code, output = _worker(tmp_path, '[worker]\nstate_dir = ""\n')
     assert code == 2, output
     assert "state_dir (or $STREAMEVAL_STATE_DIR) = '': empty; name a directory" in output
@@ -508,11 +510,15 @@ def test_numbers_and_switches_among_the_kafka_settings_are_taken_as_librdkafka_w
     from streameval.app.settings import load_settings
 
     (tmp_path / "w.toml").write_text(
-        '[worker.kafka]\n"linger.ms" = 5\n"enable.idempotence" = true\n"client.id" = "a"\n'
+        '[worker.kafka]\n"linger.ms" = 5\n"enable.idempotence" = true\n"client.id" = "007"\n'
+        '"batch.size" = 1e6\n"retry.backoff.ms" = 100.0\n"x.ratio" = 0.5\n'
         '[worker.changelog_configs]\n"min.insync.replicas" = 2\n"retention.ms" = -1\n'
     )
     settings, _config = load_settings(tmp_path / "w.toml")
-    assert settings.kafka == {"linger.ms": "5", "enable.idempotence": "true", "client.id": "a"}
+    assert settings.kafka == {
+        "linger.ms": "5", "enable.idempotence": "true", "client.id": "007",
+        "batch.size": "1000000", "retry.backoff.ms": "100", "x.ratio": "0.5",
+    }  # fmt: skip
     assert settings.changelog_configs == {"min.insync.replicas": "2", "retention.ms": "-1"}
 
 
@@ -529,6 +535,15 @@ def test_a_url_given_as_the_bootstrap_is_refused_at_once(command):
     assert "'http://localhost:9092' is a URL; a Kafka address is HOST:PORT" in output, output
     assert "did not answer" not in output and "not reachable" not in output, output
     assert time.monotonic() - started < 30  # said at once, not after waiting for Kafka
+
+
+def test_every_bootstrap_librdkafka_reads_is_taken(tmp_path):
+    from streameval.app.settings import load_settings
+    from streameval.clients import client_config
+
+    for servers in ("[::1]:9092", "kafka", "SASL_SSL://k1:9093,k2:9093", "ssl://a:1, b:2"):
+        assert client_config(servers)["bootstrap.servers"] == servers
+        assert load_settings(bootstrap=servers)[0].bootstrap == servers
 
 
 @pytest.mark.parametrize("command", ["replay", "worker"])

@@ -455,6 +455,12 @@ def test_a_file_in_utf16_is_refused_at_once_saying_how_to_convert_it(tmp_path):
 
     with pytest.raises(ProduceError, match="is UTF-16 text, and events files are UTF-8"):
         check_file(path)  # `streameval produce` says the same
+    for codec in ("utf-16-le", "utf-16-be"):  # without the mark
+        path.write_bytes(text.encode(codec))
+        with pytest.raises(streameval.replay.NotUtf8):
+            replay(path, load_config(), io.BytesIO())
+        with pytest.raises(ProduceError, match="UTF-16"):
+            check_file(path)
 
 
 def test_a_line_of_only_a_byte_order_mark_is_blank_and_the_limit_is_the_lines_own(tmp_path):

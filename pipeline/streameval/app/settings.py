@@ -95,8 +95,13 @@ _ClientValue = str | bool | int | float
 
 
 def _client_string(value: _ClientValue) -> str:
-    """A librdkafka or topic setting's value as the string Kafka takes (``true``, ``5``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    """A librdkafka or topic setting's value as the string Kafka takes: ``true``, ``5`` (also
+    for ``5.0`` or ``1e6``, which an integer property would refuse), ``0.5``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 class WorkerSettings(BaseSettings):
@@ -562,7 +567,7 @@ def _mistyped(table: dict[str, Any]) -> dict[str, str]:
             continue
         if isinstance(value, bool) and field.annotation in (int, float):  # (pydantic: 0 or 1)
             words = number_words(key, field.annotation)
-            problems[key] = f"  {key} = {value!r}: true or false; write {words}"
+            problems[key] = f"  {key} = {str(value).lower()}: true or false; write {words}"
             continue
         if not isinstance(value, str):
             continue
