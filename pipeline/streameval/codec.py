@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import Any, Union
 
@@ -23,7 +24,7 @@ import msgspec
 import numpy as np
 
 from streameval.core.outcome import Label
-from streameval.decode_errors import after_mark, explain, too_deep
+from streameval.decode_errors import after_mark, explain, too_deep, utf16
 from streameval.event_time import TS_UNITS, event_ms, kafka_ms
 from streameval.messages import BOM, MAX_DEPTH, DeadLetter, EventError, Message
 from streameval.records import MAX_MESSAGE_BYTES, InstanceRecord, LabelRecord, PredictionRecord
@@ -36,10 +37,12 @@ __all__ = [
     "InstanceEvent",
     "KafkaTimeDecoder",
     "LabelEvent",
+    "NotUtf8",
     "PredictionEvent",
     "canonical_scores",
     "decode_event",
     "encode_record",
+    "event_lines",
     "slice_value",
 ]
 
@@ -234,6 +237,34 @@ def decode_event(data: bytes | str, ts_unit: str = "ms") -> Event:
     if type(event) is PredictionEvent and event.scores is not None:
         canonical_scores(event.scores, event.label)
     return event
+
+
+class NotUtf8(ValueError):
+    """An events file in UTF-16: none of its lines can be read (``encoding`` says which)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        super().__init__(f"the text is UTF-16 ({encoding}), not UTF-8")
+
+
+def event_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The lines of an events file as they are sent to Kafka, each with its number (from 1):
+    without surrounding blanks, the first one without a UTF-8 byte order mark, and blank
+    lines (a mark alone among them: an editor's empty first line) left out. Raises
+    :class:`NotUtf8` at a first line in UTF-16, which no line of the file could be read in.
+
+    >>> list(event_lines([b"\\xef\\xbb\\xbf{}\\n", b"  \\n", b'{"a": 1}\\r\\n']))
+    [(1, b'{}'), (3, b'{"a": 1}')]
+    """
+    for number, line in enumerate(lines, start=1):
+        if number == 1:
+            encoding = utf16(line)
+            if encoding is not None:
+                raise NotUtf8(encoding)
+            line = line.removeprefix(BOM)
+        value = line.strip()
+        if value and value != BOM:
+            yield number, value
 
 
 class _Declared(msgspec.Struct):

@@ -66,7 +66,7 @@ from streameval.decode_errors import utf16
 from streameval.event_time import TimeRules
 from streameval.messages import BOM
 
-__all__ = ["ConfigError", "EvaluationConfig", "key_place", "load_config"]
+__all__ = ["ConfigError", "EvaluationConfig", "key_place", "load_config", "read_toml"]
 
 
 class ConfigError(ValueError):

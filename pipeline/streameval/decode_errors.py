@@ -53,7 +53,8 @@ def explain(
     so that a position is told in it)."""
     if isinstance(err, EventError):
         return err
-    encoding = utf16(value if whole is None else whole)
+    produced = value if whole is None else whole
+    encoding = utf16(produced)
     if encoding is not None:  # (before the framing: a NUL starts big-endian UTF-16 as well)
         return EventError(
             f"the text is UTF-16 ({encoding}), not UTF-8: produce the JSON text as UTF-8 bytes",
@@ -69,8 +70,8 @@ def explain(
             "schema_registry",
         )
     message = str(err)
-    if whole is not None and len(whole) > len(value):  # a place past the mark: in the message
-        shift = len(whole) - len(value)
+    if len(produced) > len(value):  # a place past the mark: in the message
+        shift = len(produced) - len(value)
         message = re.sub(r"\(byte (\d+)\)", lambda m: f"(byte {int(m[1]) + shift})", message)
     # msgspec < 0.23 raised UnicodeDecodeError for a string that is not UTF-8; 0.23 raises a
     # DecodeError "Invalid UTF-8 encoded string": the same fault, the same code
@@ -78,7 +79,7 @@ def explain(
         type(err) is msgspec.DecodeError and "Invalid UTF-8" in message
     ):
         try:  # the bad byte and where it is in the message, whichever error was raised
-            (value if whole is None else whole).decode("utf-8")
+            produced.decode("utf-8")
         except UnicodeDecodeError as bad:
             message = str(bad)
         return EventError(

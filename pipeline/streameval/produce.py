@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from streameval.codec import Event, decode_event
-from streameval.decode_errors import utf16, utf16_file
-from streameval.messages import BOM, EventError
+from streameval.codec import Event, NotUtf8, decode_event, event_lines
+from streameval.decode_errors import utf16_file
+from streameval.messages import EventError
 from streameval.topics import INPUT_KINDS
 
 __all__ = ["ProduceError", "check_file", "produce_file"]
@@ -35,16 +35,15 @@ class ProduceError(Exception):
 def _events(path: Path, ts_unit: str) -> Iterator[tuple[bytes, Event]]:
     """Every event of the file with its line as sent; :class:`ProduceError` at a bad line."""
     with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if number == 1 and utf16(line) is not None:
-                raise ProduceError(utf16_file(path))
-            value = line.removeprefix(BOM).strip() if number == 1 else line.strip()
-            if not value or value == BOM:  # (a mark alone: an editor's blank line)
-                continue
-            try:
-                yield value, decode_event(value, ts_unit)
-            except EventError as err:
-                raise ProduceError(f"{path} line {number}: {err}") from None
+        try:
+            for number, value in event_lines(handle):
+                try:
+                    event = decode_event(value, ts_unit)
+                except EventError as err:
+                    raise ProduceError(f"{path} line {number}: {err}") from None
+                yield value, event
+        except NotUtf8:
+            raise ProduceError(utf16_file(path)) from None
 
 
 def check_file(path: Path, ts_unit: str = "ms") -> Counter[str]:

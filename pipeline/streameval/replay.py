@@ -18,16 +18,17 @@ from streameval.codec import (
     Event,
     InstanceEvent,
     LabelEvent,
+    NotUtf8,
     PredictionEvent,
     decode_event,
     encode_record,
+    event_lines,
 )
 from streameval.config import EvaluationConfig
 from streameval.core.join import Join
-from streameval.decode_errors import utf16
 from streameval.engine import Engine
 from streameval.event_time import NO_TS, TimeRules
-from streameval.messages import BOM, EventError
+from streameval.messages import EventError
 from streameval.records import Record
 
 __all__ = ["MalformedLine", "NotUtf8", "ReplayResult", "replay"]
@@ -38,17 +39,6 @@ CHUNK = 2048
 
 class MalformedLine(ValueError):
     """A line of the events file that is not a valid event (fatal with ``strict``)."""
-
-
-class NotUtf8(ValueError):
-    """The events file is UTF-16 text: none of its lines can be read (always fatal)."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        super().__init__(
-            f"the file is UTF-16 text ({encoding}), and events files are UTF-8: convert it "
-            "first (iconv -f UTF-16 -t UTF-8)"
-        )
 
 
 @dataclass
@@ -86,16 +76,13 @@ def _events(
     timestamps, so ``now_ms`` stands for when every line was sent), is skipped and counted."""
     progress = dict.fromkeys((InstanceEvent, PredictionEvent, LabelEvent), NO_TS)
     check = rules.check
-    for number, line in enumerate(lines, start=1):
-        result.lines = number
-        if number == 1:
-            encoding = utf16(line)
-            if encoding is not None:
-                raise NotUtf8(encoding)
-            line = line.removeprefix(BOM)
-        line = line.strip()  # the line as `streameval produce` sends it
-        if not line or line == BOM:  # (a mark alone: an editor's blank line)
-            continue
+
+    def counted(lines: Iterator[bytes]) -> Iterator[bytes]:  # blank lines count too
+        for number, line in enumerate(lines, start=1):
+            result.lines = number
+            yield line
+
+    for number, line in event_lines(counted(lines)):  # each line as `produce` sends it
         try:
             event = decode_event(line, rules.ts_unit)
             kind = type(event)
