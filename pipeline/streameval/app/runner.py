@@ -75,7 +75,7 @@ from .wire import (
     encode,
 )
 
-__all__ = ["GC_THRESHOLDS", "Pipeline"]
+__all__ = ["GC_THRESHOLDS", "Pipeline", "next_tick"]
 
 log = logging.getLogger("streameval.worker")
 
@@ -88,6 +88,19 @@ GC_THRESHOLDS = (500_000, 20, 100)
 #: messages at most this long a turn, so that the checkpoint's records are written and its
 #: landing (and the messages held meanwhile) seen soon.
 COMMIT_LOOK_S = 0.005
+
+
+def next_tick(due: float, now: float, interval: float) -> float:
+    """When a periodic step that was due at ``due`` and ran at ``now`` is next due: an
+    ``interval`` after ``due``, so that a step that ran a turn late does not put off the ones
+    after it (their lateness would add up), or an ``interval`` after ``now`` when it ran more
+    than an interval late (no burst of steps to catch up).
+
+    >>> next_tick(10.0, 10.03, 1.0), next_tick(10.0, 11.5, 1.0)
+    (11.0, 12.5)
+    """
+    due += interval
+    return due if due > now else now + interval
 
 
 #: where a refused outcome is counted (Pipeline._outcomes_refused)
@@ -324,7 +337,7 @@ class Pipeline(Lifecycle, Rebalancing, JoinPacing):
                     next_heartbeat = wall + s.heartbeat_ms / 1000.0
             self.output.poll()
             if wall >= next_publish:
-                next_publish = wall + s.publish_interval_s
+                next_publish = next_tick(next_publish, wall, s.publish_interval_s)
                 for r, stage in list(self.evals.items()):
                     self._evaluated(*stage.tick(periodic=True), r)
                     self._unmatched(stage)

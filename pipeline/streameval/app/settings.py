@@ -173,7 +173,7 @@ class WorkerSettings(BaseSettings):
         "crash are identical copies)",
     )
     commit_interval_ms: int = Field(
-        250,
+        100,
         ge=10,
         le=60_000,
         description="exactly_once: how often the worker commits its transaction; what it "
