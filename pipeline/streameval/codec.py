@@ -244,7 +244,10 @@ class NotUtf8(ValueError):
 
     def __init__(self, encoding: str) -> None:
         self.encoding = encoding
-        super().__init__(f"the text is UTF-16 ({encoding}), not UTF-8")
+        super().__init__(
+            f"the text is UTF-16 ({encoding}), not UTF-8: convert it first "
+            "(iconv -f UTF-16 -t UTF-8)"
+        )
 
 
 def event_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
