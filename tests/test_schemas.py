@@ -255,6 +255,65 @@ def test_a_ts_in_the_wrong_unit_is_refused_saying_which_unit_and_what_to_do(ts, 
     assert (raised.value.code, str(raised.value)) == (code, letter.reason)
 
 
+LONG = b"x" * 513
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "code", "says"),
+    [
+        ("label", b'{"instance_id": "%s", "ts": %d, "label": "a"}' % (LONG, T), "too_long",
+         "length <= 512 - at `$.instance_id` (ids, model ids, labels and attribute values"),
+        ("prediction", b'{"instance_id": "i", "model_id": "%s", "ts": %d, "label": "a"}'
+         % (LONG, T), "too_long", "at `$.model_id`"),
+        ("label", b'{"instance_id": "i", "ts": %d, "label": "%s"}' % (T, LONG), "too_long",
+         "at `$.label`"),
+        ("instance", b'{"instance_id": "i", "ts": %d, "attributes": {"c": "%s"}}' % (T, LONG),
+         "too_long", "at most 512 characters"),
+        ("instance", b'{"instance_id": "i", "ts": %d, "attributes": {"%s": 1}}' % (T, LONG),
+         "too_long", "named by at most 256"),
+        ("prediction", b'{"instance_id": "i", "model_id": "m", "ts": %d, "label": "a", '
+         b'"scores": {"a": 1e400}}' % T, "bad_scores", "beyond a 64-bit float's range"),
+        ("label", b'{"instance_id": "i", "ts": 1e400, "label": "a"}', "bad_timestamp",
+         "beyond a 64-bit float's range - at `$.ts` (ts is epoch milliseconds)"),
+        ("label", b'{"instance_id": "i", "ts": %d, "label": -1e400}' % T, "bad_label",
+         "a label is a string or a 64-bit integer"),
+        ("instance", b'{"instance_id": "i", "ts": %d, "features": {"x": 1e400}}' % T,
+         "wrong_type", "beyond a 64-bit float's range"),
+    ],
+)  # fmt: skip
+def test_a_value_too_long_or_too_large_is_refused_naming_the_bound(kind, value, code, says):
+    """A 513-character id used to be a ``wrong_type`` that did not say which bound it broke,
+    and a number beyond a float's range (``1e400``) one that said "Number out of range" only.
+    The worker's decoder and replay's give the same reason."""
+    letter_code, letter = _decode(value, kind)
+    assert letter_code == code and says in letter.reason, letter.reason
+    with pytest.raises(EventError) as raised:
+        decode_event(b'{"type": "%s", ' % kind.encode() + value[1:])
+    assert (raised.value.code, str(raised.value)) == (code, letter.reason)
+
+
+def test_an_unknown_field_is_said_with_the_fields_its_topics_kind_has():
+    """An instance's list left out ``attributes``, the one field a user would look for."""
+    says = {
+        "instance": "an instance has instance_id, ts, features, attributes",
+        "prediction": "a prediction has instance_id, model_id, ts, label, scores, model_version",
+        "label": "a label has instance_id, ts, label",
+    }
+    for kind, fields in says.items():
+        code, letter = _decode(b'{"instance_id": "i", "ts": %d, "tags": []}' % T, kind)
+        assert (code, letter.reason) == (
+            "unknown_field",
+            f"Object contains unknown field `tags` ({fields})",
+        )
+
+
+def test_a_field_given_twice_counts_its_last_value_as_the_docs_say():
+    """docs/replay.md, "Dead letters": not refused, the last one counts, in both decoders."""
+    value = b'{"instance_id": "i", "ts": %d, "label": "a", "label": "b"}' % T
+    assert _decode(value)[1].label == "b"
+    assert decode_event(b'{"type": "label", ' + value[1:]).label == "b"
+
+
 @pytest.mark.parametrize(("unit", "ts"), [("s", T // 1000), ("ms", T), ("us", T * 1000 + 999),
                                           ("ns", T * 10**6 + 999_999)])  # fmt: skip
 def test_ts_unit_says_what_ts_is_in_and_every_time_becomes_milliseconds(unit, ts):

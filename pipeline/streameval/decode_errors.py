@@ -27,10 +27,15 @@ _FOREIGN = {
     "prediction": {},
 }
 _FIELDS = {
-    "instance": "instance_id, ts, features",
-    "prediction": "instance_id, model_id, ts, label, scores, model_version",
-    "label": "instance_id, ts, label",
+    "instance": "an instance has instance_id, ts, features, attributes",
+    "prediction": "a prediction has instance_id, model_id, ts, label, scores, model_version",
+    "label": "a label has instance_id, ts, label",
 }
+#: what a prediction's scores may be
+_SCORES = (
+    " (scores are a probability from 0 to 1 per class, for 1 to 1000 classes named by 1 to 512 "
+    "characters)"
+)
 
 
 class _Ts(msgspec.Struct):
@@ -103,13 +108,24 @@ def explain(
                 f"{message}: this looks like {foreign}, not a {kind}; send it to its own topic",
                 "wrong_topic",
             )
-        allowed = f" (a {kind} has {_FIELDS[kind]})" if kind in _FIELDS else ""
+        allowed = f" ({_FIELDS[kind]})" if kind in _FIELDS else ""
         return EventError(message + allowed, "unknown_field")
+    if message.startswith("Number out of range"):  # beyond a float64 (1e400): say so, by field
+        message = "a number beyond a 64-bit float's range" + message[len("Number out of range") :]
+        if "$.ts" in message:
+            return EventError(message + f" (ts is epoch {TS_UNITS[unit][0]})", "bad_timestamp")
+        if "$.scores" in message:
+            return EventError(message + _SCORES, "bad_scores")
+        if "$.label" in message:
+            return EventError(message + " (a label is a string or a 64-bit integer)", "bad_label")
+        return EventError(message, "wrong_type")
     if "$.scores" in message and ("<=" in message or ">=" in message):
+        return EventError(message + _SCORES, "bad_scores")
+    if "length <=" in message:
         return EventError(
-            message + " (scores are a probability from 0 to 1 per class, for 1 to 1000 "
-            "classes named by 1 to 512 characters)",
-            "bad_scores",
+            message + " (ids, model ids, labels and attribute values are at most 512 "
+            "characters; an instance has at most 256 attributes, named by at most 256)",
+            "too_long",
         )
     if message.startswith("Object missing required field"):
         return EventError(message, "missing_field")
