@@ -268,17 +268,23 @@ LONG = b"x" * 513
         ("label", b'{"instance_id": "i", "ts": %d, "label": "%s"}' % (T, LONG), "too_long",
          "at `$.label`"),
         ("instance", b'{"instance_id": "i", "ts": %d, "attributes": {"c": "%s"}}' % (T, LONG),
-         "too_long", "at most 512 characters"),
-        ("instance", b'{"instance_id": "i", "ts": %d, "attributes": {"%s": 1}}' % (T, LONG),
-         "too_long", "named by at most 256"),
+         "too_long", "Expected `str` of length <= 512 - at `$.attributes[...]` (ids, model ids, "
+         "labels and attribute values are at most 512 characters; an instance has at most 256 "
+         "attributes, named by at most 256)"),
+        ("instance", b'{"instance_id": "i", "ts": %d, "attributes": {"%s": 1}}' % (T, b"n" * 257),
+         "too_long", "Expected `str` of length <= 256 - at `key` in `$.attributes`"),
+        ("instance", b'{"instance_id": "i", "ts": %d, "attributes": {%s}}'
+         % (T, b", ".join(b'"a%d": 1' % i for i in range(257))), "too_long",
+         "Expected `object` of length <= 256 - at `$.attributes`"),
         ("prediction", b'{"instance_id": "i", "model_id": "m", "ts": %d, "label": "a", '
-         b'"scores": {"a": 1e400}}' % T, "bad_scores", "beyond a 64-bit float's range"),
-        ("label", b'{"instance_id": "i", "ts": 1e400, "label": "a"}', "bad_timestamp",
-         "beyond a 64-bit float's range - at `$.ts` (ts is epoch milliseconds)"),
+         b'"scores": {"a": 1e400}}' % T, "bad_scores", "a number beyond a 64-bit float's range - "
+         "at `$.scores[...]` (scores are a probability from 0 to 1 per class"),
+        ("label", b'{"instance_id": "i", "ts": -1e400, "label": "a"}', "bad_timestamp",
+         "a number beyond a 64-bit float's range - at `$.ts` (ts is epoch milliseconds)"),
         ("label", b'{"instance_id": "i", "ts": %d, "label": -1e400}' % T, "bad_label",
          "a label is a string or a 64-bit integer"),
         ("instance", b'{"instance_id": "i", "ts": %d, "features": {"x": 1e400}}' % T,
-         "wrong_type", "beyond a 64-bit float's range"),
+         "wrong_type", "a number beyond a 64-bit float's range - at `$.features[...]`"),
     ],
 )  # fmt: skip
 def test_a_value_too_long_or_too_large_is_refused_naming_the_bound(kind, value, code, says):

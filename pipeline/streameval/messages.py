@@ -46,7 +46,8 @@ DEAD_LETTER_REASONS = {
     "unknown_type": "`type` names no kind, or another kind than its topic carries",
     "wrong_type": "a field of the wrong JSON type (a string for a number, a float for ts ...)",
     "empty_value": "an empty id or label",
-    "too_long": "an id, model id, label or attribute longer than its bound (512 characters)",
+    "too_long": "an id, model id, label or attribute value past 512 characters (an attribute's "
+    "name past 256, more than 256 attributes)",
     "bad_timestamp": "ts no date from 1973 to 2200 in any unit (or such a Kafka timestamp)",
     "wrong_ts_unit": "ts a date in another unit than ts_unit (seconds sent as milliseconds)",
     "no_timestamp": "with ts_source = 'kafka': a message without a Kafka timestamp",

@@ -227,6 +227,17 @@ BAD_KINDS: dict[str, Maker] = {
         b'{"instance_id":"%s","ts":%d,"label":%d}' % (e["instance_id"].encode(), t, 2**70),
         "bad_label",
     ),
+    "id_too_long": lambda r, e, t: (
+        "labels",
+        _dumps({"instance_id": "i" * r.randint(513, 2_000), "ts": t, "label": "no"}),
+        "too_long",
+    ),
+    "score_overflow": lambda r, e, t: (
+        "predictions",
+        b'{"instance_id":"%s","model_id":"champion","ts":%d,"label":"no","scores":{"no":1e400}}'
+        % (e["instance_id"].encode(), t),
+        "bad_scores",
+    ),
     "tombstone": lambda r, e, t: ("predictions", None, "empty_message"),
     # well-formed, but its event time would move the clocks
     "ts_hours_ahead": lambda r, e, t: (
