@@ -298,19 +298,23 @@ def test_a_value_too_long_or_too_large_is_refused_naming_the_bound(kind, value, 
     assert (raised.value.code, str(raised.value)) == (code, letter.reason)
 
 
-def test_an_unknown_field_is_said_with_the_fields_its_topics_kind_has():
-    """An instance's list left out ``attributes``, the one field a user would look for."""
+def test_an_unknown_field_is_said_with_the_fields_its_kind_has():
+    """An instance's list left out ``attributes``, the one field a user would look for; and
+    replay said no list at all (its decoder fails before it knows the line's kind: it reads
+    the line's ``type`` then). The worker's decoder and replay's give the same reason."""
     says = {
         "instance": "an instance has instance_id, ts, features, attributes",
         "prediction": "a prediction has instance_id, model_id, ts, label, scores, model_version",
         "label": "a label has instance_id, ts, label",
     }
     for kind, fields in says.items():
-        code, letter = _decode(b'{"instance_id": "i", "ts": %d, "tags": []}' % T, kind)
-        assert (code, letter.reason) == (
-            "unknown_field",
-            f"Object contains unknown field `tags` ({fields})",
-        )
+        value = b'{"instance_id": "i", "ts": %d, "tags": []}' % T
+        want = ("unknown_field", f"Object contains unknown field `tags` ({fields})")
+        code, letter = _decode(value, kind)
+        assert (code, letter.reason) == want
+        with pytest.raises(EventError) as raised:
+            decode_event(BOM + b'{"type": "%s", ' % kind.encode() + value[1:])
+        assert (raised.value.code, str(raised.value)) == want
 
 
 def test_a_field_given_twice_counts_its_last_value_as_the_docs_say():

@@ -42,7 +42,21 @@ class _Ts(msgspec.Struct):
     ts: Any = None
 
 
+class _Type(msgspec.Struct):
+    type: Any = None
+
+
 _read_ts = msgspec.json.Decoder(_Ts).decode
+_read_type = msgspec.json.Decoder(_Type).decode
+
+
+def _kind_of(value: bytes) -> str | None:
+    """The kind a replay line names in its ``type``, if it names one (else None)."""
+    try:
+        named = _read_type(value).type
+    except Exception:
+        return None
+    return named if type(named) is str else None
 
 
 def explain(
@@ -108,7 +122,9 @@ def explain(
                 f"{message}: this looks like {foreign}, not a {kind}; send it to its own topic",
                 "wrong_topic",
             )
-        allowed = f" ({_FIELDS[kind]})" if kind in _FIELDS else ""
+        # (a replay line's decoder fails before it knows its kind: its ``type`` tells)
+        named = kind or _kind_of(value)
+        allowed = f" ({_FIELDS[named]})" if named in _FIELDS else ""
         return EventError(message + allowed, "unknown_field")
     if message.startswith("Number out of range"):  # beyond a float64 (1e400): say so, by field
         message = "a number beyond a 64-bit float's range" + message[len("Number out of range") :]
