@@ -794,6 +794,19 @@ def test_build_info_says_what_each_worker_runs():
     assert config_fingerprint(other) != info.labels["config_fingerprint"]
 
 
+def test_the_host_app_names_the_broker_without_its_security_protocol():
+    """Faust's own clients are off, but it keeps a broker URL: ``kafka://HOST:PORT`` of the
+    first bootstrap server, which librdkafka's ``SASL_SSL://`` before it must not garble."""
+    from streameval.app.faust_app import create_app
+    from streameval.app.settings import load_settings
+
+    settings, config = load_settings(
+        None, bootstrap="SASL_SSL://127.0.0.1:1,127.0.0.1:2", metrics_port=0, app_id="fraud"
+    )
+    app = create_app(settings, config)
+    assert [str(url) for url in app.conf.broker] == ["kafka://127.0.0.1:1"]
+
+
 def _samples(registry):
     text = generate_latest(registry).decode()
     return [(s.name, s) for f in text_string_to_metric_families(text) for s in f.samples]

@@ -6,7 +6,14 @@ import logging
 import os
 from collections.abc import Iterable
 
-__all__ = ["PROTOCOLS", "ClientConfigError", "bootstrap_problem", "client_config", "unpolled"]
+__all__ = [
+    "PROTOCOLS",
+    "ClientConfigError",
+    "bootstrap_problem",
+    "client_config",
+    "first_address",
+    "unpolled",
+]
 
 
 class ClientConfigError(ValueError):
@@ -71,6 +78,18 @@ def bootstrap_problem(bootstrap: str) -> str | None:
                 f"localhost:9092), without {scheme}://"
             )
     return None
+
+
+def first_address(bootstrap: str) -> str:
+    """The first broker's ``HOST:PORT`` in a list of bootstrap servers, without the security
+    protocol librdkafka may read before it (for a URL of one's own, ``kafka://`` + this).
+
+    >>> first_address("SASL_SSL://kafka-1:9093,kafka-2:9093")
+    'kafka-1:9093'
+    """
+    server = bootstrap.split(",")[0].strip()
+    scheme, sep, rest = server.partition("://")
+    return rest if sep and scheme.upper() in PROTOCOLS else server
 
 
 def unpolled(client: dict) -> dict:

@@ -38,22 +38,21 @@ _SCORES = (
 )
 
 
-class _Ts(msgspec.Struct):
+class _Said(msgspec.Struct):
+    """What a message that failed to decode says in the two fields its reason may need (any
+    JSON there; the other fields are skipped): read on the error path only."""
+
     ts: Any = None
-
-
-class _Type(msgspec.Struct):
     type: Any = None
 
 
-_read_ts = msgspec.json.Decoder(_Ts).decode
-_read_type = msgspec.json.Decoder(_Type).decode
+_read_said = msgspec.json.Decoder(_Said).decode
 
 
 def _kind_of(value: bytes) -> str | None:
     """The kind a replay line names in its ``type``, if it names one (else None)."""
     try:
-        named = _read_type(value).type
+        named = _read_said(value).type
     except Exception:
         return None
     return named if type(named) is str else None
@@ -149,7 +148,7 @@ def explain(
         return EventError(message + "; a message is one JSON object", "not_an_object")
     if "$.ts" in message and ("<=" in message or ">=" in message):
         try:  # say which unit it looks like
-            event_ms(_read_ts(value).ts, unit)
+            event_ms(_read_said(value).ts, unit)
         except EventError as error:
             return error
         except Exception:

@@ -31,7 +31,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 
-from streameval.clients import client_config
+from streameval.clients import client_config, first_address
 from streameval.config import EvaluationConfig
 from streameval.core.drift import make_detector
 from streameval.exporter import Exporter
@@ -131,7 +131,8 @@ def create_app(settings: WorkerSettings, config: EvaluationConfig) -> faust.App:
         children = Children(settings.processes - 1, settings, config, client, exporter)
     app = StreamevalApp(
         f"{settings.app_id}-host",
-        broker=f"kafka://{client['bootstrap.servers'].split(',')[0]}",
+        # a name only: Faust's own Kafka clients are off (the module docstring)
+        broker=f"kafka://{first_address(client['bootstrap.servers'])}",
         web_enabled=settings.metrics_port != 0,
         web_host=settings.metrics_host,
         web_bind=settings.metrics_host,
