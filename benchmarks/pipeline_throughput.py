@@ -44,6 +44,15 @@ phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
 
 Every pipeline prints how many outcomes it evaluated; one that evaluated fewer than the worker
 is said to, and no ratio is drawn from it.
+
+**Per core.** Phases 1-3 also report the CPU time their processes used in the measured window
+(user + system, every thread: librdkafka's, RocksDB's, the commit's, and a worker's data-path
+child processes; from /proc, sampled every 0.1 s by a thread of the benchmark, about 0.7 ms of
+CPU a sample) and the local broker's in the same window, then events per CPU second with and
+without the broker's share: a pipeline on two cores or one that leaves a core idle is set
+against the others per core, and the work a pipeline gives the broker (the worker's internal
+topics, changelogs and transactions) is counted. A broker elsewhere ($STREAMEVAL_BOOTSTRAP)
+is not measured.
 """
 
 from __future__ import annotations
@@ -89,7 +98,13 @@ processes = {processes}
 """
 
 
+#: The local broker's process, whose CPU time each phase reports (None: a broker elsewhere,
+#: $STREAMEVAL_BOOTSTRAP, whose CPU time is not measured)
+BROKER_PID: int | None = None
+
+
 def bootstrap() -> str:
+    global BROKER_PID
     if os.environ.get("STREAMEVAL_BOOTSTRAP"):
         return os.environ["STREAMEVAL_BOOTSTRAP"]
     from streameval.devkafka import KafkaInstance
@@ -101,6 +116,7 @@ def bootstrap() -> str:
     deadline = time.monotonic() + 60
     while running is not None and running.running():
         if running._serves_metadata():
+            BROKER_PID = running.pid
             return running.bootstrap
         if time.monotonic() >= deadline:
             raise SystemExit(
@@ -108,7 +124,77 @@ def bootstrap() -> str:
                 "(.venv/bin/streameval kafka stop) and run the benchmark again"
             )
         time.sleep(0.5)
-    return KafkaInstance.start(instance).bootstrap  # lives as long as the benchmark
+    started = KafkaInstance.start(instance)  # lives as long as the benchmark
+    BROKER_PID = started.pid
+    return started.bootstrap
+
+
+# -- CPU time: what each pipeline, and the broker, took of the machine's cores ---------------
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int | str) -> tuple[int, float]:
+    """The parent and the CPU seconds (user + system, every thread) of a process, from /proc
+    ((0, 0.0) once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0, 0.0
+    # after the name: state, ppid, ... utime (the 12th), stime (the 13th)
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds of a process and of its living descendants (a worker's data-path
+    processes)."""
+    stats = {int(e.name): _stat(e.name) for e in os.scandir("/proc") if e.name.isdigit()}
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        stack += children.get(pid, [])
+    return total
+
+
+class CpuSampler(threading.Thread):
+    """Samples, every ``interval`` seconds until :meth:`finish`, the CPU seconds used so far
+    by the process trees of ``roots`` (a pipeline's processes) and by the local broker, with
+    the wall time (epoch ms) of each sample: :meth:`between` gives what each used in a window
+    of the run, interpolated between the samples around its ends."""
+
+    def __init__(self, roots: list[int], interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.roots, self.interval = roots, interval
+        self.samples: list[tuple[float, float, float]] = []  # (wall ms, pipeline, broker)
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        broker = _stat(BROKER_PID)[1] if BROKER_PID is not None else float("nan")
+        own = sum(_tree_cpu(pid) for pid in self.roots)
+        self.samples.append((time.time() * 1000.0, own, broker))
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.sample()
+            self.done.wait(self.interval)
+
+    def finish(self) -> CpuSampler:
+        self.done.set()
+        self.join()
+        return self
+
+    def between(self, start_ms: float, end_ms: float) -> tuple[float, float]:
+        """CPU seconds of the pipeline and of the broker from ``start_ms`` to ``end_ms``."""
+        walls = [s[0] for s in self.samples]
+        if not walls or start_ms < walls[0] or end_ms > walls[-1]:
+            raise RuntimeError("the CPU samples do not cover the measured window")
+        own = np.interp([start_ms, end_ms], walls, [s[1] for s in self.samples])
+        broker = np.interp([start_ms, end_ms], walls, [s[2] for s in self.samples])
+        return float(own[1] - own[0]), float(broker[1] - broker[0])
 
 
 def make_topics(boot: str, partitions: int) -> str:
@@ -268,6 +354,8 @@ def phase_worker(
     deadline = time.monotonic() + 900
     done = False
     peak_rss = 0.0
+    cpu = CpuSampler([process.pid for process in processes])
+    cpu.start()
     try:
         while time.monotonic() < deadline and not done:
             time.sleep(1.0)
@@ -284,7 +372,9 @@ def phase_worker(
                 for v in re.findall(r"^streameval_model_outcomes\{[^}]*\} (\S+)$", text, re.M)
             ]
             done = len(counts) == 3 and all(c >= want for c in counts)
+        time.sleep(0.3)  # (the samples go past the last record)
     finally:
+        cpu.finish()
         for process in processes:
             stop(process)
     if not done:
@@ -294,7 +384,10 @@ def phase_worker(
     last = max(ts for ts, value in records if orjson.loads(value)["n"] >= want)
     seconds = (last - first) / 1000.0
     finals = [orjson.loads(value) for _, value in records]
+    own_cpu, broker_cpu = cpu.between(first, last)
     return {
+        "cpu": own_cpu,
+        "broker_cpu": broker_cpu,
         "outcomes": sum(
             max(r["n"] for r in finals if r["model_id"] == m and "slice" not in r) for m in MODELS
         ),
@@ -354,17 +447,29 @@ def phase_raw(boot: str, prefix: str, events: int) -> dict:
     decode = BatchDecoder(topics).decode_message
     got, start = 0, None
     deadline = time.monotonic() + 300
-    while got < events and time.monotonic() < deadline:
-        batch = consumer.consume(10_000, 1.0)
-        messages = [m for m in batch if not m.error()]
-        if messages and start is None:
-            start = time.perf_counter()
-        for message in messages:  # a record or a dead letter each
-            decode(message)
-        got += len(messages)
-    seconds = time.perf_counter() - start
+    cpu = CpuSampler([])  # the broker's (this process's own: process_time)
+    cpu.start()
+    try:
+        while got < events and time.monotonic() < deadline:
+            batch = consumer.consume(10_000, 1.0)
+            messages = [m for m in batch if not m.error()]
+            if messages and start is None:
+                start, start_cpu, start_ms = time.perf_counter(), time.process_time(), now_ms()
+            for message in messages:  # a record or a dead letter each
+                decode(message)
+            got += len(messages)
+        seconds, own_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        end_ms = now_ms()
+        time.sleep(0.2)
+    finally:
+        cpu.finish()
     consumer.close()
-    return {"events": got, "seconds": seconds, "rate": got / seconds}
+    return {"events": got, "seconds": seconds, "rate": got / seconds, "cpu": own_cpu,
+            "broker_cpu": cpu.between(start_ms, end_ms)[1]}  # fmt: skip
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
 
 
 # -- phases 3 and 4: what a user would write without streameval ---------------------------------
@@ -436,10 +541,11 @@ while counts["outcomes"] < WANT and (start is None or time.perf_counter() - star
         if message.error():
             continue
         if start is None:
-            start = time.perf_counter()
+            start, start_cpu, start_ms = time.perf_counter(), time.process_time(), time.time()
         on_event(message.value())
-elapsed = time.perf_counter() - start
-print(f"DONE {counts['events']} {counts['outcomes']} {elapsed}", flush=True)
+elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+print(f"DONE {counts['events']} {counts['outcomes']} {elapsed} {cpu} {start_ms * 1000} "
+      f"{time.time() * 1000}", flush=True)
 consumer.close()
 """
 )
@@ -475,16 +581,22 @@ def phase_loop(boot: str, prefix: str, outcomes: int, tmp: Path, limit: float = 
     script.write_text(LOOP_APP)
     env = {**os.environ, "PREFIX": prefix, "BOOT": boot, "WANT": str(outcomes),
            "LIMIT": str(limit)}  # fmt: skip
+    cpu = CpuSampler([])  # the broker's (the loop measures its own: process_time)
+    cpu.start()
     try:
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                               text=True, timeout=limit + 120)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise SystemExit(f"the naive loop did not finish in {limit + 120:.0f} s") from None
-    found = re.search(r"^DONE (\d+) (\d+) (\S+)$", done.stdout, re.M)
+    finally:
+        cpu.finish()
+    found = re.search(r"^DONE (\d+) (\d+) (\S+) (\S+) (\S+) (\S+)$", done.stdout, re.M)
     if found is None:
         raise SystemExit(f"the naive loop failed:\n{done.stdout}{done.stderr}")
     events, evaluated, seconds = int(found[1]), int(found[2]), float(found[3])
-    return {"events": events, "outcomes": evaluated, "seconds": seconds, "rate": events / seconds}
+    broker_cpu = cpu.between(float(found[5]), float(found[6]))[1]
+    return {"events": events, "outcomes": evaluated, "seconds": seconds, "rate": events / seconds,
+            "cpu": float(found[4]), "broker_cpu": broker_cpu}  # fmt: skip
 
 
 def phase_faust(boot: str, prefix: str, seconds: float, tmp: Path) -> dict:
@@ -815,6 +927,11 @@ def main() -> None:
         outcomes = f"{run['outcomes']:,} outcomes" if "outcomes" in run else "decode only"
         print(f"  {name:<22} {run['rate']:>10,.0f} events/s  ({run['events']:,} events, "
               f"{outcomes}, {run['seconds']:.1f} s{note})", flush=True)  # fmt: skip
+        if "cpu" in run:
+            cores = run["cpu"] / run["seconds"]
+            print(f"  {'':<22} {run['events'] / run['cpu']:>10,.0f} events per CPU second  "
+                  f"(its processes {run['cpu']:.1f} s of CPU, {cores:.2f} cores; "
+                  f"{_broker(run)})", flush=True)  # fmt: skip
 
     pipelines = [] if "all" in args.skip else [("worker, all cores", args.processes)]
     if ("one" not in args.skip and args.processes != 1) or not pipelines:
@@ -872,6 +989,14 @@ def main() -> None:
               f"target <= publish_interval + 1 s = 2 s: {verdict})", flush=True)  # fmt: skip
 
 
+def _broker(run: dict) -> str:
+    """What the broker took of the machine in a run's window."""
+    if np.isnan(run["broker_cpu"]):
+        return "the broker's CPU not measured: not the local broker"
+    return (f"the broker {run['broker_cpu']:.1f} s, {run['broker_cpu'] / run['seconds']:.2f} "
+            "cores")  # fmt: skip
+
+
 def _worker_run(runs: dict[str, list[dict]], processes: int) -> tuple[str, int]:
     """The worker run the others are set against, and its data-path processes: the one on
     all cores, or the 1-process run when that one was skipped."""
@@ -912,6 +1037,36 @@ def summarize(runs: dict[str, list[dict]], processes: int) -> None:
         ratio = medians["worker, all cores"] / medians["raw consume+decode"]
         print(f"worker ({processes} processes) / raw consume+decode, medians: {ratio:.0%} "
               "(target >= 50 %)", flush=True)  # fmt: skip
+    summarize_cpu(runs, loop_ok)
+
+
+def summarize_cpu(runs: dict[str, list[dict]], loop_ok: bool) -> None:
+    """Per core: events per CPU second of each pipeline's own processes (every thread:
+    librdkafka's, RocksDB's, the data path's) and with the broker's CPU time in the same
+    window added (the internal topics, changelogs and transactions of the worker are work
+    for the broker that the loop does not give it)."""
+    print("pipeline                    events per CPU second: min / median / max   "
+          "(with the broker's CPU time)")  # fmt: skip
+    own, whole = {}, {}
+    for name, found in runs.items():
+        found = [r for r in found if "cpu" in r]
+        if not found:
+            continue
+        low, own[name], high = _spread([r["events"] / r["cpu"] for r in found])
+        with_broker = [r["events"] / (r["cpu"] + r["broker_cpu"]) for r in found]
+        said = "broker not measured"
+        if not any(np.isnan(with_broker)):
+            wlow, whole[name], whigh = _spread(with_broker)
+            said = f"{wlow:,.0f} / {whole[name]:,.0f} / {whigh:,.0f}"
+        print(f"{name:<24} {low:>10,.0f} / {own[name]:>10,.0f} / {high:>10,.0f}   ({said})")
+    if not loop_ok or "naive loop" not in own:
+        return
+    for name in ("worker, 1 process", "worker, all cores"):
+        if name in own:
+            print(f"{name} / naive loop per CPU second, medians: "
+                  f"{own[name] / own['naive loop']:.2f}x"
+                  + (f" ({whole[name] / whole['naive loop']:.2f}x with the broker's)"
+                     if name in whole and "naive loop" in whole else ""), flush=True)  # fmt: skip
 
 
 def compare_scores(boot: str, args: argparse.Namespace, tmp: Path) -> None:
