@@ -175,17 +175,16 @@ class CpuSampler(threading.Thread):
     def sample(self) -> None:
         broker = _stat(BROKER_PID)[1] if BROKER_PID is not None else float("nan")
         own = sum(_tree_cpu(pid) for pid in self.roots)
-        self.samples.append((time.time() * 1000.0, own, broker))
+        self.samples.append((now_ms(), own, broker))
 
     def run(self) -> None:
         while not self.done.is_set():
             self.sample()
             self.done.wait(self.interval)
 
-    def finish(self) -> CpuSampler:
+    def finish(self) -> None:
         self.done.set()
         self.join()
-        return self
 
     def between(self, start_ms: float, end_ms: float) -> tuple[float, float]:
         """CPU seconds of the pipeline and of the broker from ``start_ms`` to ``end_ms``."""
