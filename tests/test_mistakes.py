@@ -562,3 +562,55 @@ def test_a_configuration_file_that_is_not_utf8_is_said_so(tmp_path, command):
     config.write_bytes(b"\xef\xbb\xbfpublish_every = 0\n")  # read past the mark: 0 is refused
     code, output = _run(command, "--config", str(config), *target)
     assert code == 2 and "publish_every = 0" in output and "not valid TOML" not in output, output
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"auto.offset.reset": "latest"}, "'auto.offset.reset' is set by the worker itself"),
+        ({"group.id": "mine"}, "'group.id' is set by the worker itself (its group is app_id)"),
+        ({"statistics.interval.ms": 0}, "'statistics.interval.ms' is set by the worker itself"),
+        ({"heartbeat.interval.ms": 3000}, "'heartbeat.interval.ms' is set by the worker itself"),
+        (
+            {"enable.idempotence": False},
+            "'enable.idempotence' = 'false': the worker sets it to true",
+        ),
+        ({"transaction.timeout.ms": 5000}, "is the worker setting transaction_timeout_ms"),
+    ],
+)
+def test_a_kafka_setting_the_worker_relies_on_is_refused_not_overridden(given, said):
+    """The worker's clients are given these whatever ``kafka`` says: a value there would be
+    dropped without a word, so it is refused at start-up, with the reason."""
+    from streameval.app.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError) as refused:
+        load_settings(None, bootstrap="127.0.0.1:1", kafka=given)
+    assert said in str(refused.value), str(refused.value)
+
+
+def test_the_kafka_settings_change_the_workers_client_defaults():
+    """``kafka`` is passed through: a compression, a linger or a fetch wait given there is the
+    one the worker's producers and consumer use (the worker's own values were written after
+    them, so they were silently ignored); what the worker relies on stays its own."""
+    import gc
+
+    from streameval.app.output import KafkaErrors, Output, consumer_config
+    from streameval.app.settings import load_settings
+    from streameval.app.transactions import Transactions
+
+    given = {"compression.type": "zstd", "linger.ms": 5, "fetch.wait.max.ms": 100}
+    settings, _ = load_settings(None, bootstrap="127.0.0.1:1", kafka=given, app_id="fraud")
+    client = {"bootstrap.servers": "127.0.0.1:1", **settings.kafka}
+    errors = KafkaErrors()
+    outputs = [Output(client, errors), Transactions(client, errors, "fraud-x", 30_000)]
+    configs = [output._config for output in outputs]
+    outputs.clear()
+    gc.collect()  # their producers, which would go on calling 127.0.0.1:1 (an output is a cycle)
+    for config in configs:
+        assert config["compression.type"] == "zstd" and config["linger.ms"] == "5"
+        assert config["enable.idempotence"] is True
+        assert config["message.max.bytes"] == 67_108_864  # a default not given: the worker's
+    assert configs[1]["transaction.timeout.ms"] == 30_000
+    consumer = consumer_config(client, settings, errors, None)
+    assert consumer["fetch.wait.max.ms"] == "100" and consumer["fetch.min.bytes"] == 65_536
+    assert consumer["group.id"] == "fraud" and consumer["auto.offset.reset"] == "earliest"

@@ -77,7 +77,7 @@ def produce_file(
         check_file(path, ts_unit)
     except ProduceError as err:
         raise ProduceError(f"{err}; nothing was sent") from None
-    producer = Producer({**client, "linger.ms": 20, "enable.idempotence": True})
+    producer = Producer({"linger.ms": 20, **client, "enable.idempotence": True})
     metadata = producer.list_topics(timeout=10)  # KafkaException when nobody answers
     for topic in TOPIC_OF.values():
         if prefix + topic not in metadata.topics:

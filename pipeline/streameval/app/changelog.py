@@ -266,12 +266,12 @@ class Changelog:
 
         reader = Consumer(
             {
+                "fetch.queue.backoff.ms": 10,
+                "fetch.wait.max.ms": 50,
                 **self.client,
                 "group.id": f"{self.topic}-reader",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
-                "fetch.queue.backoff.ms": 10,
-                "fetch.wait.max.ms": 50,
             }
         )
         restorer = Restorer(sink=sink, lookup=lookup)
@@ -389,11 +389,11 @@ class Changelog:
         if own:
             reader = Consumer(
                 {
+                    "fetch.wait.max.ms": 50,
                     **self.client,
                     "group.id": f"{self.topic}-reader",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
-                    "fetch.wait.max.ms": 50,
                 }
             )
         try:

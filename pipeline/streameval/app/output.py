@@ -300,15 +300,17 @@ def consumer_config(
     client: dict[str, str], settings: WorkerSettings, on_error: KafkaErrors, on_stats: Any
 ) -> dict[str, Any]:
     return {
-        **client,
-        "group.id": settings.app_id,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
+        # defaults that the user's librdkafka settings (``kafka``) change
         "fetch.queue.backoff.ms": 10,  # the default (1 s) stalls a busy consumer
         "fetch.min.bytes": 65_536,
         "fetch.wait.max.ms": 20,
         "queued.max.messages.kbytes": 16_384,  # prefetch per partition: bounds memory
+        **client,
+        # the worker's own (settings.OWNED_KAFKA: refused in ``kafka``)
+        "group.id": settings.app_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
         "session.timeout.ms": settings.session_timeout_ms,
         # a rebalance restores in its callback, which librdkafka counts as time between two
         # reads when the read that serves it does not wait (a busy loop's): Rebalancing._assign
@@ -424,12 +426,13 @@ class Output:
         from confluent_kafka import Producer
 
         config: dict[str, Any] = {
-            **client,
-            "enable.idempotence": True,
+            # defaults that the user's librdkafka settings (``kafka``) change
             "linger.ms": 20,
             "compression.type": "lz4",
             "message.max.bytes": 67_108_864,
             "queue.buffering.max.kbytes": 1_048_576,
+            **client,
+            "enable.idempotence": True,
             "error_cb": on_error,
             **(extra or {}),
         }

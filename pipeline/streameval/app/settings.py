@@ -15,7 +15,7 @@ join, delayed labels, detectors, models, comparisons — see ``docs/replay.md``)
     app_id = "fraud-eval"
     metrics_port = 9464
 
-    [worker.kafka]  # librdkafka settings, passed through unchanged
+    [worker.kafka]  # librdkafka settings, passed through
     "security.protocol" = "SASL_SSL"
     "sasl.mechanism" = "SCRAM-SHA-512"
 """
@@ -50,6 +50,7 @@ from streameval.topics import NAME_CHARS
 __all__ = [
     "ASSIGNMENT_SLACK_MS",
     "KAFKA_SETTINGS",
+    "OWNED_KAFKA",
     "SettingsError",
     "WorkerSettings",
     "load_settings",
@@ -61,12 +62,31 @@ __all__ = [
 #: add, and a minute for the restore
 ASSIGNMENT_SLACK_MS = 65_000
 
-#: librdkafka's consumer settings that are worker settings (the group's timing): one place to
-#: set each, refused in ``kafka``
+#: librdkafka settings that are worker settings (the group's and the transactions' timing): one
+#: place to set each, refused in ``kafka``
 KAFKA_SETTINGS = {
     "session.timeout.ms": "session_timeout_ms",
     "max.poll.interval.ms": "max_poll_interval_ms",
+    "transaction.timeout.ms": "transaction_timeout_ms",
 }
+
+
+#: librdkafka settings the worker's guarantees rest on, and why: refused in ``kafka``. The other
+#: settings the worker gives its clients (``linger.ms``, ``compression.type``, the fetch sizes and
+#: waits ...) are defaults that ``kafka`` changes.
+OWNED_KAFKA = {
+    "group.id": "its group is app_id",
+    "enable.auto.commit": "it commits its offsets with its checkpoints",
+    "enable.partition.eof": "idle_ms counts from a partition's end",
+    "isolation.level": "it reads only what transactions committed",
+    "transactional.id": "it names its own from app_id",
+    "auto.offset.reset": "a partition without a committed offset is read from its start, "
+    "or events written before the worker first read it would be lost",
+    "heartbeat.interval.ms": "it follows session_timeout_ms",
+    "statistics.interval.ms": "its telemetry reads the statistics",
+}
+#: settings the worker sets to one value, which ``kafka`` may repeat but not change
+FIXED_KAFKA = {"enable.idempotence": ("true", "its producers never write a retried record twice")}
 
 
 #: the ``STREAMEVAL_`` environment variables that are not worker settings: the file, and the
@@ -351,16 +371,16 @@ class WorkerSettings(BaseSettings):
     @field_validator("kafka")
     @classmethod
     def _no_owned_keys(cls, value: dict[str, _ClientValue]) -> dict[str, str]:
-        owned = {
-            "group.id",
-            "enable.auto.commit",
-            "enable.partition.eof",
-            "isolation.level",
-            "transactional.id",
-        }
-        clash = sorted(owned & set(value))
+        clash = sorted(set(OWNED_KAFKA) & set(value))
         if clash:
-            raise ValueError(f"{clash[0]!r} is set by the worker itself; remove it")
+            why = OWNED_KAFKA[clash[0]]
+            raise ValueError(f"{clash[0]!r} is set by the worker itself ({why}); remove it")
+        for key, (fixed, why) in FIXED_KAFKA.items():
+            if key in value and _client_string(value[key]).lower() != fixed:
+                raise ValueError(
+                    f"{key!r} = {_client_string(value[key])!r}: the worker sets it to {fixed} "
+                    f"({why}); remove it"
+                )
         named = sorted(set(value) & set(KAFKA_SETTINGS))
         if named:
             setting = KAFKA_SETTINGS[named[0]]

@@ -343,10 +343,10 @@ class ChangelogTransaction:
         transactional_id = f"{self.topic}-state"
         self.producer = Producer(
             {
+                "linger.ms": 20,
                 **self.client,
                 "transactional.id": transactional_id,
                 "transaction.timeout.ms": 900_000,
-                "linger.ms": 20,
             }
         )
         try:

@@ -33,7 +33,7 @@ def produce_events(
 
     from streameval.produce import ProduceError
 
-    producer = Producer({**client, "linger.ms": 20, "compression.type": "lz4"})
+    producer = Producer({"linger.ms": 20, "compression.type": "lz4", **client})
     metadata = producer.list_topics(timeout=10)  # KafkaException when nobody answers
     missing = [prefix + t for t in TOPIC_OF.values() if prefix + t not in metadata.topics]
     if missing:
