@@ -614,3 +614,68 @@ def test_the_kafka_settings_change_the_workers_client_defaults():
     consumer = consumer_config(client, settings, errors, None)
     assert consumer["fetch.wait.max.ms"] == "100" and consumer["fetch.min.bytes"] == 65_536
     assert consumer["group.id"] == "fraud" and consumer["auto.offset.reset"] == "earliest"
+
+
+#: settings of each kind a user may give the worker, with values librdkafka takes
+PRODUCER_SAMPLE = {
+    "compression.type": "zstd", "linger.ms": "5", "acks": "all", "batch.size": "100000",
+    "queue.buffering.max.kbytes": "1024", "delivery.timeout.ms": "30000", "retries": "3",
+    "batch.num.messages": "1000", "compression.level": "3", "request.timeout.ms": "20000",
+}  # fmt: skip
+CONSUMER_SAMPLE = {
+    "fetch.wait.max.ms": "100", "fetch.min.bytes": "1", "queued.max.messages.kbytes": "1024",
+    "max.partition.fetch.bytes": "100000", "fetch.max.bytes": "1000000", "check.crcs": "true",
+    "queued.min.messages": "1000", "partition.assignment.strategy": "cooperative-sticky",
+    "fetch.error.backoff.ms": "100", "auto.commit.interval.ms": "1000",
+}  # fmt: skip
+
+
+def _kind_warnings(make, settings: dict) -> list[str]:
+    """The properties librdkafka says a client made with ``settings`` ignores (its CONFWARN
+    lines: a producer's setting given to a consumer, or the other way round)."""
+    import gc
+    import logging
+
+    lines: list[str] = []
+    logger = logging.Logger("kinds")
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger.addHandler(handler)
+    client = make({"bootstrap.servers": "127.0.0.1:1", **settings, "logger": logger})
+    client.poll(0.2)  # librdkafka hands its lines to the logger from poll
+    if hasattr(client, "close"):
+        client.close()
+    del client
+    gc.collect()
+    found = (re.search(r"property (\S+) is a (?:producer|consumer) property", s) for s in lines)
+    return sorted(m.group(1) for m in found if m)
+
+
+def test_the_kinds_of_kafka_settings_are_librdkafkas():
+    """Every setting of the samples is one librdkafka warns about on a client of the other
+    kind, under a name (its own or an alias's) that the worker's tables hold."""
+    from confluent_kafka import Consumer, Producer
+    from streameval.clients import CONSUMER_ONLY, PRODUCER_ONLY
+
+    assert not PRODUCER_ONLY & CONSUMER_ONLY
+    assert set(PRODUCER_SAMPLE) <= PRODUCER_ONLY and set(CONSUMER_SAMPLE) <= CONSUMER_ONLY
+    to_consumer = _kind_warnings(lambda c: Consumer({**c, "group.id": "g"}), PRODUCER_SAMPLE)
+    assert len(to_consumer) == len(PRODUCER_SAMPLE) and set(to_consumer) <= PRODUCER_ONLY
+    to_producer = _kind_warnings(Producer, CONSUMER_SAMPLE)
+    assert len(to_producer) == len(CONSUMER_SAMPLE) and set(to_producer) <= CONSUMER_ONLY
+
+
+def test_each_worker_client_takes_the_kafka_settings_of_its_kind():
+    """One set of settings reaches all of the worker's clients: each takes those of its kind,
+    so librdkafka has nothing to warn about (it did, once per client, for every producer
+    setting a consumer was given: on stderr for the clients nobody polls)."""
+    from confluent_kafka import Consumer
+    from streameval.app.output import KafkaErrors, Output, consumer_config
+    from streameval.app.settings import load_settings
+
+    settings, _ = load_settings(None, bootstrap="127.0.0.1:1")
+    given = {**PRODUCER_SAMPLE, **CONSUMER_SAMPLE}
+    errors = KafkaErrors()
+    assert _kind_warnings(lambda c: Output(c, errors).producer, given) == []
+    made = lambda c: Consumer(consumer_config(c, settings, errors, lambda stats: None))  # noqa: E731
+    assert _kind_warnings(made, given) == []

@@ -11,7 +11,9 @@ __all__ = [
     "ClientConfigError",
     "bootstrap_problem",
     "client_config",
+    "consumer_settings",
     "first_address",
+    "producer_settings",
     "unpolled",
 ]
 
@@ -97,6 +99,51 @@ def unpolled(client: dict) -> dict:
     client, a consumer asked only for offsets): librdkafka hands a client's lines to its
     ``logger`` only from ``poll``, so they would wait in its queue, never written."""
     return {k: v for k, v in client.items() if k != "logger"}
+
+
+#: librdkafka's settings that only a producer reads, and those that only a consumer reads (its
+#: CONFIGURATION.md marks them P and C; aliases included). One set of settings is given to all
+#: of a worker's clients, and librdkafka warns, once per client, about each one of the other
+#: kind: a consumer "will ignore" a producer's ``compression.type``. Each client gets the
+#: settings of its kind (:func:`producer_settings`, :func:`consumer_settings`).
+PRODUCER_ONLY = frozenset(
+    {
+        "acks", "batch.num.messages", "batch.size", "compression.codec", "compression.level",
+        "compression.type", "delivery.report.only.error", "delivery.timeout.ms", "dr_cb",
+        "dr_msg_cb", "enable.gapless.guarantee", "enable.idempotence", "linger.ms",
+        "message.send.max.retries", "message.timeout.ms", "msg_order_cmp", "partitioner",
+        "partitioner_cb", "produce.offset.report", "queue.buffering.backpressure.threshold",
+        "queue.buffering.max.kbytes", "queue.buffering.max.messages", "queue.buffering.max.ms",
+        "queuing.strategy", "request.required.acks", "request.timeout.ms", "retries",
+        "sticky.partitioning.linger.ms", "transaction.timeout.ms", "transactional.id",
+    }
+)  # fmt: skip
+CONSUMER_ONLY = frozenset(
+    {
+        "auto.commit.enable", "auto.commit.interval.ms", "auto.offset.reset", "check.crcs",
+        "consume.callback.max.messages", "consume_cb", "coordinator.query.interval.ms",
+        "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
+        "fetch.error.backoff.ms", "fetch.max.bytes", "fetch.message.max.bytes",
+        "fetch.min.bytes", "fetch.queue.backoff.ms", "fetch.wait.max.ms", "group.id",
+        "group.instance.id", "group.protocol", "group.protocol.type", "group.remote.assignor",
+        "heartbeat.interval.ms", "isolation.level", "max.partition.fetch.bytes",
+        "max.poll.interval.ms", "max.poll.records", "offset.store.method", "offset.store.path",
+        "offset.store.sync.interval.ms", "offset_commit_cb", "partition.assignment.strategy",
+        "queued.max.messages.kbytes", "queued.min.messages", "rebalance_cb",
+        "session.timeout.ms", "share.acknowledgement.mode",
+    }
+)  # fmt: skip
+
+
+def producer_settings(client: dict) -> dict:
+    """``client`` without the settings only a consumer reads: for a producer or an admin
+    client (librdkafka's admin client is a producer)."""
+    return {k: v for k, v in client.items() if k not in CONSUMER_ONLY}
+
+
+def consumer_settings(client: dict) -> dict:
+    """``client`` without the settings only a producer reads."""
+    return {k: v for k, v in client.items() if k not in PRODUCER_ONLY}
 
 
 #: The clients' ``logger`` for the commands: librdkafka's own lines (a refused connection,

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from streameval.clients import producer_settings
 from streameval.codec import Event, NotUtf8, decode_event, event_lines
 from streameval.decode_errors import utf16_file
 from streameval.messages import EventError
@@ -77,7 +78,7 @@ def produce_file(
         check_file(path, ts_unit)
     except ProduceError as err:
         raise ProduceError(f"{err}; nothing was sent") from None
-    producer = Producer({"linger.ms": 20, **client, "enable.idempotence": True})
+    producer = Producer({"linger.ms": 20, **producer_settings(client), "enable.idempotence": True})
     metadata = producer.list_topics(timeout=10)  # KafkaException when nobody answers
     for topic in TOPIC_OF.values():
         if prefix + topic not in metadata.topics:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..clients import consumer_settings
 from .changelog_format import (
     CHECKPOINT_VERSION,
     INTENT,
@@ -268,7 +269,7 @@ class Changelog:
             {
                 "fetch.queue.backoff.ms": 10,
                 "fetch.wait.max.ms": 50,
-                **self.client,
+                **consumer_settings(self.client),
                 "group.id": f"{self.topic}-reader",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -342,7 +343,8 @@ class Changelog:
         from confluent_kafka import Consumer
 
         uncommitted = {"isolation.level": "read_uncommitted"}
-        probe = Consumer({**self.client, "group.id": f"{self.topic}-probe", **uncommitted})
+        client = consumer_settings(self.client)
+        probe = Consumer({**client, "group.id": f"{self.topic}-probe", **uncommitted})
         try:
             if watermarks(probe, self.topic, partition)[1] < start:
                 return high
@@ -390,7 +392,7 @@ class Changelog:
             reader = Consumer(
                 {
                     "fetch.wait.max.ms": 50,
-                    **self.client,
+                    **consumer_settings(self.client),
                     "group.id": f"{self.topic}-reader",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from streameval.clients import consumer_settings, producer_settings
 from streameval.topics import Topics, create_topics, load_topics
 
 from .settings import WorkerSettings
@@ -167,7 +168,7 @@ def connect(
     closing = _Closing(client.get("logger"))  # type: ignore[arg-type]
     watcher = logging.Logger("streameval.kafka.connect")
     watcher.addHandler(closing)
-    admin = AdminClient({**client, "error_cb": on_error, "logger": watcher})
+    admin = AdminClient({**producer_settings(client), "error_cb": on_error, "logger": watcher})
     delay = 1.0
     began = time.monotonic()
     while not stopping.is_set():
@@ -305,7 +306,7 @@ def consumer_config(
         "fetch.min.bytes": 65_536,
         "fetch.wait.max.ms": 20,
         "queued.max.messages.kbytes": 16_384,  # prefetch per partition: bounds memory
-        **client,
+        **consumer_settings(client),
         # the worker's own (settings.OWNED_KAFKA: refused in ``kafka``)
         "group.id": settings.app_id,
         "enable.auto.commit": False,
@@ -431,7 +432,7 @@ class Output:
             "compression.type": "lz4",
             "message.max.bytes": 67_108_864,
             "queue.buffering.max.kbytes": 1_048_576,
-            **client,
+            **producer_settings(client),
             "enable.idempotence": True,
             "error_cb": on_error,
             **(extra or {}),

@@ -13,7 +13,7 @@ from typing import Any
 
 from streameval.store import StoreError
 
-from ..clients import unpolled
+from ..clients import consumer_settings, unpolled
 from .changelog import ChangelogError
 from .checkpoint import progress_from_metadata, restore_eval, restore_join
 from .output import NoAnswer
@@ -217,7 +217,7 @@ class Rebalancing:
                    if tp.topic == t.outcomes]  # fmt: skip
         if not wanted:
             return
-        client = unpolled(self.client)
+        client = consumer_settings(unpolled(self.client))
         group = f"{self.settings.app_id}-stable"
         uncommitted = Consumer({**client, "group.id": group, "isolation.level": "read_uncommitted"})
         committed = Consumer({**client, "group.id": group})

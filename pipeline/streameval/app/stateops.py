@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from streameval.clients import consumer_settings, producer_settings
 from streameval.config import EvaluationConfig
 from streameval.core.outcome import Outcome
 from streameval.core.state import decode_value
@@ -127,7 +128,7 @@ def survey(client: dict[str, str], topics: Topics, app_id: str) -> Survey:
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(client)
+    admin = AdminClient(producer_settings(client))
     metadata = admin.list_topics(timeout=15).topics
     found = Survey(app_id, topics, members=group_members(admin, app_id))
     if topics.outcomes in metadata:
@@ -139,7 +140,7 @@ def survey(client: dict[str, str], topics: Topics, app_id: str) -> Survey:
         found.others = close + [n for n in others if n not in close]
     reader = Consumer(
         {
-            **client,
+            **consumer_settings(client),
             "group.id": f"{app_id}-state-reader",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -304,7 +305,7 @@ def _unread(
 
     reader = Consumer(
         {
-            **client,
+            **consumer_settings(client),
             "group.id": f"{topic}-state-reader",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -344,7 +345,7 @@ class ChangelogTransaction:
         self.producer = Producer(
             {
                 "linger.ms": 20,
-                **self.client,
+                **producer_settings(self.client),
                 "transactional.id": transactional_id,
                 "transaction.timeout.ms": 900_000,
             }

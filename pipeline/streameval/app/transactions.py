@@ -13,7 +13,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from ..clients import unpolled
+from ..clients import producer_settings, unpolled
 from .output import (
     KafkaErrors,
     KafkaRefused,
@@ -474,7 +474,7 @@ class Transactions(Output):
         logger)."""
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient(unpolled(self.client))
+        return AdminClient(producer_settings(unpolled(self.client)))
 
 
 class _Fenced(RuntimeError):

@@ -31,9 +31,10 @@ def produce_events(
     """
     from confluent_kafka import Producer
 
+    from streameval.clients import producer_settings
     from streameval.produce import ProduceError
 
-    producer = Producer({"linger.ms": 20, "compression.type": "lz4", **client})
+    producer = Producer({"linger.ms": 20, "compression.type": "lz4", **producer_settings(client)})
     metadata = producer.list_topics(timeout=10)  # KafkaException when nobody answers
     missing = [prefix + t for t in TOPIC_OF.values() if prefix + t not in metadata.topics]
     if missing:
