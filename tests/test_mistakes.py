@@ -576,6 +576,11 @@ def test_a_configuration_file_that_is_not_utf8_is_said_so(tmp_path, command):
             "'enable.idempotence' = 'false': the worker sets it to true",
         ),
         ({"transaction.timeout.ms": 5000}, "is the worker setting transaction_timeout_ms"),
+        ({"group.protocol": "consumer"}, "the worker's group uses the classic protocol"),
+        (
+            {"partition.assignment.strategy": "cooperative-sticky"},
+            "the worker takes an eager strategy: range, roundrobin or both",
+        ),
     ],
 )
 def test_a_kafka_setting_the_worker_relies_on_is_refused_not_overridden(given, said):
@@ -586,6 +591,17 @@ def test_a_kafka_setting_the_worker_relies_on_is_refused_not_overridden(given, s
     with pytest.raises(SettingsError) as refused:
         load_settings(None, bootstrap="127.0.0.1:1", kafka=given)
     assert said in str(refused.value), str(refused.value)
+
+
+def test_a_kafka_setting_may_repeat_a_value_the_worker_works_with():
+    from streameval.app.settings import load_settings
+
+    given = {
+        "enable.idempotence": 1, "group.protocol": "classic",
+        "partition.assignment.strategy": "roundrobin, range",
+    }  # fmt: skip
+    settings, _ = load_settings(None, bootstrap="127.0.0.1:1", kafka=given)
+    assert settings.kafka["enable.idempotence"] == "1"
 
 
 def test_the_kafka_settings_change_the_workers_client_defaults():

@@ -119,11 +119,11 @@ def _admin(bootstrap, settings):
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from streameval.clients import ClientConfigError, client_config
+    from streameval.clients import ClientConfigError, client_config, producer_settings
 
     try:
         config = client_config(bootstrap, settings)
-        return AdminClient(config), config["bootstrap.servers"]
+        return AdminClient(producer_settings(config)), config["bootstrap.servers"]
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
     except KafkaException as err:  # a setting the client does not know, or a wrong value

@@ -267,12 +267,13 @@ class Changelog:
 
         reader = Consumer(
             {
-                "fetch.queue.backoff.ms": 10,
-                "fetch.wait.max.ms": 50,
                 **consumer_settings(self.client),
                 "group.id": f"{self.topic}-reader",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
+                # a restore's own: it runs in a rebalance, whatever the main consumer's tuning
+                "fetch.queue.backoff.ms": 10,
+                "fetch.wait.max.ms": 50,
             }
         )
         restorer = Restorer(sink=sink, lookup=lookup)
@@ -391,11 +392,11 @@ class Changelog:
         if own:
             reader = Consumer(
                 {
-                    "fetch.wait.max.ms": 50,
                     **consumer_settings(self.client),
                     "group.id": f"{self.topic}-reader",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 50,  # a restore's own, as in read()
                 }
             )
         try:

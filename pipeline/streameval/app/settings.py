@@ -85,8 +85,25 @@ OWNED_KAFKA = {
     "heartbeat.interval.ms": "it follows session_timeout_ms",
     "statistics.interval.ms": "its telemetry reads the statistics",
 }
-#: settings the worker sets to one value, which ``kafka`` may repeat but not change
-FIXED_KAFKA = {"enable.idempotence": ("true", "its producers never write a retried record twice")}
+#: settings that ``kafka`` may give only the values the worker works with: (those values as
+#: librdkafka reads them, what to say, why)
+FIXED_KAFKA = {
+    "enable.idempotence": (
+        {"true", "t", "1"},
+        "the worker sets it to true",
+        "its producers never write a retried record twice",
+    ),
+    "group.protocol": (
+        {"classic"},
+        "the worker's group uses the classic protocol",
+        "its rebalances and session_timeout_ms are that protocol's",
+    ),
+    "partition.assignment.strategy": (
+        {"range", "roundrobin", "range,roundrobin", "roundrobin,range"},
+        "the worker takes an eager strategy: range, roundrobin or both (the default)",
+        "it takes each assignment whole; cooperative-sticky hands out parts of one",
+    ),
+}
 
 
 #: the ``STREAMEVAL_`` environment variables that are not worker settings: the file, and the
@@ -375,12 +392,10 @@ class WorkerSettings(BaseSettings):
         if clash:
             why = OWNED_KAFKA[clash[0]]
             raise ValueError(f"{clash[0]!r} is set by the worker itself ({why}); remove it")
-        for key, (fixed, why) in FIXED_KAFKA.items():
-            if key in value and _client_string(value[key]).lower() != fixed:
-                raise ValueError(
-                    f"{key!r} = {_client_string(value[key])!r}: the worker sets it to {fixed} "
-                    f"({why}); remove it"
-                )
+        for key, (allowed, said, why) in FIXED_KAFKA.items():
+            given = _client_string(value[key]) if key in value else None
+            if given is not None and given.lower().replace(" ", "") not in allowed:
+                raise ValueError(f"{key!r} = {given!r}: {said} ({why}); remove it")
         named = sorted(set(value) & set(KAFKA_SETTINGS))
         if named:
             setting = KAFKA_SETTINGS[named[0]]
