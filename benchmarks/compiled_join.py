@@ -6,8 +6,9 @@ cheapest way there keeps the source: compile the join's modules (``join``, ``joi
 ``pending``, ``waiting`` and the in-memory ``state``) as they are. This benchmark copies
 ``pipeline/streameval`` three times into a scratch directory, leaves one copy interpreted,
 compiles the five modules of the second with Cython 3 and of the third with mypyc, then runs
-``benchmarks/stages.py`` on each copy in turn, the three alternated in every round, and
-prints min / median / max of:
+``benchmarks/stages.py`` on each copy in turn, the three alternated in every round and each
+round starting with the next copy (so none always runs first), and prints min / median / max
+of:
 
 * the join's step (decode the event batches, apply them, encode the outcomes) in seconds;
 * that step's time over the ingest's and the evaluation's of the same run, which stay
@@ -159,8 +160,11 @@ def main() -> None:
         env = tools(args.tools or scratch / "tools")
         made = copies(scratch, env)
         runs: dict[str, list[dict]] = {name: [] for name in made}
+        names = list(made)
         for r in range(args.rounds):
-            for name, top in made.items():
+            # Each round starts with the next copy, so none always runs first (or last).
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                top = made[name]
                 result = runs[name]
                 result.append(stages(top, args.events))
                 last = result[-1]

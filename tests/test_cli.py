@@ -173,6 +173,18 @@ def test_produce_names_a_missing_file_a_malformed_line_and_a_broker_that_does_no
         assert isinstance(result.exception, SystemExit), result.exception
 
 
+def test_produce_takes_the_users_settings_over_its_own():
+    """Its producer is idempotent and lingers 20 ms unless -X says otherwise: a cluster whose
+    ACLs do not grant idempotent writes needs ``-X enable.idempotence=false``, which was
+    replaced by true without a word. A consumer's setting does not reach it."""
+    from streameval.produce import produce_config
+
+    client = {"bootstrap.servers": "k:9092"}
+    assert produce_config(client) == {**client, "linger.ms": 20, "enable.idempotence": True}
+    mine = {**client, "enable.idempotence": "false", "linger.ms": "5", "fetch.min.bytes": "1"}
+    assert produce_config(mine) == {**client, "enable.idempotence": "false", "linger.ms": "5"}
+
+
 def test_state_reset_asks_what_to_reset():
     result = CliRunner().invoke(main, ["state", "reset", "--app-id", "fraud"])
     assert result.exit_code == 2

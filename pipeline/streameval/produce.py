@@ -23,10 +23,21 @@ from streameval.decode_errors import utf16_file
 from streameval.messages import EventError
 from streameval.topics import INPUT_KINDS
 
-__all__ = ["ProduceError", "check_file", "produce_file"]
+__all__ = ["PRODUCER_DEFAULTS", "ProduceError", "check_file", "produce_config", "produce_file"]
 
 #: the input topic (without prefix) of each type of event
 TOPIC_OF = {kind: topic for topic, kind in INPUT_KINDS.items()}
+
+#: the producer's settings unless the user's -X settings say otherwise: idempotent, so that a
+#: retried request does not write an event twice, and batched for 20 ms
+PRODUCER_DEFAULTS = {"linger.ms": 20, "enable.idempotence": True}
+
+
+def produce_config(client: dict[str, str]) -> dict[str, Any]:
+    """The producer's librdkafka settings: :data:`PRODUCER_DEFAULTS`, then the user's own of
+    a producer's kind (``-X enable.idempotence=false`` for a cluster whose ACLs do not grant
+    idempotent writes)."""
+    return {**PRODUCER_DEFAULTS, **producer_settings(client)}
 
 
 class ProduceError(Exception):
@@ -78,7 +89,7 @@ def produce_file(
         check_file(path, ts_unit)
     except ProduceError as err:
         raise ProduceError(f"{err}; nothing was sent") from None
-    producer = Producer({"linger.ms": 20, **producer_settings(client), "enable.idempotence": True})
+    producer = Producer(produce_config(client))
     metadata = producer.list_topics(timeout=10)  # KafkaException when nobody answers
     for topic in TOPIC_OF.values():
         if prefix + topic not in metadata.topics:
