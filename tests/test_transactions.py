@@ -38,6 +38,11 @@ def _collect():
     gc.collect()
 
 
+#: a cluster nobody answers at, for outputs whose producers are never used: librdkafka logs
+#: each failed connection (level 3) from its own thread, which pytest's capture may miss
+_NOWHERE = {"bootstrap.servers": "127.0.0.1:1", "log_level": 2}
+
+
 def _settings(state_dir, **kwargs) -> WorkerSettings:
     return WorkerSettings(state_dir=state_dir, app_id="fraud", **kwargs)
 
@@ -97,17 +102,17 @@ def test_a_passing_failure_aborts_the_transaction_a_refusal_stops_the_worker(cod
     """Exactly-once: a record that failed for a reason a retry may cure aborts the open
     transaction (the stages go back to their last checkpoint and compute it again); one Kafka
     refuses stops the worker (it would be refused again). At-least-once: both stop it."""
-    transactional = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    transactional = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     transactional._on_delivery(KafkaError(code), _Message())
     assert (transactional.failed is not None) is aborts
     assert (transactional.error is not None) is not aborts
-    plain = Output({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors())
+    plain = Output(_NOWHERE, KafkaErrors())
     plain._on_delivery(KafkaError(code), _Message())
     assert plain.error is not None and plain.failed is None
 
 
 def test_purged_messages_are_no_failure():
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     output._on_delivery(KafkaError(KafkaError._PURGE_QUEUE), _Message())
     assert output.failed is None and output.error is None
 
@@ -164,7 +169,7 @@ def test_a_commit_whose_offsets_call_hangs_takes_a_new_producer(monkeypatch):
     same id aborts the transaction — and the stages go back to their checkpoints. A hang is
     not a fencing: it does not count toward the renewals that stop the worker."""
     monkeypatch.setattr(transactions, "HUNG_AFTER_S", 0.2)
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     hangs = output.producer = _Hangs()
     began = time.monotonic()
     with pytest.raises(transactions._Hung, match=r"did not return within .*#5456"):
@@ -212,7 +217,7 @@ def test_a_hung_offsets_call_at_the_deadline_leaves_the_transaction_to_the_next_
 ):
     """Stopping: no new producer past the deadline; the next start's first transaction
     aborts what is open (the same transactional id)."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     hangs = output.producer = _Hangs()
     output.deadline = time.monotonic() + 0.3
     with pytest.raises(NoAnswer):
@@ -229,7 +234,7 @@ def _raises(err):
 
 
 def test_an_offsets_call_that_returns_is_waited_for_and_its_error_kept():
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     hangs = output.producer = _Hangs()
     hangs.release.set()
     output._send_offsets([], object(), 0.1)  # returns: nothing raised
@@ -298,7 +303,7 @@ def test_the_data_path_goes_on_while_a_commit_is_on_its_way():
     message for the next transaction (this one's offsets and checkpoints do not cover what
     made them), the producer is left alone, and once the commit lands the held messages go
     out in their order, after the next transaction began."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     output.produce("metrics", b"before")
     output.commit_in_background([], object())
@@ -328,7 +333,7 @@ def test_the_data_path_goes_on_while_a_commit_is_on_its_way():
 def test_a_commit_aborted_on_its_way_throws_the_held_messages_away():
     """They were made from state the stages give up: the caller restores them from their last
     checkpoints, and what they make again is produced then."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow(fails=True)
     output.commit_in_background([], object())
     output.produce("metrics", b"held")
@@ -391,7 +396,7 @@ def test_a_checkpoint_stops_the_data_path_for_its_cut_and_writes_its_records_ove
     follow it."""
     monkeypatch.setattr(checkpoint, "CHANGELOG_PIECE", 1)
     monkeypatch.setattr(checkpoint, "CHANGELOG_TURN_S", 0.0)  # one piece per turn
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     changelog, stage = _Changelog(slow), _Stage([b"a", b"b", b"c"])
     done: list = []
@@ -429,7 +434,7 @@ def test_a_checkpoint_stops_the_data_path_for_its_cut_and_writes_its_records_ove
 def test_a_checkpoint_whose_records_are_refused_throws_the_held_messages_away(monkeypatch):
     """A refusal while its records are written stops the worker: the messages held since the
     cut never go out, and nothing is held any more."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
 
     class Gone(_Changelog):
@@ -451,7 +456,7 @@ def test_a_checkpoint_left_half_written_is_never_committed():
     them are in the open transaction, and the stages gave their changes to it. A later commit
     (the shutdown's final checkpoint) must not make that half visible: it aborts, and the last
     checkpoints stand."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     slow.release.set()
 
@@ -479,7 +484,7 @@ def test_held_messages_that_cannot_all_be_produced_fail_the_transaction_they_wen
     """Kafka gone at a shutdown's deadline while the held messages go out after a commit:
     the open transaction lacks some of them, and the state that made them is past its
     checkpoint. It must never be committed (the final checkpoint aborts instead)."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     slow.release.set()
     output.commit_in_background([], object())
@@ -506,7 +511,7 @@ def test_lost_partitions_write_no_more_of_a_checkpoint(monkeypatch):
     the open transaction failed, so that nothing of it is committed."""
     monkeypatch.setattr(checkpoint, "CHANGELOG_TURN_S", 0.0)
     monkeypatch.setattr(checkpoint, "CHANGELOG_PIECE", 1)
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     checkpoints = Checkpoints(output, None, None, lambda log, q: None)
     checkpoints.transact([(_Changelog(slow), 0, _Stage([b"a", b"b"]))], [], object(), wait=False)
@@ -531,7 +536,7 @@ class _SlowCut(_Stage):
 def test_a_long_stop_says_what_the_data_path_got_of_the_machine(caplog):
     """A checkpoint's stop over 100 ms is logged with its thread's CPU time, waits,
     preemptions and page faults: a stop spent waiting was not the worker's own work."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     slow.release.set()
     telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
@@ -630,7 +635,7 @@ def test_each_disk_store_batch_of_a_committed_checkpoint_goes_in_a_turn_of_its_o
     """Exactly-once: once a commit has landed, each join partition's disk store writes its
     batch in a turn of the loop of its own (``settle(whole=False)``; the evaluation stages
     with the last); a cut first writes whatever is left."""
-    output = Transactions({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors(), "fraud-x")
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     slow.release.set()
     pauses: list = []
