@@ -7,8 +7,8 @@ cheapest way there keeps the source: compile the join's modules (``join``, ``joi
 ``pipeline/streameval`` three times into a scratch directory, leaves one copy interpreted,
 compiles the five modules of the second with Cython 3 and of the third with mypyc, then runs
 ``benchmarks/stages.py`` on each copy in turn, the three alternated in every round and each
-round starting with the next copy (so none always runs first), and prints min / median / max
-of:
+round starting with the next copy (so none always runs first; a multiple of 3 rounds puts
+each copy in each place equally often), and prints min / median / max of:
 
 * the join's step (decode the event batches, apply them, encode the outcomes) in seconds;
 * that step's time over the ingest's and the evaluation's of the same run, which stay
@@ -24,7 +24,7 @@ compiles gets three annotations loosened to ``Any`` (values typed ``Label`` that
 entries, and the notices, which are ``None`` when off); the code is the same.
 
     .venv/bin/python benchmarks/compiled_join.py                      # 300 000 events, 3 rounds
-    .venv/bin/python benchmarks/compiled_join.py --events 1000000 --rounds 5 --tools /tmp/tools
+    .venv/bin/python benchmarks/compiled_join.py --events 1000000 --rounds 6 --tools /tmp/tools
 """
 
 from __future__ import annotations

@@ -173,16 +173,37 @@ def test_produce_names_a_missing_file_a_malformed_line_and_a_broker_that_does_no
         assert isinstance(result.exception, SystemExit), result.exception
 
 
-def test_produce_takes_the_users_settings_over_its_own():
+def test_produce_takes_the_users_settings_over_its_own(tmp_path, monkeypatch):
     """Its producer is idempotent and lingers 20 ms unless -X says otherwise: a cluster whose
     ACLs do not grant idempotent writes needs ``-X enable.idempotence=false``, which was
     replaced by true without a word. A consumer's setting does not reach it."""
+    import confluent_kafka
     from streameval.produce import produce_config
 
     client = {"bootstrap.servers": "k:9092"}
     assert produce_config(client) == {**client, "linger.ms": 20, "enable.idempotence": True}
     mine = {**client, "enable.idempotence": "false", "linger.ms": "5", "fetch.min.bytes": "1"}
     assert produce_config(mine) == {**client, "enable.idempotence": "false", "linger.ms": "5"}
+
+    built = []  # the command's producer, as built from -X (it stops at the metadata request)
+
+    class Recorded:
+        def __init__(self, config):
+            built.append(config)
+
+        def list_topics(self, timeout):
+            raise confluent_kafka.KafkaException(
+                confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT)
+            )
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Recorded)
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"type": "label", "instance_id": "i", "ts": 1767225600000, "label": "a"}\n')
+    args = ["produce", str(events), "--bootstrap", "127.0.0.1:1", "-X", "enable.idempotence=false"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(built) == 1, result.output
+    assert built[0]["enable.idempotence"] == "false" and built[0]["linger.ms"] == 20
 
 
 def test_state_reset_asks_what_to_reset():

@@ -158,11 +158,13 @@ def test_a_record_refused_at_produce_bars_every_later_checkpoint():
     from streameval.app.checkpoint import Checkpoints
     from streameval.app.output import Output, OutputError
 
+    from tests.test_transactions import _NOWHERE
+
     class Refusing:
         def produce(self, *args, **kwargs):
             raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 
-    output = Output({"bootstrap.servers": "127.0.0.1:1"}, KafkaErrors())
+    output = Output(_NOWHERE, KafkaErrors())
     output.producer = Refusing()
     with pytest.raises(OutputError, match="may not write to w-metrics"):
         output.produce("w-metrics", b"{}")

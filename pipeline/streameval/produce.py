@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from streameval.clients import producer_settings
@@ -23,21 +24,21 @@ from streameval.decode_errors import utf16_file
 from streameval.messages import EventError
 from streameval.topics import INPUT_KINDS
 
-__all__ = ["PRODUCER_DEFAULTS", "ProduceError", "check_file", "produce_config", "produce_file"]
+__all__ = ["PRODUCE_DEFAULTS", "ProduceError", "check_file", "produce_config", "produce_file"]
 
 #: the input topic (without prefix) of each type of event
 TOPIC_OF = {kind: topic for topic, kind in INPUT_KINDS.items()}
 
-#: the producer's settings unless the user's -X settings say otherwise: idempotent, so that a
-#: retried request does not write an event twice, and batched for 20 ms
-PRODUCER_DEFAULTS = {"linger.ms": 20, "enable.idempotence": True}
+#: the settings of this command's producer unless the user's -X settings say otherwise:
+#: idempotent, so that a retried request does not write an event twice, and batched for 20 ms
+PRODUCE_DEFAULTS = MappingProxyType({"linger.ms": 20, "enable.idempotence": True})
 
 
 def produce_config(client: dict[str, str]) -> dict[str, Any]:
-    """The producer's librdkafka settings: :data:`PRODUCER_DEFAULTS`, then the user's own of
+    """The producer's librdkafka settings: :data:`PRODUCE_DEFAULTS`, then the user's own of
     a producer's kind (``-X enable.idempotence=false`` for a cluster whose ACLs do not grant
     idempotent writes)."""
-    return {**PRODUCER_DEFAULTS, **producer_settings(client)}
+    return {**PRODUCE_DEFAULTS, **producer_settings(client)}
 
 
 class ProduceError(Exception):
