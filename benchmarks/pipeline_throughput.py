@@ -6,6 +6,8 @@ side with the raw consume ceiling and the pipeline a user would write without st
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-scores 3   # scores' cost
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-guarantees 3  # exactly-once's
     .venv/bin/python benchmarks/pipeline_throughput.py --compare-features 3  # slices', maturity's
+    .venv/bin/python benchmarks/pipeline_throughput.py --compare-code HEAD~5  # a commit's
+    .venv/bin/python benchmarks/pipeline_throughput.py --compare-broker-jvm 2 --latency-rate 32150
     .venv/bin/python benchmarks/pipeline_throughput.py --pending 100000 400000  # memory: a line
     .venv/bin/python benchmarks/pipeline_throughput.py --skip all --skip memory --skip latency
 
@@ -35,12 +37,14 @@ phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
    ``benchmarks/pending_scale.py``.
 6. **latency**, ``--rounds`` runs: a producer at half the measured sustained rate (the worker on
    all cores, median; under ``--skip all``, its 1-process run, and the latency runs then use one
-   process too) with live timestamps, label
-   grace 0; for every final metrics record, the delay from the label time of the previous
-   record of that model (an upper bound on any label's wait) to the moment a ``read_committed``
-   reader (a thread of the benchmark, as a user's consumer would be) read the record; p50/p99
-   of each run, from at least 300 records at the default ``--latency-seconds``, and the p99
-   to the record's broker timestamp (when the worker produced it, before its commit).
+   process too) with live timestamps, label grace 0, from when the worker says it is ready
+   (/readyz: every data-path process in its group with its partitions restored; the seconds
+   that took are printed); for every final metrics record, the delay from the label time of
+   the previous record of that model (an upper bound on any label's wait) to the moment a
+   ``read_committed`` reader (a thread of the benchmark, as a user's consumer would be) read
+   the record; p50/p99 of each run, from at least 300 records at the default
+   ``--latency-seconds``, and the p99 to the record's broker timestamp (when the worker
+   produced it, before its commit).
 
 Every pipeline prints how many outcomes it evaluated; one that evaluated fewer than the worker
 is said to, and no ratio is drawn from it.
@@ -58,8 +62,11 @@ is not measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -242,10 +249,12 @@ def start_worker(boot: str, prefix: str, config: Path, port: int, log: Path,
         "STREAMEVAL_STATE_DIR": str(log.parent / "state"),
         **(env or {}),
     }
+    from streameval.devkafka import _die_with_parent  # as the local broker's JVM does
+
     command = [sys.executable, "-m", "streameval.cli", "worker", "--config", str(config)]
-    return subprocess.Popen(
-        command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT
-    )
+    # (a benchmark that is killed takes its worker with it: one left running spoils the next)
+    return subprocess.Popen(command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            cwd=ROOT, preexec_fn=_die_with_parent)  # fmt: skip
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -255,6 +264,23 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(60)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def wait_ready(port: int, process: subprocess.Popen, limit: float = 180.0) -> float:
+    """Wait until the worker says on /readyz that it is in its group with its partitions
+    restored (every data-path process of it): the seconds that took."""
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        if process.poll() is not None:
+            raise SystemExit(f"the worker exited ({process.returncode}) before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+                if answer.status == 200:
+                    return time.monotonic() - began
+        except (OSError, http.client.HTTPException):  # not serving yet, or 503: not ready
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"the worker was not ready after {limit:.0f} s")
 
 
 def scrape(port: int) -> str:
@@ -808,7 +834,9 @@ def phase_latency(
     watcher = MetricsWatcher(boot, prefix + "metrics")
     watcher.start()
     try:
-        time.sleep(6)  # the worker joins its group
+        # in its group with every partition restored: a run measures the worker at work, not
+        # its start (the second process's joining moves every partition once)
+        ready = wait_ready(port, process)
         start = time.monotonic()
         while time.monotonic() - start < seconds:
             traffic.step()
@@ -853,6 +881,7 @@ def phase_latency(
         "p99": float(np.percentile(delays, 99)),
         "max": float(delays.max()),
         "p99_produced": float(np.percentile(made, 99)),
+        "ready": ready,
     }
 
 
@@ -905,9 +934,24 @@ def main() -> None:
         help="only phase 1, alternating the stream without scores and with scores on every "
         "prediction, ROUNDS times each",
     )  # fmt: skip
+    parser.add_argument(
+        "--compare-code", default=None, metavar="REV",
+        help="only phases 1 (unless --skip all) and 6 (unless --skip latency), the worker of "
+        "the working tree and the worker of commit REV in pairs, --rounds times each, with "
+        "--processes data-path processes (latency: at --latency-rate or half the lower median)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compare-broker-jvm", type=int, default=0, metavar="ROUNDS",
+        help="only phases 1 (one process and --processes) and 6 (at --latency-rate, unless "
+        "--skip latency), each on a fresh local broker with the launcher's JVM options and "
+        "with those of Kafka's start scripts, ROUNDS times each",
+    )  # fmt: skip
     args = parser.parse_args()
-    boot = bootstrap()
     tmp = Path(tempfile.mkdtemp(prefix="streameval-bench-"))
+    if args.compare_broker_jvm:
+        compare_broker_jvm(args, tmp)
+        return
+    boot = bootstrap()
     if args.compare_scores:
         compare_scores(boot, args, tmp)
         return
@@ -916,6 +960,9 @@ def main() -> None:
         return
     if args.compare_guarantees:
         compare_guarantees(boot, args, tmp)
+        return
+    if args.compare_code:
+        compare_code(boot, args, tmp)
         return
     print(f"broker {boot}; logs in {tmp}; {args.events:,} events a run, {args.rounds} rounds",
           flush=True)  # fmt: skip
@@ -979,7 +1026,8 @@ def main() -> None:
                 f"  latency p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
                 f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s over "
                 f"{latency['records']} records read (p99 {latency['p99_produced']:.2f} s to "
-                f"the records' broker timestamps){short}",
+                f"the records' broker timestamps; ready {latency['ready']:.1f} s after its "
+                f"start){short}",
                 flush=True,
             )
         low, median, high = _spread(p99s)
@@ -1130,42 +1178,238 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
     return values[0], values[len(values) // 2], values[-1]
 
 
+def _alternated(rounds: int, envs: dict[str, dict[str, str]], run, line) -> dict[str, list]:
+    """``run(env)`` for each of ``envs`` in pairs, ``rounds`` times, each round starting with
+    the next one so that none always runs first; ``line(run)`` says what a run gave. The runs of
+    each, by name."""
+    names = list(envs)
+    found: dict[str, list] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            done = run(envs[name])
+            found[name].append(done)
+            print(f"  round {round_ + 1}, {name}: {line(done)}", flush=True)
+    return found
+
+
+def _throughput_pairs(boot: str, args: argparse.Namespace, tmp: Path, rounds: int,
+                      envs: dict[str, dict[str, str]]) -> dict[str, list[float]]:  # fmt: skip
+    """Phase 1 in pairs (:func:`_alternated`), and min / median / max of each: events/s."""
+    runs = _alternated(
+        rounds, envs,
+        lambda env: phase_worker(boot, args.events, args.partitions, tmp, args.workers,
+                                 args.processes, env=env),
+        lambda run: f"{run['rate']:,.0f} events/s ({run['events']:,} events, "
+        f"{run['outcomes']:,} outcomes evaluated over 3 models, {run['changelog']:,} changelog "
+        f"records, {run['copies']} metrics records seen twice)",
+    )  # fmt: skip
+    rates = {name: [run["rate"] for run in found] for name, found in runs.items()}
+    width = max(map(len, rates))
+    for name, values in rates.items():
+        low, median, high = _spread(values)
+        print(f"{name:<{width}} {low:>9,.0f} / {median:>9,.0f} / {high:>9,.0f} events/s "
+              f"(min / median / max of {len(values)})", flush=True)  # fmt: skip
+    return rates
+
+
+def _latency_pairs(
+    boot: str, args: argparse.Namespace, tmp: Path, rounds: int, envs: dict[str, dict[str, str]],
+    rate: float,
+) -> dict[str, list[float]]:  # fmt: skip
+    """Phase 6 in pairs (:func:`_alternated`) at ``rate``, and min / median / max of each: the
+    p99 of each run."""
+    runs = _alternated(
+        rounds, envs,
+        lambda env: phase_latency(boot, rate, args.latency_seconds, tmp, args.processes, env),
+        lambda run: f"p50 {run['p50']:.2f} s, p99 {run['p99']:.2f} s, max {run['max']:.2f} s "
+        f"over {run['records']} records read at {run['rate']:,.0f} events/s (p99 "
+        f"{run['p99_produced']:.2f} s to the records' broker timestamps; ready "
+        f"{run['ready']:.1f} s after its start)",
+    )  # fmt: skip
+    p99s = {name: [run["p99"] for run in found] for name, found in runs.items()}
+    width = max(map(len, p99s))
+    for name, values in p99s.items():
+        low, median, high = _spread(values)
+        print(f"{name:<{width}} label-to-metric p99 {low:.2f} / {median:.2f} / {high:.2f} s "
+              "(min / median / max; target <= publish_interval + 1 s = 2 s)",
+              flush=True)  # fmt: skip
+    return p99s
+
+
 def compare_guarantees(boot: str, args: argparse.Namespace, tmp: Path) -> None:
     """Phase 1 under exactly-once and at-least-once, alternated on the same events; then
     phase 6 under each, ROUNDS times: label-to-metric p99 (each run's p99 over its records)."""
-    guarantees = ("exactly_once", "at_least_once")
-    env = {g: {"STREAMEVAL_PROCESSING_GUARANTEE": g} for g in guarantees}
-    rates: dict[str, list[float]] = {g: [] for g in guarantees}
-    for _ in range(args.compare_guarantees):
-        for g in guarantees:
-            run = phase_worker(boot, args.events, args.partitions, tmp, args.workers,
-                               args.processes, env=env[g])  # fmt: skip
-            rates[g].append(run["rate"])
-            print(f"  {g}: {run['rate']:,.0f} events/s ({run['events']:,} events, "
-                  f"{run['outcomes']:,} outcomes evaluated over 3 models, "
-                  f"{run['copies']} metrics records seen twice)", flush=True)  # fmt: skip
-    for g, values in rates.items():
-        low, median, high = _spread(values)
-        print(f"{g:<14} {low:>9,.0f} / {median:>9,.0f} / {high:>9,.0f} events/s "
-              f"(min / median / max of {len(values)})", flush=True)  # fmt: skip
+    envs = {g: {"STREAMEVAL_PROCESSING_GUARANTEE": g} for g in ("exactly_once", "at_least_once")}
+    rates = _throughput_pairs(boot, args, tmp, args.compare_guarantees, envs)
     ratio = _spread(rates["exactly_once"])[1] / _spread(rates["at_least_once"])[1]
     print(f"exactly_once / at_least_once, medians: {ratio:.2f} (target >= 0.85)", flush=True)
     if "latency" in args.skip:
         return
     rate = args.latency_rate or _spread(rates["at_least_once"])[1] / 2
-    p99s: dict[str, list[float]] = {g: [] for g in guarantees}
-    for _ in range(args.compare_guarantees):
-        for g in guarantees:
-            run = phase_latency(boot, rate, args.latency_seconds, tmp, args.processes, env[g])
-            p99s[g].append(run["p99"])
-            print(f"  {g}: p50 {run['p50']:.2f} s, p99 {run['p99']:.2f} s, max "
-                  f"{run['max']:.2f} s over {run['records']} records read at "
-                  f"{run['rate']:,.0f} events/s (p99 {run['p99_produced']:.2f} s to the "
-                  "records' broker timestamps)", flush=True)  # fmt: skip
-    for g, values in p99s.items():
+    _latency_pairs(boot, args, tmp, args.compare_guarantees, envs, rate)
+
+
+def _imports(env: dict[str, str]) -> str:
+    """Where a worker started with ``env`` (over this environment) imports the package from."""
+    return subprocess.run(
+        [sys.executable, "-c", "import streameval; print(streameval.__file__)"],
+        env={**os.environ, **env}, cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def code_of(rev: str, tmp: Path) -> tuple[str, dict[str, str]]:
+    """The commit ``rev`` names, and the environment under which a worker runs the package as
+    it was at that commit: ``pipeline/streameval`` of the commit (``git archive``) first on
+    ``PYTHONPATH``. The Rust kernels are not rebuilt: the worker of ``rev`` imports the ones
+    installed now, so a commit whose ``pipeline/kernels`` differ from HEAD's is refused, as the
+    comparison would not be of its code, and so is a working tree whose kernels have changes
+    not committed (the installed ones may be either)."""
+    git = ["git", "-C", str(ROOT)]
+    found = subprocess.run([*git, "rev-parse", "--verify", "--quiet", rev + "^{commit}"],
+                           capture_output=True, text=True)  # fmt: skip
+    if found.returncode != 0:
+        shallow = subprocess.run([*git, "rev-parse", "--is-shallow-repository"],
+                                 capture_output=True, text=True).stdout.strip()  # fmt: skip
+        hint = "; the clone is shallow: `git fetch --unshallow`" if shallow == "true" else ""
+        raise SystemExit(f"--compare-code {rev}: not a commit of {ROOT} (git rev-parse found "
+                         f"none{hint}); give a commit, a branch or a tag, e.g. HEAD~3")  # fmt: skip
+    commit = found.stdout.strip()
+    if subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "pipeline/kernels"]).returncode:
+        raise SystemExit(f"--compare-code {rev}: the working tree's Rust kernels "
+                         "(pipeline/kernels) have changes not committed, and both workers would "
+                         "run with the kernels installed now; commit or set them aside "
+                         "first")  # fmt: skip
+    kernels = [*git, "diff", "--quiet", commit, "HEAD", "--", "pipeline/kernels"]
+    if subprocess.run(kernels).returncode:
+        raise SystemExit(f"--compare-code {rev}: the Rust kernels (pipeline/kernels) of "
+                         f"{commit[:7]} differ from HEAD's, and its worker would run with the "
+                         "kernels installed now; compare a commit with the same "
+                         "kernels")  # fmt: skip
+    where = tmp / f"code-{commit[:12]}"
+    where.mkdir()
+    archive = subprocess.run([*git, "archive", "--format=tar", commit, "pipeline/streameval"],
+                             capture_output=True, check=True)  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+    path = [str(where / "pipeline"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {"PYTHONPATH": os.pathsep.join(path)}
+    imported = _imports(env)
+    if not imported.startswith(str(where)):
+        raise SystemExit(f"--compare-code {rev}: the worker would import {imported}, not the "
+                         f"copy of {commit[:7]} in {where}")  # fmt: skip
+    return commit, env
+
+
+def compare_code(boot: str, args: argparse.Namespace, tmp: Path) -> None:
+    """Phase 1 and phase 6 with the worker of the working tree and the worker of the commit
+    ``--compare-code`` names, in pairs, ``--rounds`` times; each round starts with the other
+    one, so that neither always runs first. The benchmark's own code is the working tree's
+    in both: the events, the topics, the reader and the clock are the same."""
+    commit, old_env = code_of(args.compare_code, tmp)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "pipeline"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    ours = _imports({})
+    if not ours.startswith(str(ROOT / "pipeline" / "streameval")):
+        raise SystemExit(f"--compare-code: the working tree's worker would import {ours}, not "
+                         f"{ROOT / 'pipeline' / 'streameval'}: is PYTHONPATH set, or the package "
+                         "installed from elsewhere?")  # fmt: skip
+    named = "" if commit.startswith(args.compare_code) else f" ({args.compare_code})"
+    names = (f"{commit[:7]}{named}",
+             f"working tree (HEAD {head}{', changed' if dirty else ''})")  # fmt: skip
+    env = {names[0]: old_env, names[1]: {}}
+    print(f"broker {boot}; logs in {tmp}; the worker of {names[0]} against the {names[1]}, "
+          f"{args.rounds} rounds of {args.processes} data-path process(es)",
+          flush=True)  # fmt: skip
+    rates = {} if "all" in args.skip else _throughput_pairs(boot, args, tmp, args.rounds, env)
+    if "latency" in args.skip:
+        return
+    if args.latency_rate is None and not rates:
+        raise SystemExit("--compare-code with --skip all needs --latency-rate (events/s)")
+    rate = args.latency_rate or min(_spread(v)[1] for v in rates.values()) / 2
+    p99s = _latency_pairs(boot, args, tmp, args.rounds, env, rate)
+    higher = sum(new > old for old, new in zip(p99s[names[0]], p99s[names[1]], strict=True))
+    print(f"the {names[1]}'s p99 the higher in {higher} of {args.rounds} pairs", flush=True)
+
+
+#: The JVM options Kafka's own start scripts give a broker: the heap of kafka-server-start.sh
+#: and KAFKA_JVM_PERFORMANCE_OPTS of kafka-run-class.sh (the launcher's are quick-start ones,
+#: ``devkafka.JVM_OPTIONS``: C1 only, the serial collector, 512 MB)
+KAFKA_SCRIPTS_JVM = (
+    "-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def broker_with_jvm(options: tuple[str, ...], directory: Path):
+    """A fresh local broker whose JVM runs with ``options``, for as long as the block: its
+    bootstrap. The launcher reads ``devkafka.JVM_OPTIONS`` when it starts a JVM; this is the one
+    place the benchmark changes it, and only while the broker starts."""
+    global BROKER_PID
+    from streameval import devkafka
+
+    kept, measured = devkafka.JVM_OPTIONS, BROKER_PID
+    devkafka.JVM_OPTIONS = options
+    try:
+        instance = devkafka.KafkaInstance.start(directory, log=lambda *_: None)
+    finally:
+        devkafka.JVM_OPTIONS = kept
+    BROKER_PID = instance.pid
+    try:
+        yield instance.bootstrap
+    finally:
+        BROKER_PID = measured
+        instance.stop()
+        shutil.rmtree(directory, ignore_errors=True)  # its 1 M events and more
+
+
+def compare_broker_jvm(args: argparse.Namespace, tmp: Path) -> None:
+    """Phase 1 (one process and ``--processes``) and phase 6 on a fresh local broker with the
+    launcher's JVM options and on one with Kafka's start scripts' (:data:`KAFKA_SCRIPTS_JVM`),
+    in pairs, ROUNDS times; each round starts with the other one. What the broker's JVM does
+    to the worker's rate, to the broker's CPU time and to the latency."""
+    if os.environ.get("STREAMEVAL_BOOTSTRAP"):
+        raise SystemExit("--compare-broker-jvm starts local brokers of its own: unset "
+                         "STREAMEVAL_BOOTSTRAP")  # fmt: skip
+    if "latency" not in args.skip and args.latency_rate is None:
+        raise SystemExit("--compare-broker-jvm needs --latency-rate (events/s), or --skip "
+                         "latency")  # fmt: skip
+    from streameval import devkafka
+
+    profiles = {"quick start": devkafka.JVM_OPTIONS, "Kafka's scripts": KAFKA_SCRIPTS_JVM}
+    names = list(profiles)
+    processes = sorted({1, args.processes})
+    found: dict[tuple[str, str], list[float]] = {}
+    print(f"a fresh broker per run; logs in {tmp}; {args.events:,} events a run, "
+          f"{args.compare_broker_jvm} rounds", flush=True)  # fmt: skip
+    for round_ in range(args.compare_broker_jvm):
+        for name in names[round_ % 2 :] + names[: round_ % 2]:
+            directory = tmp / f"kafka-{round_}-{names.index(name)}"
+            with broker_with_jvm(profiles[name], directory) as boot:
+                for n in processes:
+                    run = phase_worker(boot, args.events, args.partitions, tmp, args.workers, n)
+                    per_million = run["broker_cpu"] / run["events"] * 1e6
+                    found.setdefault((name, f"{n} process(es), events/s"), []).append(run["rate"])
+                    found.setdefault((name, f"{n} process(es), the broker's CPU s per 1 M "
+                                      "events"), []).append(per_million)  # fmt: skip
+                    print(f"  round {round_ + 1}, {name}, {n} process(es): {run['rate']:,.0f} "
+                          f"events/s ({run['outcomes']:,} outcomes), the broker "
+                          f"{per_million:.1f} s of CPU per 1 M events", flush=True)  # fmt: skip
+                if "latency" not in args.skip:
+                    run = phase_latency(boot, args.latency_rate, args.latency_seconds, tmp,
+                                        args.processes)  # fmt: skip
+                    found.setdefault((name, "label-to-metric p99, s"), []).append(run["p99"])
+                    print(f"  round {round_ + 1}, {name}: latency p50 {run['p50']:.2f} s, p99 "
+                          f"{run['p99']:.2f} s over {run['records']} records read at "
+                          f"{run['rate']:,.0f} events/s; ready {run['ready']:.1f} s after its "
+                          "start", flush=True)  # fmt: skip
+    for (name, what), values in found.items():
         low, median, high = _spread(values)
-        print(f"{g:<14} label-to-metric p99 {low:.2f} / {median:.2f} / {high:.2f} s (min / "
-              "median / max; target <= publish_interval + 1 s = 2 s)", flush=True)  # fmt: skip
+        digits = 0 if what.endswith("events/s") else 2
+        print(f"{name:<16} {what:<52} {low:>10,.{digits}f} / {median:>10,.{digits}f} / "
+              f"{high:>10,.{digits}f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
