@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import itertools
 import os
 import re
 import shutil
@@ -77,6 +78,7 @@ import urllib.request
 import uuid
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -1021,15 +1023,7 @@ def main() -> None:
         for _ in range(args.rounds):
             latency = phase_latency(boot, rate, args.latency_seconds, tmp, processes)
             p99s.append(latency["p99"])
-            short = "" if latency["records"] >= 300 else " (FEWER than 300: --latency-seconds)"
-            print(
-                f"  latency p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max "
-                f"{latency['max']:.2f} s at {latency['rate']:,.0f} events/s over "
-                f"{latency['records']} records read (p99 {latency['p99_produced']:.2f} s to "
-                f"the records' broker timestamps; ready {latency['ready']:.1f} s after its "
-                f"start){short}",
-                flush=True,
-            )
+            print(f"  latency {_latency_line(latency)}", flush=True)
         low, median, high = _spread(p99s)
         verdict = "met in every run" if high <= 2.0 else "MISSED in some run"
         print(f"label-to-metric p99 {low:.2f} / {median:.2f} / {high:.2f} s (min / median / max; "
@@ -1178,7 +1172,18 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
     return values[0], values[len(values) // 2], values[-1]
 
 
-def _alternated(rounds: int, envs: dict[str, dict[str, str]], run, line) -> dict[str, list]:
+def _latency_line(run: dict) -> str:
+    """What a run of the latency phase (:func:`phase_latency`) gave, in one line."""
+    short = "" if run["records"] >= 300 else " (FEWER than 300: --latency-seconds)"
+    return (
+        f"p50 {run['p50']:.2f} s, p99 {run['p99']:.2f} s, max {run['max']:.2f} s at "
+        f"{run['rate']:,.0f} events/s over {run['records']} records read (p99 "
+        f"{run['p99_produced']:.2f} s to the records' broker timestamps; ready "
+        f"{run['ready']:.1f} s after its start){short}"
+    )
+
+
+def _alternated(rounds: int, envs: dict[str, Any], run, line) -> dict[str, list]:
     """``run(env)`` for each of ``envs`` in pairs, ``rounds`` times, each round starting with
     the next one so that none always runs first; ``line(run)`` says what a run gave. The runs of
     each, by name."""
@@ -1221,10 +1226,7 @@ def _latency_pairs(
     runs = _alternated(
         rounds, envs,
         lambda env: phase_latency(boot, rate, args.latency_seconds, tmp, args.processes, env),
-        lambda run: f"p50 {run['p50']:.2f} s, p99 {run['p99']:.2f} s, max {run['max']:.2f} s "
-        f"over {run['records']} records read at {run['rate']:,.0f} events/s (p99 "
-        f"{run['p99_produced']:.2f} s to the records' broker timestamps; ready "
-        f"{run['ready']:.1f} s after its start)",
+        _latency_line,
     )  # fmt: skip
     p99s = {name: [run["p99"] for run in found] for name, found in runs.items()}
     width = max(map(len, p99s))
@@ -1365,6 +1367,11 @@ def broker_with_jvm(options: tuple[str, ...], directory: Path):
         shutil.rmtree(directory, ignore_errors=True)  # its 1 M events and more
 
 
+def _per_million(run: dict) -> float:
+    """The broker's CPU seconds per million events of a phase-1 run."""
+    return run["broker_cpu"] / run["events"] * 1e6
+
+
 def compare_broker_jvm(args: argparse.Namespace, tmp: Path) -> None:
     """Phase 1 (one process and ``--processes``) and phase 6 on a fresh local broker with the
     launcher's JVM options and on one with Kafka's start scripts' (:data:`KAFKA_SCRIPTS_JVM`),
@@ -1379,32 +1386,40 @@ def compare_broker_jvm(args: argparse.Namespace, tmp: Path) -> None:
     from streameval import devkafka
 
     profiles = {"quick start": devkafka.JVM_OPTIONS, "Kafka's scripts": KAFKA_SCRIPTS_JVM}
-    names = list(profiles)
     processes = sorted({1, args.processes})
-    found: dict[tuple[str, str], list[float]] = {}
+    brokers = itertools.count()
     print(f"a fresh broker per run; logs in {tmp}; {args.events:,} events a run, "
           f"{args.compare_broker_jvm} rounds", flush=True)  # fmt: skip
-    for round_ in range(args.compare_broker_jvm):
-        for name in names[round_ % 2 :] + names[: round_ % 2]:
-            directory = tmp / f"kafka-{round_}-{names.index(name)}"
-            with broker_with_jvm(profiles[name], directory) as boot:
-                for n in processes:
-                    run = phase_worker(boot, args.events, args.partitions, tmp, args.workers, n)
-                    per_million = run["broker_cpu"] / run["events"] * 1e6
-                    found.setdefault((name, f"{n} process(es), events/s"), []).append(run["rate"])
-                    found.setdefault((name, f"{n} process(es), the broker's CPU s per 1 M "
-                                      "events"), []).append(per_million)  # fmt: skip
-                    print(f"  round {round_ + 1}, {name}, {n} process(es): {run['rate']:,.0f} "
-                          f"events/s ({run['outcomes']:,} outcomes), the broker "
-                          f"{per_million:.1f} s of CPU per 1 M events", flush=True)  # fmt: skip
-                if "latency" not in args.skip:
-                    run = phase_latency(boot, args.latency_rate, args.latency_seconds, tmp,
-                                        args.processes)  # fmt: skip
-                    found.setdefault((name, "label-to-metric p99, s"), []).append(run["p99"])
-                    print(f"  round {round_ + 1}, {name}: latency p50 {run['p50']:.2f} s, p99 "
-                          f"{run['p99']:.2f} s over {run['records']} records read at "
-                          f"{run['rate']:,.0f} events/s; ready {run['ready']:.1f} s after its "
-                          "start", flush=True)  # fmt: skip
+
+    def run(options: tuple[str, ...]) -> dict[str, Any]:
+        """Phase 1 with each number of processes, then phase 6, on a broker of ``options``."""
+        done: dict[str, Any] = {}
+        with broker_with_jvm(options, tmp / f"kafka-{next(brokers)}") as boot:
+            for n in processes:
+                done[n] = phase_worker(boot, args.events, args.partitions, tmp, args.workers, n)
+            if "latency" not in args.skip:
+                done["latency"] = phase_latency(boot, args.latency_rate, args.latency_seconds,
+                                                tmp, args.processes)  # fmt: skip
+        return done
+
+    def line(done: dict[str, Any]) -> str:
+        said = [f"{n} process(es) {done[n]['rate']:,.0f} events/s ({done[n]['outcomes']:,} "
+                f"outcomes), the broker {_per_million(done[n]):.1f} s of CPU per 1 M events"
+                for n in processes]  # fmt: skip
+        if "latency" in done:
+            said.append(f"latency {_latency_line(done['latency'])}")
+        return "; ".join(said)
+
+    runs = _alternated(args.compare_broker_jvm, profiles, run, line)
+    found: dict[tuple[str, str], list[float]] = {}
+    for name, done in runs.items():
+        for n in processes:
+            found[name, f"{n} process(es), events/s"] = [d[n]["rate"] for d in done]
+            found[name, f"{n} process(es), the broker's CPU s per 1 M events"] = [
+                _per_million(d[n]) for d in done
+            ]
+        if "latency" not in args.skip:
+            found[name, "label-to-metric p99, s"] = [d["latency"]["p99"] for d in done]
     for (name, what), values in found.items():
         low, median, high = _spread(values)
         digits = 0 if what.endswith("events/s") else 2

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,19 +27,23 @@ def _git(*args: str) -> str:
 
 
 def test_the_worker_of_a_commit_imports_that_commits_package(tmp_path):
-    commit, env = bench.code_of("HEAD", tmp_path)
-    assert commit == _git("rev-parse", "HEAD")
-    imported = subprocess.run(
-        [sys.executable, "-c", "import streameval.cli, streameval; print(streameval.__file__)"],
-        env={**os.environ, **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    """The parent of the last commit that changed the package: its files, not the working
+    tree's, are what a worker started with its environment imports."""
+    if _git("rev-parse", "--is-shallow-repository") == "true":
+        pytest.skip("a shallow clone may not hold the commit before the package's last change")
+    changed = _git("log", "--format=%H", "-1", "--", "pipeline/streameval")
+    touched = _git("diff", "--name-only", f"{changed}~1", changed, "--", "pipeline/streameval")
+    name = next(f for f in touched.splitlines()
+                if (ROOT / f).exists() and _git("ls-tree", f"{changed}~1", "--", f))  # fmt: skip
+    if _git("diff", f"{changed}~1", "HEAD", "--", "pipeline/kernels"):
+        pytest.skip("the commit before the package's last change has other kernels")
+    commit, env = bench.code_of(f"{changed}~1", tmp_path)
+    assert commit == _git("rev-parse", f"{changed}~1")
+    imported = bench._imports(env)
     assert imported == str(tmp_path / f"code-{commit[:12]}" / "pipeline/streameval/__init__.py")
-    copied = (Path(imported).parent / "cli.py").read_text()
-    assert copied.strip() == _git("show", f"{commit}:pipeline/streameval/cli.py")
+    copied = (tmp_path / f"code-{commit[:12]}" / name).read_text()
+    assert copied.strip() == _git("show", f"{commit}:{name}")
+    assert copied != (ROOT / name).read_text()  # (the working tree's is another)
 
 
 def test_a_name_that_is_no_commit_is_refused_with_what_to_give(tmp_path):

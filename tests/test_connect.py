@@ -49,3 +49,121 @@ def test_a_worker_stopped_while_it_waits_for_its_topics_just_stops():
     stopping = threading.Event()
     stopping.set()
     assert output._listing(_Admin(shows_at=None), ["events-changelog"], stopping) is None
+
+
+# -- the check of the checkpoints that follows (streameval.cli_state.check_before_start) -----
+def _failing(*errors: Exception):
+    """A preflight that raises ``errors`` in turn, then passes; its calls counted."""
+    calls = []
+
+    def preflight(*_args, **_kwargs) -> None:
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+
+    return preflight, calls
+
+
+def _check(monkeypatch, preflight) -> tuple[list[int], list[float]]:
+    from streameval.app import stateops
+    from streameval.app.settings import load_settings
+    from streameval.cli_state import check_before_start
+
+    monkeypatch.delenv("STREAMEVAL_CONFIG", raising=False)
+    connects: list[int] = []
+    slept: list[float] = []
+    monkeypatch.setattr(output, "connect", lambda *_: connects.append(1) or {"events": 1})
+    monkeypatch.setattr(stateops, "preflight", preflight)
+    monkeypatch.setattr("time.sleep", slept.append)
+    worker, config = load_settings(None, bootstrap="127.0.0.1:1")
+    check_before_start(worker, config, None)
+    return connects, slept
+
+
+def test_kafka_gone_during_the_check_of_the_checkpoints_is_waited_for(monkeypatch, caplog):
+    """Seen in the fault campaign: a worker started two seconds before its broker was killed
+    had reached it, then stopped with status 1 when the check of its checkpoints that follows
+    timed out ("Failed to get metadata: Local: Timed out"), or when the group's coordinator
+    was not elected yet. It waits and checks again, from Kafka's first answer, as when Kafka
+    is unreachable at its start."""
+    from confluent_kafka import KafkaError, KafkaException
+    from streameval.app.changelog import Unreadable
+
+    preflight, calls = _failing(
+        KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get metadata")),
+        KafkaException(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, "ConsumerGroupDescribe")),
+        Unreadable("cannot read app-eval-changelog[0]: Local: Broker transport failure"),
+        *[KafkaException(KafkaError(KafkaError._TRANSPORT, "gone"))] * 5,
+    )
+    with caplog.at_level("WARNING", "streameval.worker"):
+        connects, slept = _check(monkeypatch, preflight)
+    assert len(calls) == 9 and len(connects) == 9  # Kafka waited for before each check
+    assert slept == [1, 2, 4, 8, 16, 30, 30, 30]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 8 and all("stopped answering during the check" in s for s in said)
+    assert "Failed to get metadata" in said[0] and "ConsumerGroupDescribe" in said[1]
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("GROUP_AUTHORIZATION_FAILED", "Kafka at 127.0.0.1:1 refused: no"),
+        ("_INVALID_ARG", "the Kafka client failed (no)"),
+        ("_SSL", "Kafka at 127.0.0.1:1 refused the connection (no)"),
+    ],
+)
+def test_kafka_refusing_the_check_of_the_checkpoints_stops_the_worker_at_once(
+    monkeypatch, code, said
+):
+    """A refusal is not waited for: the worker stops with what to do, having checked once."""
+    import click
+    from confluent_kafka import KafkaError, KafkaException
+
+    preflight, calls = _failing(KafkaException(KafkaError(getattr(KafkaError, code), "no")))
+    with pytest.raises(click.ClickException) as caught:
+        _check(monkeypatch, preflight)
+    assert caught.value.message.startswith(said) and len(calls) == 1
+
+
+def test_checkpoints_the_configuration_cannot_continue_stop_the_worker_with_the_reason(
+    monkeypatch,
+):
+    import click
+    from streameval.app.stateops import StateError
+
+    preflight, calls = _failing(StateError("model 'a' changes its windows: reset it"))
+    with pytest.raises(click.ClickException, match="changes its windows: reset it"):
+        _check(monkeypatch, preflight)
+    assert len(calls) == 1
+
+
+class _Reader:
+    """A consumer of a changelog partition of five records whose fetches fail with
+    ``error`` (None: that returns nothing at all, as past records no longer there)."""
+
+    def __init__(self, error) -> None:
+        self.error = error
+
+    def get_watermark_offsets(self, _tp, timeout: float) -> tuple[int, int]:
+        return 0, 5
+
+    def consume(self, _n: int, timeout: float) -> list:
+        return [SimpleNamespace(error=lambda: self.error)] if self.error else []  # each time
+
+    def assign(self, *_partitions) -> None:
+        pass
+
+    unassign = close = assign
+
+
+def test_a_read_of_the_latest_seal_kafka_stops_is_not_taken_for_no_checkpoint():
+    """A broker gone mid-read made the latest seal look absent ("no checkpoint yet"): the
+    check of the checkpoints judged a configuration against less than they hold."""
+    from confluent_kafka import KafkaError, KafkaException
+    from streameval.app.changelog import Changelog
+
+    changelog = Changelog("app-eval-changelog", None, {"bootstrap.servers": "127.0.0.1:1"})
+    gone = KafkaError(KafkaError._TRANSPORT, "Broker transport failure")
+    with pytest.raises(KafkaException, match="transport failure"):
+        changelog.latest(0, _Reader(gone))
+    assert changelog.latest(0, _Reader(None)) == (None, {})

@@ -127,32 +127,30 @@ def _admin(bootstrap, settings):
     except ClientConfigError as err:
         raise click.UsageError(str(err)) from None
     except KafkaException as err:  # a setting the client does not know, or a wrong value
-        raise click.UsageError(f"-X: {_words(err)}") from None
+        raise click.UsageError(f"-X: {kafka_words(err)}") from None
 
 
-def _words(err: Exception) -> str:
+def kafka_words(err: Exception) -> str:
     """What librdkafka said in a KafkaException (its KafkaError's text), else the exception's."""
     error = err.args[0] if err.args else None
     return error.str() if hasattr(error, "str") else str(err)
 
 
-def kafka_failure(err: Exception, where: str, check: str) -> click.ClickException:
-    """A KafkaException as a message that says what to do: a broker that did not answer (a
-    wrong address, Kafka down; ``check`` says what to look at), or Kafka's own refusal."""
+def kafka_trouble(err: Exception) -> str:
+    """What kind of failure a KafkaException is: ``"unanswered"`` (a wrong address, Kafka
+    down), ``"connection refused"`` (TLS or SASL turned the connection down), ``"client"``
+    (the client's own settings), ``"not ready"`` (a cluster starting or electing a leader
+    says so for a while) or ``"refused"`` (Kafka's answer, final)."""
     from confluent_kafka import KafkaError as E
 
     error = err.args[0] if err.args else None
-    reason = _words(err)
     code = error.code() if hasattr(error, "code") else None
     if code is None or code in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._RESOLVE):
-        return click.ClickException(f"Kafka at {where} did not answer ({reason}); check {check}")
+        return "unanswered"
     if code in (E._AUTHENTICATION, E._SSL):  # a broker turned the connection down
-        return click.ClickException(
-            f"Kafka at {where} refused the connection ({reason}); check the -X security "
-            "settings (security.protocol, sasl.*, ssl.*)"
-        )
+        return "connection refused"
     if code < 0:  # the client's own: its settings, before or without Kafka's answer
-        return click.ClickException(f"the Kafka client failed ({reason}); check the -X settings")
+        return "client"
     transient = (
         E.REQUEST_TIMED_OUT,
         E.COORDINATOR_NOT_AVAILABLE,
@@ -163,6 +161,25 @@ def kafka_failure(err: Exception, where: str, check: str) -> click.ClickExceptio
         E.NOT_LEADER_FOR_PARTITION,
     )
     if code in transient or (hasattr(error, "retriable") and error.retriable()):
+        return "not ready"
+    return "refused"
+
+
+def kafka_failure(err: Exception, where: str, check: str) -> click.ClickException:
+    """A KafkaException as a message that says what to do: a broker that did not answer (a
+    wrong address, Kafka down; ``check`` says what to look at), or Kafka's own refusal."""
+    reason = kafka_words(err)
+    trouble = kafka_trouble(err)
+    if trouble == "unanswered":
+        return click.ClickException(f"Kafka at {where} did not answer ({reason}); check {check}")
+    if trouble == "connection refused":
+        return click.ClickException(
+            f"Kafka at {where} refused the connection ({reason}); check the -X security "
+            "settings (security.protocol, sasl.*, ssl.*)"
+        )
+    if trouble == "client":
+        return click.ClickException(f"the Kafka client failed ({reason}); check the -X settings")
+    if trouble == "not ready":
         return click.ClickException(
             f"Kafka at {where} is not ready ({reason}): a cluster starting or electing a "
             "leader says so for a while; try again in a minute"

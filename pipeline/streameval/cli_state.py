@@ -297,14 +297,27 @@ def reset(
     click.echo(f"done: start the workers of app {worker.app_id!r} again")
 
 
+#: the longest wait between two of a worker's checks of its checkpoints at its start, when
+#: Kafka stopped answering after it was reached (as connect's between two tries)
+CHECK_DELAY_MAX_S = 30.0
+
+
 def check_before_start(worker: Any, config: Any, config_path: Path | None) -> None:
     """A worker's check of its application's checkpoints (streameval.app.stateops.preflight),
-    with the cluster waited for as the worker waits for it; a refusal ends the command with
-    its message and a non-zero status, before anything is changed."""
+    with the cluster waited for as the worker waits for it — also when it stops answering
+    during the check (a broker restarting, a coordinator being elected): the check starts
+    again once Kafka answers. A refusal ends the command with its message and a non-zero
+    status, before anything is changed."""
+    import logging
     import threading
+    import time
 
+    from confluent_kafka import KafkaException
+
+    from streameval.app.changelog import Unreadable
     from streameval.app.output import KafkaErrors, KafkaRefused, connect
-    from streameval.app.stateops import preflight
+    from streameval.app.stateops import StateError, preflight
+    from streameval.cli_kafka import kafka_failure, kafka_trouble, kafka_words
     from streameval.clients import ClientConfigError, client_config
     from streameval.logs import KAFKA_LOG
     from streameval.topics import Topics
@@ -316,12 +329,33 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
     client["logger"] = KAFKA_LOG  # in the worker's log format, rate-limited
     topics = Topics.with_prefix(worker.topic_prefix, worker.app_id)
     naming = _naming(worker, config_path)
+    commands = (f"streameval state reset {naming}", f"streameval state show {naming}")
+    where = client.get("bootstrap.servers", "")
+    delay = 1.0
     try:
-        if not connect(client, worker, topics, KafkaErrors(), threading.Event()):
-            return
-        commands = (f"streameval state reset {naming}", f"streameval state show {naming}")
-        with _kafka_answers(client):
-            preflight(client, topics, worker.app_id, config, commands, say=_said)
+        while connect(client, worker, topics, KafkaErrors(), threading.Event()):
+            try:
+                preflight(client, topics, worker.app_id, config, commands, say=_said)
+                return
+            except KafkaException as err:
+                if kafka_trouble(err) not in ("unanswered", "not ready"):
+                    raise kafka_failure(
+                        err, where, "--bootstrap (or $STREAMEVAL_BOOTSTRAP) and the -X settings"
+                    ) from None
+                reason = kafka_words(err)
+            except Unreadable as err:
+                reason = str(err)
+            logging.getLogger("streameval.worker").warning(
+                "Kafka at %s stopped answering during the check of the checkpoints (%s): "
+                "checking again in %.0f s",
+                where,
+                reason,
+                delay,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, CHECK_DELAY_MAX_S)
+    except StateError as err:
+        raise click.ClickException(str(err)) from None
     except KafkaRefused as err:
         raise click.ClickException(str(err)) from None
     except KeyboardInterrupt:

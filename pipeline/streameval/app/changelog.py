@@ -36,7 +36,7 @@ from .changelog_format import (
 from .output import failed_transaction
 from .transactions import TransactionAborted
 
-__all__ = ["Changelog", "ChangelogError", "watermarks"]
+__all__ = ["Changelog", "ChangelogError", "Unreadable", "watermarks"]
 
 
 #: How long a restore waits for a transaction left open in a changelog partition past the
@@ -385,8 +385,9 @@ class Changelog:
         """The latest seal of ``partition`` (None: no checkpoint) and, for a seal of version 1
         (which says nothing of what it holds), that checkpoint's intent — read from the end:
         the last records first, more only if they do not hold them, never the whole state
-        unless one checkpoint is that large. ``reader``: a consumer to use."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        unless one checkpoint is that large. ``reader``: a consumer to use. KafkaException
+        when Kafka's error stops the read short of the end."""
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
         own = reader is None
         if own:
@@ -406,14 +407,14 @@ class Changelog:
                 start = max(low, high - span)
                 seal, intents = None, {}
                 reader.assign([TopicPartition(self.topic, partition, start)])
-                position, quiet = start, 0
+                position, quiet, failed = start, 0, None
                 while position < high and quiet < 100:
                     messages = reader.consume(10_000, timeout=0.05)
-                    quiet = 0 if messages else quiet + 1
+                    quiet += 1
                     for message in messages:
                         error = message.error()
                         if error is None:
-                            position = message.offset() + 1
+                            position, quiet = message.offset() + 1, 0
                             key, value = message.key(), message.value()
                             if key == SEAL and value is not None:
                                 seal = decode_record(value)
@@ -421,7 +422,11 @@ class Changelog:
                                 intents[intent_number(key)] = value
                         elif error.code() == KafkaError._PARTITION_EOF:
                             position = high  # the rest is compacted away or uncommitted
+                        else:  # the broker gone or not ready: said if it stops the read
+                            failed = error
                 reader.unassign()
+                if position < high and failed is not None:  # not "no checkpoint": unread
+                    raise KafkaException(failed)
                 if seal is None:
                     if start <= low:
                         return None, {}
@@ -462,8 +467,13 @@ def _missing_codes() -> frozenset[int]:
     )
 
 
+class Unreadable(RuntimeError):
+    """Kafka did not give a partition's offsets for a minute (:func:`watermarks`)."""
+
+
 def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
-    """The low and high offsets of a partition (a topic just created may have no leader yet)."""
+    """The low and high offsets of a partition (a topic just created may have no leader yet);
+    :class:`Unreadable` after a minute without them."""
     import time
 
     from confluent_kafka import TopicPartition
@@ -474,5 +484,5 @@ def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
             return reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         except Exception as err:  # KafkaException: not ready yet
             if time.monotonic() > deadline:
-                raise RuntimeError(f"cannot read {topic}[{partition}]: {err}") from err
+                raise Unreadable(f"cannot read {topic}[{partition}]: {err}") from err
             time.sleep(0.5)
