@@ -86,6 +86,8 @@ def test_kafka_gone_during_the_check_of_the_checkpoints_is_waited_for(monkeypatc
     timed out ("Failed to get metadata: Local: Timed out"), or when the group's coordinator
     was not elected yet. It waits and checks again, from Kafka's first answer, as when Kafka
     is unreachable at its start."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
     from confluent_kafka import KafkaError, KafkaException
     from streameval.app.changelog import Unreadable
 
@@ -93,15 +95,33 @@ def test_kafka_gone_during_the_check_of_the_checkpoints_is_waited_for(monkeypatc
         KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get metadata")),
         KafkaException(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, "ConsumerGroupDescribe")),
         Unreadable("cannot read app-eval-changelog[0]: Local: Broker transport failure"),
-        *[KafkaException(KafkaError(KafkaError._TRANSPORT, "gone"))] * 5,
+        FutureTimeout(),  # a request's future (describe_consumer_groups) not done in time
+        KafkaException(KafkaError(KafkaError._WAIT_COORD, "waiting for the coordinator")),
+        *[KafkaException(KafkaError(KafkaError._TRANSPORT, "gone"))] * 4,
     )
     with caplog.at_level("WARNING", "streameval.worker"):
         connects, slept = _check(monkeypatch, preflight)
-    assert len(calls) == 9 and len(connects) == 9  # Kafka waited for before each check
-    assert slept == [1, 2, 4, 8, 16, 30, 30, 30]
-    said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 8 and all("stopped answering during the check" in s for s in said)
-    assert "Failed to get metadata" in said[0] and "ConsumerGroupDescribe" in said[1]
+    assert len(calls) == 10 and len(connects) == 10  # Kafka waited for before each check
+    assert slept == [1, 2, 4, 8, 16, 30, 30, 30, 30]
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert len(said) == 9 and all("stopped answering during the check" in s for _, s in said)
+    assert "Failed to get metadata" in said[0][1] and "ConsumerGroupDescribe" in said[1][1]
+    assert "a request timed out" in said[3][1]
+    assert {level for level, _ in said} == {"WARNING"}  # (not for long)
+
+
+def test_kafka_unanswering_for_long_during_the_check_is_an_error_with_a_hint(monkeypatch, caplog):
+    """Brokers reachable at their bootstrap address but not at the addresses they advertise
+    answer the first request and no other: the worker waits on, and says where to look."""
+    from confluent_kafka import KafkaError, KafkaException
+    from streameval import cli_state
+
+    monkeypatch.setattr(cli_state, "CHECK_LONG_S", 0.0)
+    preflight, _ = _failing(KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out")))
+    with caplog.at_level("WARNING", "streameval.worker"):
+        _check(monkeypatch, preflight)
+    (record,) = caplog.records
+    assert record.levelname == "ERROR" and "advertised.listeners" in record.getMessage()
 
 
 @pytest.mark.parametrize(
@@ -138,32 +158,52 @@ def test_checkpoints_the_configuration_cannot_continue_stop_the_worker_with_the_
 
 
 class _Reader:
-    """A consumer of a changelog partition of five records whose fetches fail with
-    ``error`` (None: that returns nothing at all, as past records no longer there)."""
+    """A consumer of a changelog partition of five records whose reads meet ``errors`` in
+    turn, one read each (None: nothing at all for 5 s), then the end of the partition (a
+    partition whose records are all compacted away: no checkpoint)."""
 
-    def __init__(self, error) -> None:
-        self.error = error
+    def __init__(self, *errors) -> None:
+        self.errors, self.reads = list(errors), 0
 
     def get_watermark_offsets(self, _tp, timeout: float) -> tuple[int, int]:
         return 0, 5
 
     def consume(self, _n: int, timeout: float) -> list:
-        return [SimpleNamespace(error=lambda: self.error)] if self.error else []  # each time
+        from confluent_kafka import KafkaError
+
+        if self.errors:
+            error = self.errors[0]
+            return [SimpleNamespace(error=lambda: error)] if error else []
+        return [SimpleNamespace(error=lambda: KafkaError(KafkaError._PARTITION_EOF))]
 
     def assign(self, *_partitions) -> None:
+        self.reads += 1
+
+    def unassign(self) -> None:
+        if self.errors:
+            self.errors.pop(0)
+
+    def close(self) -> None:
         pass
 
-    unassign = close = assign
 
-
-def test_a_read_of_the_latest_seal_kafka_stops_is_not_taken_for_no_checkpoint():
+def test_a_read_of_the_latest_seal_kafka_stops_is_read_again_not_taken_for_no_checkpoint(
+    monkeypatch,
+):
     """A broker gone mid-read made the latest seal look absent ("no checkpoint yet"): the
-    check of the checkpoints judged a configuration against less than they hold."""
-    from confluent_kafka import KafkaError, KafkaException
-    from streameval.app.changelog import Changelog
+    check of the checkpoints judged a configuration against less than they hold. The read is
+    made again until it reaches the end, and Kafka's silence for a minute is said."""
+    from confluent_kafka import KafkaError
+    from streameval.app import changelog as module
+    from streameval.app.changelog import Changelog, Unreadable
 
+    monkeypatch.setattr("time.sleep", lambda _s: None)
     changelog = Changelog("app-eval-changelog", None, {"bootstrap.servers": "127.0.0.1:1"})
     gone = KafkaError(KafkaError._TRANSPORT, "Broker transport failure")
-    with pytest.raises(KafkaException, match="transport failure"):
-        changelog.latest(0, _Reader(gone))
-    assert changelog.latest(0, _Reader(None)) == (None, {})
+    reader = _Reader(gone, None, gone)
+    assert changelog.latest(0, reader) == (None, {}) and reader.reads == 4
+    monkeypatch.setattr(module, "LATEST_WAIT_S", 0.0)
+    with pytest.raises(Unreadable, match=r"app-eval-changelog\[0\] from offset 0 to 5: .*transp"):
+        changelog.latest(0, _Reader(gone, gone))
+    with pytest.raises(Unreadable, match="no record for 5 s"):
+        changelog.latest(0, _Reader(None, None))

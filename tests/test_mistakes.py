@@ -413,6 +413,8 @@ def test_kafka_refusing_a_request_is_not_said_to_be_unreachable():
         (KafkaError._INVALID_ARG, "the Kafka client failed (3 is more than"),
         (KafkaError._AUTHENTICATION, "Kafka at k:9092 refused the connection (3 is more than"),
         (KafkaError.NOT_CONTROLLER, "Kafka at k:9092 is not ready (3 is more than"),
+        (KafkaError._WAIT_COORD, "Kafka at k:9092 is not ready (3 is more than"),
+        (KafkaError._TIMED_OUT_QUEUE, "Kafka at k:9092 did not answer (3 is more than"),
     ):
         with pytest.raises(click.ClickException) as caught, _kafka_errors("k:9092"):
             raise KafkaException(KafkaError(code, "3 is more than the 1 broker"))

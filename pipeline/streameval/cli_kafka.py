@@ -136,38 +136,11 @@ def kafka_words(err: Exception) -> str:
     return error.str() if hasattr(error, "str") else str(err)
 
 
-def kafka_trouble(err: Exception) -> str:
-    """What kind of failure a KafkaException is: ``"unanswered"`` (a wrong address, Kafka
-    down), ``"connection refused"`` (TLS or SASL turned the connection down), ``"client"``
-    (the client's own settings), ``"not ready"`` (a cluster starting or electing a leader
-    says so for a while) or ``"refused"`` (Kafka's answer, final)."""
-    from confluent_kafka import KafkaError as E
-
-    error = err.args[0] if err.args else None
-    code = error.code() if hasattr(error, "code") else None
-    if code is None or code in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._RESOLVE):
-        return "unanswered"
-    if code in (E._AUTHENTICATION, E._SSL):  # a broker turned the connection down
-        return "connection refused"
-    if code < 0:  # the client's own: its settings, before or without Kafka's answer
-        return "client"
-    transient = (
-        E.REQUEST_TIMED_OUT,
-        E.COORDINATOR_NOT_AVAILABLE,
-        E.NOT_COORDINATOR,
-        E.COORDINATOR_LOAD_IN_PROGRESS,
-        E.NOT_CONTROLLER,
-        E.LEADER_NOT_AVAILABLE,
-        E.NOT_LEADER_FOR_PARTITION,
-    )
-    if code in transient or (hasattr(error, "retriable") and error.retriable()):
-        return "not ready"
-    return "refused"
-
-
 def kafka_failure(err: Exception, where: str, check: str) -> click.ClickException:
     """A KafkaException as a message that says what to do: a broker that did not answer (a
     wrong address, Kafka down; ``check`` says what to look at), or Kafka's own refusal."""
+    from streameval.clients import kafka_trouble
+
     reason = kafka_words(err)
     trouble = kafka_trouble(err)
     if trouble == "unanswered":

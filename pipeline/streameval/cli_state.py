@@ -300,6 +300,12 @@ def reset(
 #: the longest wait between two of a worker's checks of its checkpoints at its start, when
 #: Kafka stopped answering after it was reached (as connect's between two tries)
 CHECK_DELAY_MAX_S = 30.0
+#: after this long of such failures they are logged as errors, with :data:`LONG_HINT`
+CHECK_LONG_S = 300.0
+LONG_HINT = (
+    " (for 5 minutes or more: if the brokers answer other clients, check that the addresses "
+    "they advertise, advertised.listeners, are reachable from the worker)"
+)
 
 
 def check_before_start(worker: Any, config: Any, config_path: Path | None) -> None:
@@ -317,8 +323,8 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
     from streameval.app.changelog import Unreadable
     from streameval.app.output import KafkaErrors, KafkaRefused, connect
     from streameval.app.stateops import StateError, preflight
-    from streameval.cli_kafka import kafka_failure, kafka_trouble, kafka_words
-    from streameval.clients import ClientConfigError, client_config
+    from streameval.cli_kafka import kafka_failure, kafka_words
+    from streameval.clients import ClientConfigError, client_config, kafka_trouble
     from streameval.logs import KAFKA_LOG
     from streameval.topics import Topics
 
@@ -331,7 +337,7 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
     naming = _naming(worker, config_path)
     commands = (f"streameval state reset {naming}", f"streameval state show {naming}")
     where = client.get("bootstrap.servers", "")
-    delay = 1.0
+    delay, began = 1.0, 0.0
     try:
         while connect(client, worker, topics, KafkaErrors(), threading.Event()):
             try:
@@ -343,14 +349,18 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
                         err, where, "--bootstrap (or $STREAMEVAL_BOOTSTRAP) and the -X settings"
                     ) from None
                 reason = kafka_words(err)
-            except Unreadable as err:
-                reason = str(err)
-            logging.getLogger("streameval.worker").warning(
+            except (Unreadable, TimeoutError) as err:  # (TimeoutError: a request's future)
+                reason = str(err) or "a request timed out"
+            began = began or time.monotonic()
+            long_ = time.monotonic() - began >= CHECK_LONG_S
+            logging.getLogger("streameval.worker").log(
+                logging.ERROR if long_ else logging.WARNING,
                 "Kafka at %s stopped answering during the check of the checkpoints (%s): "
-                "checking again in %.0f s",
+                "checking again in %.0f s%s",
                 where,
                 reason,
                 delay,
+                LONG_HINT if long_ else "",
             )
             time.sleep(delay)
             delay = min(delay * 2, CHECK_DELAY_MAX_S)

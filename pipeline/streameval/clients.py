@@ -13,6 +13,7 @@ __all__ = [
     "client_config",
     "consumer_settings",
     "first_address",
+    "kafka_trouble",
     "producer_settings",
     "unpolled",
 ]
@@ -152,3 +153,39 @@ def consumer_settings(client: dict) -> dict:
 QUIET = logging.getLogger("streameval.kafka.quiet")
 QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
+
+
+def kafka_trouble(err: Exception) -> str:
+    """What kind of failure a KafkaException is: ``"unanswered"`` (a wrong address, Kafka
+    down, a request that timed out), ``"connection refused"`` (TLS or SASL turned the
+    connection down), ``"not ready"`` (a cluster starting, or electing a coordinator or a
+    leader, says so for a while), ``"client"`` (the client's own settings) or ``"refused"``
+    (Kafka's answer, final). The first and the third pass by themselves."""
+    from confluent_kafka import KafkaError as E
+
+    error = err.args[0] if err.args else None
+    code = error.code() if hasattr(error, "code") else None
+    unanswered = (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._RESOLVE,
+                  E._TIMED_OUT_QUEUE, E._MSG_TIMED_OUT)  # fmt: skip
+    if code is None or code in unanswered:
+        return "unanswered"
+    if code in (E._AUTHENTICATION, E._SSL):  # a broker turned the connection down
+        return "connection refused"
+    transient = (
+        E._WAIT_COORD,
+        E.REQUEST_TIMED_OUT,
+        E.NETWORK_EXCEPTION,
+        E.COORDINATOR_NOT_AVAILABLE,
+        E.NOT_COORDINATOR,
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        E.NOT_CONTROLLER,
+        E.LEADER_NOT_AVAILABLE,
+        E.NOT_LEADER_FOR_PARTITION,
+        E.NOT_ENOUGH_REPLICAS,
+        E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    )
+    if code in transient or (hasattr(error, "retriable") and error.retriable()):
+        return "not ready"
+    if code < 0:  # the client's own: its settings, before or without Kafka's answer
+        return "client"
+    return "refused"

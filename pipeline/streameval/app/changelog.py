@@ -42,6 +42,9 @@ __all__ = ["Changelog", "ChangelogError", "Unreadable", "watermarks"]
 #: How long a restore waits for a transaction left open in a changelog partition past the
 #: offset a disk store is at (the broker aborts it after the writer's transaction_timeout_ms)
 OPEN_WAIT_S = 60.0
+#: How long :meth:`Changelog.latest` reads again a partition Kafka stops serving (a broker
+#: restarting) before it says so (as :func:`watermarks` waits for its offsets)
+LATEST_WAIT_S = 60.0
 
 
 class ChangelogError(RuntimeError):
@@ -385,9 +388,10 @@ class Changelog:
         """The latest seal of ``partition`` (None: no checkpoint) and, for a seal of version 1
         (which says nothing of what it holds), that checkpoint's intent — read from the end:
         the last records first, more only if they do not hold them, never the whole state
-        unless one checkpoint is that large. ``reader``: a consumer to use. KafkaException
-        when Kafka's error stops the read short of the end."""
-        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+        unless one checkpoint is that large. ``reader``: a consumer to use. A read Kafka stops
+        short of the end is read again, for up to :data:`LATEST_WAIT_S`, then
+        :class:`Unreadable`."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         own = reader is None
         if own:
@@ -402,7 +406,7 @@ class Changelog:
             )
         try:
             low, high = watermarks(reader, self.topic, partition)
-            span = 2_000
+            span, deadline = 2_000, time.monotonic() + LATEST_WAIT_S
             while True:
                 start = max(low, high - span)
                 seal, intents = None, {}
@@ -423,10 +427,16 @@ class Changelog:
                         elif error.code() == KafkaError._PARTITION_EOF:
                             position = high  # the rest is compacted away or uncommitted
                         else:  # the broker gone or not ready: said if it stops the read
-                            failed = error
+                            failed = error.str()
                 reader.unassign()
-                if position < high and failed is not None:  # not "no checkpoint": unread
-                    raise KafkaException(failed)
+                if position < high:  # no end (it comes at the last stable offset) in 5 s
+                    if time.monotonic() > deadline:
+                        raise Unreadable(
+                            f"cannot read {self.topic}[{partition}] from offset {position} to "
+                            f"{high}: {failed or 'no record for 5 s'}"
+                        )
+                    time.sleep(1.0)
+                    continue  # (the same records again: not "no checkpoint")
                 if seal is None:
                     if start <= low:
                         return None, {}
@@ -468,7 +478,8 @@ def _missing_codes() -> frozenset[int]:
 
 
 class Unreadable(RuntimeError):
-    """Kafka did not give a partition's offsets for a minute (:func:`watermarks`)."""
+    """Kafka did not give a partition's offsets (:func:`watermarks`) or records
+    (:meth:`Changelog.latest`) for a minute."""
 
 
 def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
