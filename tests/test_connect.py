@@ -160,13 +160,14 @@ def test_checkpoints_the_configuration_cannot_continue_stop_the_worker_with_the_
 class _Reader:
     """A consumer of a changelog partition of five records whose reads meet ``errors`` in
     turn, one read each (None: nothing at all for 5 s), then the end of the partition (a
-    partition whose records are all compacted away: no checkpoint)."""
+    partition whose records are all compacted away: no checkpoint). ``ends``: the high
+    offsets it gives, in turn (the last one from then on)."""
 
-    def __init__(self, *errors) -> None:
-        self.errors, self.reads = list(errors), 0
+    def __init__(self, *errors, ends: tuple[int, ...] = (5,)) -> None:
+        self.errors, self.ends, self.reads = list(errors), list(ends), 0
 
     def get_watermark_offsets(self, _tp, timeout: float) -> tuple[int, int]:
-        return 0, 5
+        return 0, self.ends.pop(0) if len(self.ends) > 1 else self.ends[0]
 
     def consume(self, _n: int, timeout: float) -> list:
         from confluent_kafka import KafkaError
@@ -187,23 +188,65 @@ class _Reader:
         pass
 
 
+def _changelog():
+    from streameval.app.changelog import Changelog
+
+    return Changelog("app-eval-changelog", None, {"bootstrap.servers": "127.0.0.1:1"})
+
+
 def test_a_read_of_the_latest_seal_kafka_stops_is_read_again_not_taken_for_no_checkpoint(
     monkeypatch,
 ):
     """A broker gone mid-read made the latest seal look absent ("no checkpoint yet"): the
-    check of the checkpoints judged a configuration against less than they hold. The read is
-    made again until it reaches the end, and Kafka's silence for a minute is said."""
+    check of the checkpoints judged a configuration against less than they hold, and a
+    restore wiped its disk store. The read is made again until it reaches the end, and
+    Kafka's silence for a minute is said."""
     from confluent_kafka import KafkaError
     from streameval.app import changelog as module
-    from streameval.app.changelog import Changelog, Unreadable
+    from streameval.app.changelog import Unreadable
 
     monkeypatch.setattr("time.sleep", lambda _s: None)
-    changelog = Changelog("app-eval-changelog", None, {"bootstrap.servers": "127.0.0.1:1"})
     gone = KafkaError(KafkaError._TRANSPORT, "Broker transport failure")
     reader = _Reader(gone, None, gone)
-    assert changelog.latest(0, reader) == (None, {}) and reader.reads == 4
-    monkeypatch.setattr(module, "LATEST_WAIT_S", 0.0)
+    assert _changelog().latest(0, reader) == (None, {}) and reader.reads == 4
+    monkeypatch.setattr(module, "LATEST_WAIT_S", -1.0)
     with pytest.raises(Unreadable, match=r"app-eval-changelog\[0\] from offset 0 to 5: .*transp"):
-        changelog.latest(0, _Reader(gone, gone))
+        _changelog().latest(0, _Reader(gone, gone))
     with pytest.raises(Unreadable, match="no record for 5 s"):
-        changelog.latest(0, _Reader(None, None))
+        _changelog().latest(0, _Reader(None, None))
+
+
+def test_a_read_that_stops_where_the_partition_now_ends_is_not_read_again(monkeypatch):
+    """As Changelog.read(): after 5 s without a record the partition's end is asked again;
+    a read already there is done."""
+    monkeypatch.setattr("time.sleep", lambda _s: None)
+    reader = _Reader(None, ends=(5, 0))
+    assert _changelog().latest(0, reader) == (None, {}) and reader.reads == 1
+
+
+def test_a_right_missing_on_a_changelog_is_said_at_once_not_waited_for(monkeypatch):
+    """A principal that may describe a changelog but not read it: Kafka's refusal, with its
+    words, from the first read (waiting would not change it)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed")
+    reader = _Reader(denied)
+    with pytest.raises(KafkaException, match="Topic authorization failed"):
+        _changelog().latest(0, reader)
+    assert reader.reads == 1
+
+
+def test_the_state_commands_say_kafka_did_not_answer_not_a_traceback():
+    """`state show` and `state reset` read the same way: a minute without an answer, or a
+    request's future that timed out, ends them with a message."""
+    import click
+    from streameval.app.changelog import Unreadable
+    from streameval.cli_state import _kafka_answers
+
+    for err in (Unreadable("cannot read app-eval-changelog[0] from offset 0 to 5"), TimeoutError()):
+        with (
+            pytest.raises(click.ClickException) as caught,
+            _kafka_answers({"bootstrap.servers": "k:9092"}),
+        ):
+            raise err
+        assert caught.value.message.startswith("Kafka at k:9092 did not answer ("), caught.value

@@ -89,6 +89,7 @@ def _kafka_answers(client: dict[str, str]):
     def guard():
         from confluent_kafka import KafkaException
 
+        from streameval.app.changelog import Unreadable
         from streameval.app.stateops import StateError
         from streameval.cli_kafka import kafka_failure
 
@@ -96,6 +97,12 @@ def _kafka_answers(client: dict[str, str]):
             yield
         except StateError as err:
             raise click.ClickException(str(err)) from None
+        except (Unreadable, TimeoutError) as err:  # (TimeoutError: a request's future)
+            raise click.ClickException(
+                f"Kafka at {client.get('bootstrap.servers', '')} did not answer "
+                f"({err or 'a request timed out'}); try again once it does, and check the "
+                "brokers' advertised.listeners if other clients reach them"
+            ) from None
         except KafkaException as err:
             raise kafka_failure(
                 err,

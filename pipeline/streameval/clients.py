@@ -181,11 +181,11 @@ def kafka_trouble(err: Exception) -> str:
         E.NOT_CONTROLLER,
         E.LEADER_NOT_AVAILABLE,
         E.NOT_LEADER_FOR_PARTITION,
-        E.NOT_ENOUGH_REPLICAS,
-        E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     )
-    if code in transient or (hasattr(error, "retriable") and error.retriable()):
+    if code in transient:
         return "not ready"
     if code < 0:  # the client's own: its settings, before or without Kafka's answer
         return "client"
+    if hasattr(error, "retriable") and error.retriable():
+        return "not ready"
     return "refused"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clients import consumer_settings
+from ..clients import consumer_settings, kafka_trouble
 from .changelog_format import (
     CHECKPOINT_VERSION,
     INTENT,
@@ -390,8 +390,8 @@ class Changelog:
         the last records first, more only if they do not hold them, never the whole state
         unless one checkpoint is that large. ``reader``: a consumer to use. A read Kafka stops
         short of the end is read again, for up to :data:`LATEST_WAIT_S`, then
-        :class:`Unreadable`."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        :class:`Unreadable`; Kafka's refusal (a right missing) raises its KafkaException."""
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
         own = reader is None
         if own:
@@ -406,7 +406,7 @@ class Changelog:
             )
         try:
             low, high = watermarks(reader, self.topic, partition)
-            span, deadline = 2_000, time.monotonic() + LATEST_WAIT_S
+            span, deadline = 2_000, None
             while True:
                 start = max(low, high - span)
                 seal, intents = None, {}
@@ -426,17 +426,23 @@ class Changelog:
                                 intents[intent_number(key)] = value
                         elif error.code() == KafkaError._PARTITION_EOF:
                             position = high  # the rest is compacted away or uncommitted
+                        elif refused_for_good(KafkaException(error)):
+                            raise KafkaException(error)
                         else:  # the broker gone or not ready: said if it stops the read
                             failed = error.str()
                 reader.unassign()
                 if position < high:  # no end (it comes at the last stable offset) in 5 s
-                    if time.monotonic() > deadline:
-                        raise Unreadable(
-                            f"cannot read {self.topic}[{partition}] from offset {position} to "
-                            f"{high}: {failed or 'no record for 5 s'}"
-                        )
-                    time.sleep(1.0)
-                    continue  # (the same records again: not "no checkpoint")
+                    low, now_high = watermarks(reader, self.topic, partition)
+                    if position < now_high or position < low:  # not at the end: read again
+                        deadline = deadline or time.monotonic() + LATEST_WAIT_S
+                        if time.monotonic() >= deadline:
+                            raise Unreadable(
+                                f"cannot read {self.topic}[{partition}] from offset {position} "
+                                f"to {now_high}: {failed or 'no record for 5 s'}"
+                            )
+                        high = now_high
+                        time.sleep(1.0)
+                        continue  # (the same records again: not "no checkpoint")
                 if seal is None:
                     if start <= low:
                         return None, {}
@@ -477,6 +483,18 @@ def _missing_codes() -> frozenset[int]:
     )
 
 
+def refused_for_good(err: Exception) -> bool:
+    """Whether a KafkaException met while reading a partition is one that waiting would not
+    change: a right missing (authorization), or a connection TLS or SASL turned down."""
+    from confluent_kafka import KafkaError as E
+
+    error = err.args[0] if err.args else None
+    code = error.code() if hasattr(error, "code") else None
+    denied = (E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED,
+              E.CLUSTER_AUTHORIZATION_FAILED)  # fmt: skip
+    return code in denied or kafka_trouble(err) == "connection refused"
+
+
 class Unreadable(RuntimeError):
     """Kafka did not give a partition's offsets (:func:`watermarks`) or records
     (:meth:`Changelog.latest`) for a minute."""
@@ -494,6 +512,8 @@ def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:
         try:
             return reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         except Exception as err:  # KafkaException: not ready yet
+            if refused_for_good(err):
+                raise
             if time.monotonic() > deadline:
                 raise Unreadable(f"cannot read {topic}[{partition}]: {err}") from err
             time.sleep(0.5)
