@@ -38,6 +38,33 @@ def test_the_topics_just_created_are_waited_for():
     assert admin.calls == 4 and "events-changelog" in metadata.topics
 
 
+def test_kafka_gone_right_after_it_created_the_topics_is_waited_for(monkeypatch):
+    """A broker stopped (SIGSTOP) as soon as the worker said "created topics": the worker
+    gave up after CREATED_TOPICS_WAIT_S of Kafka's silence and exited 1 ("… has not listed
+    them"). Kafka's silence is waited for, as at the start; only the time it answers without
+    them counts."""
+    import time
+
+    monkeypatch.setattr(output, "CREATED_TOPICS_WAIT_S", 0.05)
+
+    class Silent:
+        """Three requests that time out (each longer than the topics' time), then the list."""
+
+        calls = 0
+
+        def list_topics(self, timeout: float) -> SimpleNamespace:
+            self.calls += 1
+            if self.calls <= 3:
+                time.sleep(0.1)
+                raise RuntimeError("Local: Timed out")  # a KafkaException, to the worker
+            listed = SimpleNamespace(partitions={0: None}, error=None)
+            return SimpleNamespace(topics={"events": listed, "events-changelog": listed})
+
+    admin = Silent()
+    metadata = output._listing(admin, ["events", "events-changelog"], threading.Event())
+    assert admin.calls == 4 and "events-changelog" in metadata.topics
+
+
 def test_topics_that_never_show_stop_the_worker_with_what_to_do(monkeypatch):
     monkeypatch.setattr(output, "CREATED_TOPICS_WAIT_S", 0.3)
     with pytest.raises(KafkaRefused, match=r"events-changelog .*check the brokers' logs"):

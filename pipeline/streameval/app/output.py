@@ -274,12 +274,15 @@ def _listing(admin: Any, created: list[str], stopping: threading.Event) -> Any |
     """The cluster's metadata once it lists the topics just created, with their partitions
     (None when stopped meanwhile). A broker answers CreateTopics before every broker's metadata
     cache has them (seen on a single KRaft broker: the metadata right after creation lacked a
-    changelog topic), so list until they show."""
+    changelog topic), so list until they show. The time they are given counts while Kafka
+    answers: a broker that went away meanwhile is waited for, as :func:`connect` waits."""
     deadline = time.monotonic() + CREATED_TOPICS_WAIT_S
     while True:
         try:
             metadata = admin.list_topics(timeout=10)
-        except Exception:  # KafkaException: the broker went away meanwhile; try until the end
+        except Exception as err:  # KafkaException: the broker went away meanwhile
+            log.warning("Kafka stopped answering after it created the topics (%s); waiting", err)
+            deadline = time.monotonic() + CREATED_TOPICS_WAIT_S
             metadata, absent = None, created
         else:
             listed = metadata.topics
