@@ -89,7 +89,7 @@ def _kafka_answers(client: dict[str, str]):
     def guard():
         from confluent_kafka import KafkaException
 
-        from streameval.app.changelog import Unreadable
+        from streameval.app.changelog import UNANSWERED
         from streameval.app.stateops import StateError
         from streameval.cli_kafka import kafka_failure
 
@@ -97,7 +97,7 @@ def _kafka_answers(client: dict[str, str]):
             yield
         except StateError as err:
             raise click.ClickException(str(err)) from None
-        except (Unreadable, TimeoutError) as err:  # (TimeoutError: a request's future)
+        except UNANSWERED as err:
             raise click.ClickException(
                 f"Kafka at {client.get('bootstrap.servers', '')} did not answer "
                 f"({err or 'a request timed out'}); try again once it does, and check the "
@@ -310,8 +310,9 @@ CHECK_DELAY_MAX_S = 30.0
 #: after this long of such failures they are logged as errors, with :data:`LONG_HINT`
 CHECK_LONG_S = 300.0
 LONG_HINT = (
-    " (for 5 minutes or more: if the brokers answer other clients, check that the addresses "
-    "they advertise, advertised.listeners, are reachable from the worker)"
+    f" (for {CHECK_LONG_S / 60:.0f} minutes or more: if the brokers answer other clients, "
+    "check that the addresses they advertise, advertised.listeners, are reachable from the "
+    "worker)"
 )
 
 
@@ -327,7 +328,7 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
 
     from confluent_kafka import KafkaException
 
-    from streameval.app.changelog import Unreadable
+    from streameval.app.changelog import UNANSWERED
     from streameval.app.output import KafkaErrors, KafkaRefused, connect
     from streameval.app.stateops import StateError, preflight
     from streameval.cli_kafka import kafka_failure, kafka_words
@@ -356,7 +357,7 @@ def check_before_start(worker: Any, config: Any, config_path: Path | None) -> No
                         err, where, "--bootstrap (or $STREAMEVAL_BOOTSTRAP) and the -X settings"
                     ) from None
                 reason = kafka_words(err)
-            except (Unreadable, TimeoutError) as err:  # (TimeoutError: a request's future)
+            except UNANSWERED as err:
                 reason = str(err) or "a request timed out"
             began = began or time.monotonic()
             long_ = time.monotonic() - began >= CHECK_LONG_S

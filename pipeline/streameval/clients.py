@@ -155,6 +155,12 @@ QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
 
 
+def kafka_code(err: Exception) -> int | None:
+    """The KafkaError code a KafkaException carries (None for another exception)."""
+    error = err.args[0] if err.args else None
+    return error.code() if hasattr(error, "code") else None
+
+
 def kafka_trouble(err: Exception) -> str:
     """What kind of failure a KafkaException is: ``"unanswered"`` (a wrong address, Kafka
     down, a request that timed out), ``"connection refused"`` (TLS or SASL turned the
@@ -164,7 +170,7 @@ def kafka_trouble(err: Exception) -> str:
     from confluent_kafka import KafkaError as E
 
     error = err.args[0] if err.args else None
-    code = error.code() if hasattr(error, "code") else None
+    code = kafka_code(err)
     unanswered = (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._RESOLVE,
                   E._TIMED_OUT_QUEUE, E._MSG_TIMED_OUT)  # fmt: skip
     if code is None or code in unanswered:
@@ -189,3 +195,13 @@ def kafka_trouble(err: Exception) -> str:
     if hasattr(error, "retriable") and error.retriable():
         return "not ready"
     return "refused"
+
+
+def refused_for_good(err: Exception) -> bool:
+    """Whether a KafkaException met while reading a partition is one that waiting would not
+    change: a right missing (authorization), or a connection TLS or SASL turned down."""
+    from confluent_kafka import KafkaError as E
+
+    denied = (E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED,
+              E.CLUSTER_AUTHORIZATION_FAILED)  # fmt: skip
+    return kafka_code(err) in denied or kafka_trouble(err) == "connection refused"

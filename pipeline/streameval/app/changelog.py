@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clients import consumer_settings, kafka_trouble
+from ..clients import consumer_settings, refused_for_good
 from .changelog_format import (
     CHECKPOINT_VERSION,
     INTENT,
@@ -36,7 +36,7 @@ from .changelog_format import (
 from .output import failed_transaction
 from .transactions import TransactionAborted
 
-__all__ = ["Changelog", "ChangelogError", "Unreadable", "watermarks"]
+__all__ = ["UNANSWERED", "Changelog", "ChangelogError", "Unreadable", "watermarks"]
 
 
 #: How long a restore waits for a transaction left open in a changelog partition past the
@@ -483,21 +483,14 @@ def _missing_codes() -> frozenset[int]:
     )
 
 
-def refused_for_good(err: Exception) -> bool:
-    """Whether a KafkaException met while reading a partition is one that waiting would not
-    change: a right missing (authorization), or a connection TLS or SASL turned down."""
-    from confluent_kafka import KafkaError as E
-
-    error = err.args[0] if err.args else None
-    code = error.code() if hasattr(error, "code") else None
-    denied = (E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED,
-              E.CLUSTER_AUTHORIZATION_FAILED)  # fmt: skip
-    return code in denied or kafka_trouble(err) == "connection refused"
-
-
 class Unreadable(RuntimeError):
     """Kafka did not give a partition's offsets (:func:`watermarks`) or records
     (:meth:`Changelog.latest`) for a minute."""
+
+
+#: what a read or a request Kafka stopped answering raises besides a KafkaException: a
+#: partition unreadable for a minute, or a request's future that timed out (TimeoutError)
+UNANSWERED = (Unreadable, TimeoutError)
 
 
 def watermarks(reader: Any, topic: str, partition: int) -> tuple[int, int]:

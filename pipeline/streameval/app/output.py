@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from streameval.clients import consumer_settings, producer_settings
+from streameval.clients import consumer_settings, kafka_code, producer_settings
 from streameval.topics import Topics, create_topics, load_topics
 
 from .settings import WorkerSettings
@@ -232,7 +232,7 @@ def creation_refused(err: Exception, missing: list[Any], settings: WorkerSetting
     from confluent_kafka import KafkaError
 
     error = err.args[0] if err.args else err
-    code = error.code() if hasattr(error, "code") else None
+    code = kafka_code(err)
     names = ", ".join(spec.name for spec in missing)
     words = ["streameval", "topics", "create", "--app-id", settings.app_id]
     if settings.topic_prefix:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streameval.clients import consumer_settings, producer_settings
+from streameval.clients import consumer_settings, kafka_code, producer_settings
 from streameval.config import EvaluationConfig
 from streameval.core.outcome import Outcome
 from streameval.core.state import decode_value
@@ -354,9 +354,7 @@ class ChangelogTransaction:
             self.producer.init_transactions(60)
         except Exception as err:  # KafkaException
             error = err.args[0] if err.args else None
-            if getattr(error, "code", lambda: None)() == (
-                KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            ):
+            if kafka_code(err) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
                 start = self.topic.removesuffix("-join-changelog").removesuffix("-eval-changelog")
                 raise StateError(
                     f"Kafka refused the transactional id {transactional_id} ({error.str()}): "
