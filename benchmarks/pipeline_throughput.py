@@ -44,7 +44,9 @@ phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
    ``read_committed`` reader (a thread of the benchmark, as a user's consumer would be) read
    the record; p50/p99 of each run, from at least 300 records at the default
    ``--latency-seconds``, and the p99 to the record's broker timestamp (when the worker
-   produced it, before its commit).
+   produced it, before its commit). Each run also says where the delays went: ingest, join,
+   evaluation and publish, commit and read, from the times the worker produced the batches
+   that carried each record's oldest new label (:func:`latency_stages`).
 
 Every pipeline prints how many outcomes it evaluated; one that evaluated fewer than the worker
 is said to, and no ratio is drawn from it.
@@ -300,6 +302,11 @@ def series(text: str, name: str) -> float | None:
 def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
     """Every committed message of a topic now: (broker timestamp ms, value). Read to each
     partition's end as a read_committed reader sees it (transaction markers take offsets)."""
+    return list(each_message(boot, topic, timeout))
+
+
+def each_message(boot: str, topic: str, timeout: float = 10.0):
+    """:func:`read_topic`, one message at a time (a topic too large to hold whole)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -310,7 +317,6 @@ def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
             "enable.partition.eof": True,
         }
     )
-    out = []
     try:
         partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
         for p in partitions:
@@ -323,12 +329,11 @@ def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
                 for m in consumer.consume(10_000, 2.0):
                     error = m.error()
                     if error is None:
-                        out.append((m.timestamp()[1], m.value()))
+                        yield m.timestamp()[1], m.value()
                     elif error.code() == KafkaError._PARTITION_EOF:
                         end = True
     finally:
         consumer.close()
-    return out
 
 
 def first_input_timestamp(boot: str, topic: str) -> int:
@@ -853,7 +858,7 @@ def phase_latency(
         finally:
             seen = watcher.finish()
     records = [(ts, v, orjson.loads(v)) for ts, v in read_topic(boot, prefix + "metrics")]
-    read, produced = [], []
+    read, produced, covered = [], [], []
     last: dict[str, int] = {}
     count: dict[str, int] = {}
     for broker_ts, value, record in sorted(
@@ -869,6 +874,7 @@ def phase_latency(
             at = seen.get(value)
             if at is not None:
                 read.append(at - last[model])
+                covered.append((model, last[model], record["ts"], broker_ts, at))
         last[model] = record["ts"]
     if len(read) < len(produced):  # every record the reader read, or the run says so
         raise RuntimeError(
@@ -884,7 +890,78 @@ def phase_latency(
         "max": float(delays.max()),
         "p99_produced": float(np.percentile(made, 99)),
         "ready": ready,
+        "stages": latency_stages(boot, prefix, covered),
     }
+
+
+#: the parts of a label's way to the metrics record that counts it (:func:`latency_stages`)
+STAGES = ("ingest", "join", "evaluation and publish", "commit and read")
+
+
+def latency_stages(boot: str, prefix: str, covered: list[tuple]) -> dict[str, np.ndarray]:
+    """Where the delay of each final metrics record of the latency phase went. ``covered``:
+    per record, (model, the label time of the model's previous record, its own, the time it was
+    produced, the time the reader read it). Each record's oldest new label (the first label
+    time after the previous record's; of the labels of that time, the one whose outcome was
+    resolved last) is followed through the worker's internal topics by the times their batches
+    were handed to the worker's producer (the records' timestamps, set on this machine's clock
+    as the load generator's ``ts``): **ingest**, from the label's time to the event batch that
+    carried it to its join partition (the load generator's ``linger.ms``, the input's fetch
+    and routing); **join**, to the outcome batch (the event batch's commit, the join's
+    watermark and step); **evaluation and publish**, to the metrics record (the outcome
+    batch's commit, the evaluation's release and the wait for the publish tick); **commit and
+    read**, to the reader. Under exactly-once a message made while a commit is on its way is
+    held and handed to the producer when that commit lands: the hold counts in the part that
+    ends at that message, the wait for its own transaction's commit in the next part. The four
+    add up to the record's delay less the first label's time after the previous record's (a
+    few ms). Seconds, per part, in the order of ``covered``; records whose label is not found
+    are left out."""
+    from streameval.topics import Topics
+
+    topics = Topics.with_prefix(prefix, prefix + "app")
+    # (generators: the events are read once the outcomes have been)
+    return stage_parts(
+        covered, each_message(boot, topics.outcomes), each_message(boot, topics.events)
+    )
+
+
+def stage_parts(covered: list[tuple], outcome_batches, event_batches) -> dict[str, np.ndarray]:
+    """:func:`latency_stages` from the messages of the outcomes and events topics, each an
+    iterable of (timestamp ms, value), read in that order."""
+    from bisect import bisect_right
+
+    from streameval.app.wire import LABEL, decode_outcomes
+    from streameval.core.outcome import is_notice
+
+    resolved: dict[str, dict[int, tuple[int, str]]] = {}  # model: label time: (batch, id)
+    for produced, value in outcome_batches:
+        for outcome in decode_outcomes(value).outcomes:
+            if is_notice(outcome):  # (label maturity's counts ride in outcome batches)
+                continue
+            times = resolved.setdefault(outcome.model_id, {})
+            known = times.get(outcome.t_label)
+            if known is None or produced > known[0]:
+                times[outcome.t_label] = (produced, outcome.instance_id)
+    ordered = {model: sorted(times) for model, times in resolved.items()}
+    followed = []  # (label time, outcome batch, instance id, record, read)
+    for model, previous, ts, made, at in covered:
+        keys = ordered.get(model, [])
+        i = bisect_right(keys, previous)
+        if i < len(keys) and keys[i] <= ts:
+            followed.append((keys[i], *resolved[model][keys[i]], made, at))
+    wanted = {iid for _, _, iid, _, _ in followed}
+    carried: dict[str, int] = {}  # instance id: the first event batch with its label
+    for produced, value in event_batches:
+        for row in decode_events(value).events:
+            if row[0] == LABEL and row[1] in wanted and produced < carried.get(row[1], 1 << 62):
+                carried[row[1]] = produced
+    parts = [
+        (carried[iid] - label_ts, outcome - carried[iid], made - outcome, at - made)
+        for label_ts, outcome, iid, made, at in followed
+        if iid in carried
+    ]
+    table = np.asarray(parts, dtype=float).reshape(-1, len(STAGES)) / 1000.0
+    return {name: table[:, i] for i, name in enumerate(STAGES)}
 
 
 def main() -> None:
@@ -1179,7 +1256,25 @@ def _latency_line(run: dict) -> str:
         f"p50 {run['p50']:.2f} s, p99 {run['p99']:.2f} s, max {run['max']:.2f} s at "
         f"{run['rate']:,.0f} events/s over {run['records']} records read (p99 "
         f"{run['p99_produced']:.2f} s to the records' broker timestamps; ready "
-        f"{run['ready']:.1f} s after its start){short}"
+        f"{run['ready']:.1f} s after its start){short}{_stages_line(run)}"
+    )
+
+
+def _stages_line(run: dict) -> str:
+    """Where a latency run's delays went (:func:`latency_stages`): p50 / p99 of each part,
+    and its mean over the slowest 5 % of the records (by the four parts' sum)."""
+    stages = run.get("stages")
+    if not stages or not len(next(iter(stages.values()))):
+        return ""
+    total = sum(stages.values())
+    slowest = total >= np.percentile(total, 95)
+    parts = ", ".join(
+        f"{name} {np.percentile(v, 50):.2f} / {np.percentile(v, 99):.2f} / {v[slowest].mean():.2f}"
+        for name, v in stages.items()
+    )
+    return (
+        f"\n    where it went, s (p50 / p99 / mean of the slowest 5 %; {len(total)} records "
+        f"followed): {parts}"
     )
 
 
