@@ -274,8 +274,9 @@ def _listing(admin: Any, created: list[str], stopping: threading.Event) -> Any |
     """The cluster's metadata once it lists the topics just created, with their partitions
     (None when stopped meanwhile). A broker answers CreateTopics before every broker's metadata
     cache has them (seen on a single KRaft broker: the metadata right after creation lacked a
-    changelog topic), so list until they show. The time they are given counts while Kafka
-    answers: a broker that went away meanwhile is waited for, as :func:`connect` waits."""
+    changelog topic), so list until they show, for up to ``CREATED_TOPICS_WAIT_S`` in a row of
+    answers without them. A broker that went away meanwhile is waited for, as :func:`connect`
+    waits, and the count starts again once it answers."""
     deadline = time.monotonic() + CREATED_TOPICS_WAIT_S
     while True:
         try:
