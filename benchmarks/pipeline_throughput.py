@@ -851,6 +851,7 @@ def phase_latency(
         sent = traffic.sent
         producer.flush(30)
         time.sleep(3)
+        transactions = transaction_times(scrape(port))
     finally:
         try:
             stop(process)
@@ -891,7 +892,34 @@ def phase_latency(
         "p99_produced": float(np.percentile(made, 99)),
         "ready": ready,
         "stages": latency_stages(boot, prefix, covered),
+        "transactions": transactions,
     }
+
+
+def transaction_times(text: str) -> dict | None:
+    """The worker's ``streameval_transaction_seconds`` histogram in ``text`` (its /metrics):
+    how many transactions it committed, their mean time from cut to commit, and the bucket
+    bounds that half and 99 % of them took at most; None without any (at-least-once)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    buckets, count, total = [], 0.0, 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == "streameval_transaction_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets.append((float(sample.labels["le"]), sample.value))
+                elif sample.name.endswith("_count"):
+                    count = sample.value
+                elif sample.name.endswith("_sum"):
+                    total = sample.value
+    if not count:
+        return None
+    buckets.sort()
+
+    def at_most(share: float) -> float:
+        return next(le for le, below in buckets if below >= share * count)
+
+    return {"count": int(count), "mean": total / count, "p50": at_most(0.5), "p99": at_most(0.99)}
 
 
 #: the parts of a label's way to the metrics record that counts it (:func:`latency_stages`)
@@ -1257,6 +1285,18 @@ def _latency_line(run: dict) -> str:
         f"{run['rate']:,.0f} events/s over {run['records']} records read (p99 "
         f"{run['p99_produced']:.2f} s to the records' broker timestamps; ready "
         f"{run['ready']:.1f} s after its start){short}{_stages_line(run)}"
+        f"{_transactions_line(run)}"
+    )
+
+
+def _transactions_line(run: dict) -> str:
+    """How long the worker's transactions took in a latency run (exactly-once only)."""
+    took = run.get("transactions")
+    if not took:
+        return ""
+    return (
+        f"\n    transactions, cut to commit: {took['count']:,}, mean {took['mean']:.3f} s, "
+        f"half ≤ {took['p50']:g} s, 99 % ≤ {took['p99']:g} s"
     )
 
 

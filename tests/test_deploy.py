@@ -408,6 +408,7 @@ def _default_series() -> list[tuple[str, dict[str, str]]]:
     exporter.set_pending(3)
     exporter.set_store(100, 1, 1, 10)
     exporter.set_checkpoint(0.5, 0.01)
+    exporter.observe_transaction(0.2)
     exporter.set_lag("labels", "0", 5)
     exporter.set_internal_lag("join", "0", 2)
     exporter.set_build_info(build_info("streameval", "0123456789abcdef"))

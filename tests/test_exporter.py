@@ -732,6 +732,7 @@ def test_a_child_process_series_reach_the_parent_exporter_in_order():
         exporter.remove_internal_lag("evaluate", "2")
         exporter.set_pending(30, source=1)
         exporter.set_waiting(5, 700, source=1)
+        exporter.observe_transaction(0.12)
     parent.set_pending(12, source=0)  # the parent's own pipeline
     parent.set_waiting(2, 40, source=0)
     sender = threading.Thread(target=proxy.flush)  # a pipe holds less than the records

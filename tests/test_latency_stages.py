@@ -79,3 +79,21 @@ def test_a_record_whose_label_was_not_carried_is_left_out_and_the_line_says_so()
     assert "40 records followed" in line and "ingest 0.21 / 0.77 / 0.70" in line
     line = bench._stages_line({"stages": {name: delays[::-1].copy() for name in bench.STAGES}})
     assert "join 0.21 / 0.77 / 0.70" in line
+
+
+def test_transaction_times_read_the_workers_histogram():
+    """The latency phase says how long the worker's transactions took, from the histogram a
+    worker exports (none under at-least-once)."""
+    from prometheus_client import CollectorRegistry
+    from streameval.exporter import Exporter
+
+    exporter = Exporter(CollectorRegistry())
+    assert bench.transaction_times(exporter.scrape().decode()) is None
+    for seconds in [0.04] * 60 + [0.12] * 39 + [0.7]:
+        exporter.observe_transaction(seconds)
+    took = bench.transaction_times(exporter.scrape().decode())
+    assert took["count"] == 100
+    assert took["mean"] == pytest.approx((60 * 0.04 + 39 * 0.12 + 0.7) / 100)
+    assert (took["p50"], took["p99"]) == (0.05, 0.15)
+    line = bench._transactions_line({"transactions": took})
+    assert "100, mean 0.078 s, half ≤ 0.05 s, 99 % ≤ 0.15 s" in line

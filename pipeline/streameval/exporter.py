@@ -236,6 +236,14 @@ class Exporter:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=registry,
         )
+        self.transaction_seconds = Histogram(
+            "streameval_transaction_seconds",
+            "Exactly-once: how long each of the worker's transactions took from its cut until "
+            "the worker saw it committed; what it wrote became visible to read_committed "
+            "consumers then (each stage of a label's way to its metrics waits for one).",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0),
+            registry=registry,
+        )
         self.changelog_lag = Gauge(
             "streameval_changelog_lag",
             "Changelog records a stage still has to read to restore (0 once it has).",
@@ -416,6 +424,9 @@ class Exporter:
     def set_checkpoint(self, seconds: float, pause: float = 0.0) -> None:
         self.checkpoint_seconds.set(seconds)
         self.checkpoint_pause.observe(pause)
+
+    def observe_transaction(self, seconds: float) -> None:
+        self.transaction_seconds.observe(seconds)
 
     def set_changelog_lag(self, stage: str, records: int) -> None:
         self.changelog_lag.labels(stage).set(records)

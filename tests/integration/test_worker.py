@@ -429,6 +429,9 @@ def test_streaming_equals_replay(deployment, expected, processes, guarantee):
         if view == "final":
             assert _series(text, "streameval_model_outcomes", model=model) == record["n"]
     assert _series(text, "streameval_dead_letters_total", reason="missing_field") >= 1
+    # exactly-once: each transaction's time from its cut to its commit (none without them)
+    (transactions,) = re.findall(r"^streameval_transaction_seconds_count (\S+)$", text, re.M)
+    assert (float(transactions) > 0) == (guarantee == "exactly_once")
     total_dead = sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -418,6 +418,7 @@ class Checkpoints:
         now = time.monotonic()
         round_.steps["commit"] = now - landing.handed  # (in a thread: the data path went on)
         round_.steps["transaction"] = now - round_.started  # cut to commit
+        self.telemetry.transaction(round_.steps["transaction"])
         if landing.settle_later:
             self.committed = round_
         try:

@@ -120,6 +120,9 @@ class ExporterProxy:
     def set_checkpoint(self, seconds: float, pause: float = 0.0) -> None:
         self._call("set_checkpoint", seconds, pause)
 
+    def observe_transaction(self, seconds: float) -> None:
+        self._call("observe_transaction", seconds)
+
     def set_changelog_lag(self, stage: str, records: int) -> None:
         self._call("set_changelog_lag", stage, records)
         self.flush()  # a restore blocks the data path: say so now

@@ -204,6 +204,11 @@ class Telemetry:
         if self.exporter is not None:
             self.exporter.set_checkpoint(seconds, pause)
 
+    def transaction(self, seconds: float) -> None:
+        """Exactly-once: a transaction committed ``seconds`` after its cut."""
+        if self.exporter is not None:
+            self.exporter.observe_transaction(seconds)
+
     def restore_lag(self, stage: str) -> Callable[[int], None] | None:
         """A restore's progress, to /metrics (records of the changelog left to read)."""
         if self.exporter is None:
