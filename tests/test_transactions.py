@@ -400,7 +400,10 @@ def test_a_checkpoint_stops_the_data_path_for_its_cut_and_writes_its_records_ove
     slow = output.producer = _Slow()
     changelog, stage = _Changelog(slow), _Stage([b"a", b"b", b"c"])
     done: list = []
-    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    transactions: list[float] = []  # streameval_transaction_seconds
+    telemetry = SimpleNamespace(
+        checkpointed=lambda took, pause: None, transaction=transactions.append
+    )
     checkpoints = Checkpoints(output, None, telemetry, lambda log, q: done.append(q))
     output.produce("metrics", b"before")
     checkpoints.transact([(changelog, 0, stage)], ["offsets"], object(), wait=False)
@@ -415,7 +418,10 @@ def test_a_checkpoint_stops_the_data_path_for_its_cut_and_writes_its_records_ove
     assert output.committing and stage.told == [] and done == []
     output.produce("metrics", b"while committing")
     slow.release.set()
+    assert transactions == []
     assert checkpoints.landed(wait=True) and not checkpoints.committing
+    assert len(transactions) == 1 and transactions[0] > 0  # once, when it landed
+    assert checkpoints.landed() and len(transactions) == 1
     assert _sent(slow) == [
         ("metrics", b"before"),
         ("fraud-join-changelog", b"a"),
@@ -466,7 +472,7 @@ def test_a_checkpoint_left_half_written_is_never_committed():
             yield 1
             raise NoAnswer("1 messages not acknowledged by Kafka")
 
-    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None, transaction=lambda _: None)
     checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
     stage = _Stage([b"a", b"b"])
     checkpoints.transact([(Stalling(slow), 0, stage)], [], object(), wait=False)
@@ -539,7 +545,7 @@ def test_a_long_stop_says_what_the_data_path_got_of_the_machine(caplog):
     output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
     slow = output.producer = _Slow()
     slow.release.set()
-    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None, transaction=lambda _: None)
     checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
     with caplog.at_level(logging.INFO, logger="streameval.worker"):
         checkpoints.transact([(_Changelog(slow), 0, _SlowCut([b"a"]))], ["offsets"], object())
@@ -611,7 +617,7 @@ def test_at_least_once_builds_the_store_batch_while_kafka_acknowledges():
     produced: list = []
     changelog = _Acknowledged(SimpleNamespace(produce=lambda topic, value: produced.append(value)))
     join = _Join([b"a", b"b"])
-    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None, transaction=lambda _: None)
     consumer = SimpleNamespace(commit=lambda offsets, asynchronous: None)
     checkpoints = Checkpoints(output, consumer, telemetry, lambda log, q: None)
 
@@ -639,7 +645,9 @@ def test_each_disk_store_batch_of_a_committed_checkpoint_goes_in_a_turn_of_its_o
     slow = output.producer = _Slow()
     slow.release.set()
     pauses: list = []
-    telemetry = SimpleNamespace(checkpointed=lambda took, pause: pauses.append(pause))
+    telemetry = SimpleNamespace(
+        checkpointed=lambda took, pause: pauses.append(pause), transaction=lambda _: None
+    )
     checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
     changelog = _Acknowledged(slow)
     a, b, evaluation = _Join([b"a"]), _Join([b"b"]), _Stage([b"e"])

@@ -182,7 +182,9 @@ class WorkerSettings(BaseSettings):
         "longer holds back the watermark",
     )
     heartbeat_ms: int = Field(100, ge=1, description="progress to idle join partitions, at most")
-    max_batch: int = Field(20_000, ge=1, le=1_000_000, description="messages per consume call")
+    max_batch: int = Field(
+        20_000, ge=1, le=1_000_000, description="the most messages a turn of the loop reads"
+    )
     processes: int = Field(
         1,
         ge=1,
