@@ -813,7 +813,6 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     (Router.sources); a read with fewer messages leaves that to the inputs' ends."""
     import threading
 
-    import confluent_kafka
     from streameval.app import checkpoint, join_pacing, runner
     from streameval.app.router import Router
     from streameval.app.settings import load_settings
@@ -859,7 +858,15 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     )
     pipeline = runner.Pipeline(settings, config, {"bootstrap.servers": deployment.bootstrap})
     thread = threading.Thread(target=pipeline.run, daemon=True)
-    monkeypatch.setattr(confluent_kafka, "Consumer", _counted(thread, last_read))
+    turn = runner.read_turn
+
+    def turn_counted(consume, most, wait):  # how many messages the latest turn read
+        messages = turn(consume, most, wait)
+        if threading.current_thread() is thread:
+            last_read[0] = len(messages)
+        return messages
+
+    monkeypatch.setattr(runner, "read_turn", turn_counted)
     thread.start()
     try:
         with deployment.pause():  # (of the inputs, not the end of the stream)
@@ -880,21 +887,6 @@ def test_a_join_slower_than_its_input_waits_in_kafka(deployment, expected, monke
     assert paused_at_revocation, "no rebalance reached the worker in this process"
     assert all(asked == (n >= 20) for n, asked in reads), reads
     assert {asked for _, asked in reads} == {True, False}
-
-
-def _counted(thread, last: list[int]):
-    """A Consumer class whose reads in ``thread`` keep in ``last[0]`` how many messages the
-    latest of them returned."""
-    from confluent_kafka import Consumer
-
-    class Counted(Consumer):
-        def consume(self, *args, **kwargs):
-            messages = super().consume(*args, **kwargs)
-            if threading.current_thread() is thread:
-                last[0] = len(messages)
-            return messages
-
-    return Counted
 
 
 def test_outcomes_a_model_refuses_are_counted_and_said(kafka_bootstrap, tmp_path, stream):
