@@ -896,29 +896,32 @@ def phase_latency(
     }
 
 
+def histogram(text: str, name: str) -> dict[float, float]:
+    """A histogram's buckets in ``text`` (a /metrics page): the cumulative count per upper
+    bound (``inf``: all), summed over the histogram's label sets."""
+    prefix = name + "_bucket{"
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            le = float(line.split('le="', 1)[1].split('"', 1)[0])
+            out[le] = out.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def transaction_times(text: str) -> dict | None:
     """The worker's ``streameval_transaction_seconds`` histogram in ``text`` (its /metrics):
     how many transactions it committed, their mean time from cut to commit, and the bucket
     bounds that half and 99 % of them took at most; None without any (at-least-once)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    buckets, count, total = [], 0.0, 0.0
-    for family in text_string_to_metric_families(text):
-        if family.name == "streameval_transaction_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_bucket"):
-                    buckets.append((float(sample.labels["le"]), sample.value))
-                elif sample.name.endswith("_count"):
-                    count = sample.value
-                elif sample.name.endswith("_sum"):
-                    total = sample.value
+    name = "streameval_transaction_seconds"
+    count = series(text, name + "_count")
     if not count:
         return None
-    buckets.sort()
+    buckets = sorted(histogram(text, name).items())
 
     def at_most(share: float) -> float:
         return next(le for le, below in buckets if below >= share * count)
 
+    total = series(text, name + "_sum") or 0.0
     return {"count": int(count), "mean": total / count, "p50": at_most(0.5), "p99": at_most(0.99)}
 
 

@@ -43,6 +43,7 @@ from pipeline_throughput import (  # noqa: E402
     MODELS,
     LiveTraffic,
     bootstrap,
+    histogram,
     make_topics,
     scrape,
     series,
@@ -87,17 +88,6 @@ def _total(text: str, name: str) -> float:
     """The sum of every series of a metric (all its labels)."""
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(name + "{") or line.startswith(name + " "))  # fmt: skip
-
-
-def _pauses(text: str) -> dict[float, float]:
-    """The checkpoint pause histogram: cumulative count per upper bound (inf: all)."""
-    name = "streameval_checkpoint_pause_seconds_bucket{"
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name):
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            out[float(le)] = out.get(float(le), 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def _pause_line(hist: dict[float, float]) -> str:
@@ -189,7 +179,7 @@ def main() -> None:
                                 series(text, "streameval_evaluation_waiting_outcomes") or 0,
                                 _total(text, "streameval_internal_lag"),
                                 ))  # fmt: skip
-                pauses = _pauses(text)
+                pauses = histogram(text, "streameval_checkpoint_pause_seconds")
             if now >= next_line and samples:
                 next_line = now + 60
                 cpu, cpu_was = _cpu_times(), cpu

@@ -97,3 +97,21 @@ def test_transaction_times_read_the_workers_histogram():
     assert (took["p50"], took["p99"]) == (0.05, 0.15)
     line = bench._transactions_line({"transactions": took})
     assert "100, mean 0.078 s, half ≤ 0.05 s, 99 % ≤ 0.15 s" in line
+
+
+def test_histogram_reads_cumulative_buckets_summed_over_label_sets():
+    """The one bucket reader of the benchmarks (the soak's checkpoint pauses, the latency
+    phase's transactions): cumulative counts per upper bound, label sets added up."""
+    text = "\n".join(
+        [
+            "# TYPE streameval_checkpoint_pause_seconds histogram",
+            'streameval_checkpoint_pause_seconds_bucket{process="0",le="0.1"} 3.0',
+            'streameval_checkpoint_pause_seconds_bucket{process="0",le="+Inf"} 4.0',
+            'streameval_checkpoint_pause_seconds_bucket{process="1",le="0.1"} 2.0',
+            'streameval_checkpoint_pause_seconds_bucket{process="1",le="+Inf"} 2.0',
+            'streameval_checkpoint_pause_seconds_count{process="0"} 4.0',
+        ]
+    )
+    hist = bench.histogram(text, "streameval_checkpoint_pause_seconds")
+    assert hist == {0.1: 5.0, float("inf"): 6.0}
+    assert bench.histogram(text, "streameval_transaction_seconds") == {}

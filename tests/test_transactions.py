@@ -437,6 +437,31 @@ def test_a_checkpoint_stops_the_data_path_for_its_cut_and_writes_its_records_ove
     assert _sent(slow)[-1] == ("metrics", b"next")
 
 
+class _SlowStore(_Stage):
+    def written(self, cut) -> None:
+        time.sleep(0.3)  # a disk store writing its batch
+        super().written(cut)
+
+
+def test_a_transactions_time_starts_at_its_cut_not_at_the_settle_before_it():
+    """A revocation's checkpoint first writes the disk store batches of the checkpoint
+    committed before it: that settle is a step of its own, not the transaction's time."""
+    output = Transactions(_NOWHERE, KafkaErrors(), "fraud-x")
+    slow = output.producer = _Slow()
+    slow.release.set()
+    changelog, stage = _Changelog(slow), _SlowStore([b"a"])
+    transactions: list[float] = []
+    telemetry = SimpleNamespace(
+        checkpointed=lambda took, pause: None, transaction=transactions.append
+    )
+    checkpoints = Checkpoints(output, None, telemetry, lambda log, q: None)
+    checkpoints.transact([(changelog, 0, stage)], [], object(), settle_later=True)
+    assert checkpoints.committed is not None and stage.told == []  # its settle comes later
+    checkpoints.transact([(changelog, 0, stage)], [], object())  # settles it first
+    assert len(stage.told) == 2 and len(transactions) == 2
+    assert transactions[1] < 0.25  # the 0.3 s settle before its cut is not in it
+
+
 def test_a_checkpoint_whose_records_are_refused_throws_the_held_messages_away(monkeypatch):
     """A refusal while its records are written stops the worker: the messages held since the
     cut never go out, and nothing is held any more."""
@@ -617,7 +642,7 @@ def test_at_least_once_builds_the_store_batch_while_kafka_acknowledges():
     produced: list = []
     changelog = _Acknowledged(SimpleNamespace(produce=lambda topic, value: produced.append(value)))
     join = _Join([b"a", b"b"])
-    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None, transaction=lambda _: None)
+    telemetry = SimpleNamespace(checkpointed=lambda took, pause: None)  # no transactions
     consumer = SimpleNamespace(commit=lambda offsets, asynchronous: None)
     checkpoints = Checkpoints(output, consumer, telemetry, lambda log, q: None)
 

@@ -363,7 +363,8 @@ class Checkpoints:
             cuts.append((changelog, q, stage, stage.cut()))
             changelog.describe(q, stage.summary())
         self.output.hold()  # what the data path makes from here on is the next one's
-        round_ = Round(0, cuts, [], watch.wall, wait=True)
+        # from the cut: a revocation's settle of the checkpoint before is a step of its own
+        round_ = Round(0, cuts, [], settled.wall, wait=True)
         round_.took("cut", settled)
         if settled.wall - watch.wall >= 0.001:  # the previous one's batch
             round_.steps["settle"] = settled.wall - watch.wall

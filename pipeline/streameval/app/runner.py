@@ -97,8 +97,10 @@ def read_turn(consume: Callable[[int, float], list[Any]], most: int, wait: float
     confluent-kafka's ``Consumer.consume``, which returns only once it has ``most`` messages
     or its timeout is up (librdkafka's batch consume; confluent-kafka 2.13 and later cut a
     timeout of 200 ms or more into pieces of 200 ms, so the waits here, shorter, are whole):
-    given the whole wait, a worker that keeps up waited it out every turn, and a label waits
-    for several turns on its way to its metrics (docs/performance.md, "A turn reads what is
+    given the whole wait, a worker that keeps up waited it out on every turn with nothing
+    urgent (the loop's ``wait`` is 0 with a join step due or a due commit waiting for the last
+    one, at most ``COMMIT_LOOK_S`` while a commit is on its way), and a label waits for
+    several turns on its way to its metrics (docs/performance.md, "A turn reads what is
     there")."""
     messages = consume(1, wait)
     if messages and most > 1:
