@@ -46,7 +46,10 @@ phases 1-3 are repeated ``--rounds`` times and reported as min / median / max:
    ``--latency-seconds``, and the p99 to the record's broker timestamp (when the worker
    produced it, before its commit). Each run also says where the delays went: ingest, join,
    evaluation and publish, commit and read, from the times the worker produced the batches
-   that carried each record's oldest new label (:func:`latency_stages`).
+   that carried each record's oldest new label (:func:`latency_stages`); when in the run the
+   slowest 5 % of its records were made; the cores the machine, the worker, the local broker
+   and the benchmark's own process (load generator and reader) used while the traffic ran; and
+   the records the worker wrote to each of its own topics per input event.
 
 Every pipeline prints how many outcomes it evaluated; one that evaluated fewer than the worker
 is said to, and no ratio is drawn from it.
@@ -299,6 +302,22 @@ def series(text: str, name: str) -> float | None:
     return None
 
 
+def total(text: str, name: str) -> float:
+    """The sum of every series of a metric in ``text`` (a /metrics page), all its labels."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))  # fmt: skip
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time so far, in ticks: user, nice, system, idle, iowait, irq, softirq,
+    steal (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(x) for x in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
 def read_topic(boot: str, topic: str, timeout: float = 10.0) -> list:
     """Every committed message of a topic now: (broker timestamp ms, value). Read to each
     partition's end as a read_committed reader sees it (transaction markers take offsets)."""
@@ -439,21 +458,34 @@ def changelog_records(boot: str, named: str) -> int:
     """How many records the worker wrote to its two changelogs (``named``: the topic prefix
     and the app id): the sum of their partitions' end offsets (a transaction's commit marker
     takes an offset too)."""
+    return sum(internal_records(boot, named, ("join-changelog", "eval-changelog")).values())
+
+
+#: the worker's own topics, by the end of their names (:func:`internal_records`)
+INTERNAL = ("events", "outcomes", "join-changelog", "eval-changelog")
+
+
+def internal_records(boot: str, named: str, kinds: tuple[str, ...] = INTERNAL) -> dict[str, int]:
+    """How many records the worker wrote to each of its own topics (``named``: the topic
+    prefix and the app id), by kind: the sum of the partitions' end offsets. Under
+    exactly-once a commit marker takes an offset in every partition its transaction wrote to,
+    up to one per partition and transaction: a large part of the event and outcome batches'
+    counts in a live run, a small one of the join changelog's."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": boot, "group.id": "bench-reader"})
     try:
-        total = 0
-        for kind in ("join", "eval"):
-            topic = f"{named}-{kind}-changelog"
+        found = {}
+        for kind in kinds:
+            topic = f"{named}-{kind}"
             meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
-                raise SystemExit(f"the worker's changelog {topic} is not on the broker")
-            partitions = meta.partitions
-            total += sum(
-                consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions
+                raise SystemExit(f"the worker's topic {topic} is not on the broker")
+            found[kind] = sum(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                for p in meta.partitions
             )
-        return total
+        return found
     finally:
         consumer.close()
 
@@ -844,10 +876,12 @@ def phase_latency(
         # in its group with every partition restored: a run measures the worker at work, not
         # its start (the second process's joining moves every partition once)
         ready = wait_ready(port, process)
-        start = time.monotonic()
+        start, began = time.monotonic(), time.time() * 1000.0
+        before = _machine(process.pid)
         while time.monotonic() - start < seconds:
             traffic.step()
             time.sleep(0.002)
+        machine = _machine(process.pid, before, time.monotonic() - start)
         sent = traffic.sent
         producer.flush(30)
         time.sleep(3)
@@ -882,6 +916,11 @@ def phase_latency(
             f"the metrics reader read {len(read)} of {len(produced)} final records in time"
         )
     delays, made = np.asarray(read) / 1000.0, np.asarray(produced) / 1000.0
+    # when in the run the worker produced the slowest 5 % of the records
+    slow = delays >= np.percentile(delays, 95)
+    slow_at = sorted(
+        {round((c[3] - began) / 1000.0) for c, late in zip(covered, slow, strict=True) if late}
+    )
     return {
         "sent": sent,
         "rate": sent / seconds,
@@ -893,7 +932,28 @@ def phase_latency(
         "ready": ready,
         "stages": latency_stages(boot, prefix, covered),
         "transactions": transactions,
+        "slow_at": slow_at,
+        "machine": machine,
+        "internal": internal_records(boot, prefix + prefix + "app"),
     }
+
+
+def _machine(worker: int, before: dict | None = None, seconds: float = 0.0) -> dict:
+    """CPU seconds so far of the worker (its process tree), the local broker, this benchmark's
+    process (the load generator and the metrics reader), and the machine (its busy time, steal
+    apart, and the time the host stole, from /proc/stat); with ``before``, the cores each used
+    on average since then."""
+    ticks = cpu_times() or [0] * 8  # user nice system idle iowait irq softirq steal
+    used = {
+        "worker": _tree_cpu(worker),
+        "broker": _stat(BROKER_PID)[1] if BROKER_PID is not None else float("nan"),
+        "benchmark": sum(os.times()[:2]),
+        "busy": (sum(ticks[:8]) - ticks[3] - ticks[4] - ticks[7]) / _TICK,
+        "steal": ticks[7] / _TICK,
+    }
+    if before is None:
+        return used
+    return {name: (used[name] - before[name]) / seconds for name in used}
 
 
 def histogram(text: str, name: str) -> dict[float, float]:
@@ -913,7 +973,7 @@ def transaction_times(text: str) -> dict | None:
     how many transactions it committed, their mean time from cut to commit, and the bucket
     bounds that half and 99 % of them took at most; None without any (at-least-once)."""
     name = "streameval_transaction_seconds"
-    count = series(text, name + "_count")
+    count = total(text, name + "_count")
     if not count:
         return None
     buckets = sorted(histogram(text, name).items())
@@ -921,8 +981,8 @@ def transaction_times(text: str) -> dict | None:
     def at_most(share: float) -> float:
         return next(le for le, below in buckets if below >= share * count)
 
-    total = series(text, name + "_sum") or 0.0
-    return {"count": int(count), "mean": total / count, "p50": at_most(0.5), "p99": at_most(0.99)}
+    mean = total(text, name + "_sum") / count
+    return {"count": int(count), "mean": mean, "p50": at_most(0.5), "p99": at_most(0.99)}
 
 
 #: the parts of a label's way to the metrics record that counts it (:func:`latency_stages`)
@@ -1288,8 +1348,47 @@ def _latency_line(run: dict) -> str:
         f"{run['rate']:,.0f} events/s over {run['records']} records read (p99 "
         f"{run['p99_produced']:.2f} s to the records' broker timestamps; ready "
         f"{run['ready']:.1f} s after its start){short}{_stages_line(run)}"
-        f"{_transactions_line(run)}"
+        f"{_transactions_line(run)}{_slow_line(run)}{_machine_line(run)}"
     )
+
+
+def _machine_line(run: dict) -> str:
+    """What a latency run's traffic had of the machine, and what the worker wrote to its own
+    topics per input event."""
+    cores, internal = run.get("machine"), run.get("internal")
+    if not cores or not internal:
+        return ""
+    per_event = ", ".join(f"{kind} {n / run['sent']:.3f}" for kind, n in internal.items())
+    return (
+        f"\n    cores in use while the traffic ran: {cores['busy']:.2f} of {os.cpu_count()} "
+        f"(the worker {cores['worker']:.2f}, the broker {cores['broker']:.2f}, the load "
+        f"generator and reader {cores['benchmark']:.2f}; stolen {cores['steal']:.2f})"
+        f"\n    records the worker wrote to its topics, per input event: {per_event}"
+    )
+
+
+def _slow_line(run: dict) -> str:
+    """When, in seconds from the start of its traffic, the worker produced a latency run's
+    slowest 5 % of the records: a stall at the start, now and then, or all through."""
+    at = run.get("slow_at")
+    if not at:
+        return ""
+    return f"\n    the slowest 5 % produced in these seconds of the run: {spans(at)}"
+
+
+def spans(seconds: list[int]) -> str:
+    """Sorted whole seconds as runs of consecutive ones.
+
+    >>> spans([6, 7, 8, 10, 33])
+    '6–8, 10, 33'
+    """
+    runs: list[list[int]] = []
+    for s in seconds:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
 
 
 def _transactions_line(run: dict) -> str:

@@ -43,6 +43,7 @@ from pipeline_throughput import (  # noqa: E402
     MODELS,
     LiveTraffic,
     bootstrap,
+    cpu_times,
     histogram,
     make_topics,
     scrape,
@@ -50,21 +51,13 @@ from pipeline_throughput import (  # noqa: E402
     start_worker,
     stop,
 )
+from pipeline_throughput import total as _total  # noqa: E402  (a local is called total)
 from streameval.devkafka import free_port  # noqa: E402
 
 
-def _cpu_times() -> list[int]:
-    """The machine's CPU time so far, in ticks: user, nice, system, idle, iowait, irq, softirq,
-    steal (Linux; empty elsewhere)."""
-    try:
-        with open("/proc/stat") as stat:
-            return [int(x) for x in stat.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return []
-
-
 def _cpu_line(was: list[int], now: list[int]) -> str:
-    """How busy the machine's CPUs were between two readings of :func:`_cpu_times`."""
+    """How busy the machine's CPUs were between two readings of
+    :func:`~pipeline_throughput.cpu_times`."""
     if len(was) < 8 or len(now) < 8:
         return ""
     d = [max(0, b - a) for a, b in zip(was, now, strict=True)]  # (iowait may go back)
@@ -82,12 +75,6 @@ idle_ms = 1000
 snapshot_interval_s = 5.0
 processes = {processes}
 """
-
-
-def _total(text: str, name: str) -> float:
-    """The sum of every series of a metric (all its labels)."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))  # fmt: skip
 
 
 def _pause_line(hist: dict[float, float]) -> str:
@@ -152,7 +139,7 @@ def main() -> None:
     time.sleep(8)  # the worker joins its group
     start = time.monotonic()
     next_sample, next_line = start, start + 60
-    cpu = _cpu_times()
+    cpu = cpu_times()
     alive = True
     try:
         while time.monotonic() - start < seconds:
@@ -182,7 +169,7 @@ def main() -> None:
                 pauses = histogram(text, "streameval_checkpoint_pause_seconds")
             if now >= next_line and samples:
                 next_line = now + 60
-                cpu, cpu_was = _cpu_times(), cpu
+                cpu, cpu_was = cpu_times(), cpu
                 latest = samples[-1]
                 t, _, rss, store, pending, lag, debt, behind, events, outcomes, internal = latest
                 recent = [s[1] for s in samples if s[0] > t - 60]

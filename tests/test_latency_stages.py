@@ -115,3 +115,25 @@ def test_histogram_reads_cumulative_buckets_summed_over_label_sets():
     hist = bench.histogram(text, "streameval_checkpoint_pause_seconds")
     assert hist == {0.1: 5.0, float("inf"): 6.0}
     assert bench.histogram(text, "streameval_transaction_seconds") == {}
+
+
+def test_a_latency_run_says_what_it_had_of_the_machine_and_what_the_worker_wrote():
+    """The tail of a latency run depends on what else the machine did: the run says the cores
+    each party used while the traffic ran, and the records per input event the worker wrote
+    to its own topics (its internal batches and changelogs)."""
+    run = {
+        "sent": 1000,
+        "machine": {"busy": 1.9, "worker": 1.05, "broker": 0.6, "benchmark": 0.2, "steal": 0.0},
+        "internal": {"events": 10, "outcomes": 25, "join-changelog": 600, "eval-changelog": 12},
+    }
+    line = bench._machine_line(run)
+    assert "1.90 of" in line and "the worker 1.05, the broker 0.60" in line
+    assert "events 0.010, outcomes 0.025, join-changelog 0.600, eval-changelog 0.012" in line
+    assert bench._machine_line({"sent": 1}) == ""
+
+
+def test_the_slowest_records_seconds_read_as_spans_and_a_metric_sums_its_label_sets():
+    assert bench.spans([12, 13, 14, 15, 16, 56, 57, 95]) == "12–16, 56–57, 95"
+    assert bench.spans([]) == ""
+    text = 'x_count{process="0"} 3.0\nx_count{process="1"} 4.0\nx_count_other 9.0\n'
+    assert bench.total(text, "x_count") == 7.0
