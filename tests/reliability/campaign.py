@@ -18,7 +18,11 @@ promises (:meth:`Campaign.verdict`):
 * that the broker outage did put workers out of their group (the path that purges what they
   had not sent);
 * how many published records a ``read_committed`` reader sees twice: identical copies under
-  ``at_least_once``; none under ``exactly_once``, the default.
+  ``at_least_once``; none under ``exactly_once``, the default;
+* where the outcomes went (:meth:`Campaign.trace`): each (model, instance) on the internal
+  outcomes topic against replay's, and for the first instances with one missing, their
+  events, dead letters and join changelog records — so that a campaign whose numbers differ
+  says at which stage.
 
 ``python -m tests.reliability.campaign`` runs it at full size, then a plan of broker restarts
 short enough for the workers to stay in their group (their inputs look quiet meanwhile and
@@ -82,6 +86,11 @@ EXIT_MARGIN_S = 10.0  # Python's start-up and exit, Faust's service teardown
 WAITED = re.compile(r"waited (\d+\.\d) s for the (?:group's offsets|transactions open)")
 #: the broker's log line for a transaction it aborted because it outlived its timeout
 ROLLED_BACK = re.compile(r"ongoing transaction for transactionalId (\S+) due to timeout")
+#: what a worker says of a commit that failed: Kafka aborted it (the loop, a revocation), or
+#: it failed as its partitions went
+FAILED_COMMITS = ("Kafka aborted the worker's", "the commit on its way when")
+#: what a worker says when it replaces a producer left in a hung send_offsets_to_transaction
+HUNG = "(librdkafka #5456, #5511). A new producer takes the same transactional id"
 assert MAX_LAG_MS < 1000  # the grace above: an overtaken prediction still joins
 
 
@@ -488,6 +497,11 @@ class Campaign:
             time.sleep(1)
         records = self.deployment.raw_records()
         copies = sum(n - 1 for n in Counter(records).values() if n > 1)
+        try:
+            traced = self.trace()
+        except Exception as err:  # a diagnosis that failed must not hide the verdict
+            traced = {"outcomes_missing": -1, "outcomes_twice": -1, "twice": [],
+                      "missing": [f"tracing the outcomes failed: {err!r}"]}  # fmt: skip
         for slot in self.alive():
             self.term(slot, "at the end")
         kills = sum(f.kind == "SIGKILL worker" for f in self.faults)
@@ -496,6 +510,11 @@ class Campaign:
         waits = [float(w) for text in logs for w in WAITED.findall(text)]
         return {
             "lost": sum(text.count("partitions lost") for text in logs),
+            # the commits the workers saw fail (each said once: aborted by Kafka, or failed
+            # while their partitions went), and the calls librdkafka left hung (said once,
+            # where a new producer replaces the hung one)
+            "aborted": sum(text.count(said) for text in logs for said in FAILED_COMMITS),
+            "hung": sum(text.count(HUNG) for text in logs),
             "waits": waits,
             "timed_out": self.timed_out(),
             "equal": got == expected,
@@ -509,6 +528,74 @@ class Campaign:
             "copies": copies,
             "compared": sum(len(v) for v in expected.values()),
             "outcomes": sum(want.values()),
+            **traced,
+        }
+
+    def trace(self, most: int = 8) -> dict:
+        """Where the outcomes went: every (model, instance) outcome on the outcomes topic as a
+        ``read_committed`` reader sees it, against replay's. Under exactly-once each is there
+        once; one missing is followed back through the events topic, the dead letters and the
+        join changelog (so that a failed campaign says at which stage an instance was lost,
+        and which processes' logs to read). The ``most`` first missing instances are
+        described."""
+        from streameval.app.changelog_format import STATE
+        from streameval.app.wire import decode_events, decode_outcomes
+        from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
+        from streameval.core.state import MEMORY, RECORD
+        from streameval.topics import Topics
+
+        from tests.streaming import outcomes_of
+
+        d = self.deployment
+        topics = Topics.with_prefix(d.prefix, d.prefix + "app")
+        expected = Counter((o.model_id, o.instance_id) for o in outcomes_of(
+            list(self.traffic.lines()), self.config))  # fmt: skip
+        got: Counter = Counter()
+        made_by: dict[tuple[str, str], list[str]] = {}
+        for p, offset, _, value in _read_all(d, topics.outcomes):
+            batch = decode_outcomes(value)
+            for o in batch.outcomes:
+                if o.times:  # (not the join's notices of predicted instances)
+                    got[o.model_id, o.instance_id] += 1
+                    made_by.setdefault((o.model_id, o.instance_id), []).append(
+                        f"outcomes[{p}]@{offset} (join {batch.partition} batch "
+                        f"{batch.offset}.{batch.part})"
+                    )
+        missing = sorted(expected - got)
+        twice = sorted(k for k, n in got.items() if n > expected.get(k, 0))
+        lost = sorted({i for _, i in missing})[:most]
+        where: dict[str, list[str]] = {i: [] for i in lost}
+        if lost:
+            kinds = {INSTANCE: "instance", PREDICTION: "prediction", LABEL: "label"}
+            for q, offset, _, value in _read_all(d, topics.events):
+                batch = decode_events(value)
+                for row in batch.events:
+                    if row[1] in where:
+                        source = batch.sources[row[5]]
+                        where[row[1]].append(
+                            f"{kinds.get(row[0], row[0])} {row[2]} from {source.topic}"
+                            f"[{source.partition}]@{row[6]} -> events[{q}]@{offset}"
+                        )
+            for p, offset, _, value in _read_all(d, topics.dead_letters):
+                for i in lost:
+                    if i.encode() in value:
+                        where[i].append(f"dead-letters[{p}]@{offset}: {value[:300]!r}")
+            keys = {STATE + kind + i.encode(): i for i in lost for kind in (RECORD, MEMORY)}
+            for q, offset, key, value in _read_all(d, topics.join_changelog):
+                if key in keys:
+                    state = "deleted" if value is None else f"{len(value)} bytes"
+                    where[keys[key]].append(
+                        f"join changelog[{q}]@{offset} {key[1:2].decode()}: {state}"
+                    )
+        return {
+            "outcomes_missing": len(missing),
+            "outcomes_twice": len(twice),
+            "missing": [
+                f"{i} ({', '.join(m for m, j in missing if j == i)}): "
+                + ("; ".join(where[i]) or "not on the events topic")
+                for i in lost
+            ],
+            "twice": [f"{k}: {'; '.join(made_by[k])}" for k in twice[:most]],
         }
 
     def timed_out(self) -> list[str]:
@@ -541,6 +628,34 @@ def conduct(root: Path, plan: Plan, log=print) -> tuple[Campaign, dict]:
         campaign.close()
 
 
+def _read_all(deployment: Deployment, topic: str) -> list[tuple[int, int, bytes, bytes]]:
+    """Every message of ``topic`` a ``read_committed`` reader sees: (partition, offset, key,
+    value)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    out = []
+    with deployment.reader({"enable.partition.eof": True}) as consumer:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        for p in sorted(metadata.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            while True:
+                messages = consumer.consume(10_000, 10)
+                assert messages, f"{topic}[{p}]: no end in sight"
+                ended = False
+                for message in messages:
+                    error = message.error()
+                    if error is None:
+                        out.append((p, message.offset(), message.key(), message.value()))
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        ended = True
+                if ended:
+                    break
+    return out
+
+
 def _mismatch(got: dict, expected: dict) -> list[str]:
     out = []
     for part in ("metrics", "comparisons", "slices"):
@@ -570,6 +685,8 @@ def table(report: dict, faults: list[Fault]) -> str:
         "SIGTERMs (state: seconds to exit, status)",
         *(f"  {s}: {t:.1f} s, {c}" for s, t, c, _ in report["terms"]),
         f"workers that lost their partitions {report['lost']:>5}",
+        f"commits the workers saw fail       {report['aborted']:>5}",
+        f"send_offsets_to_transaction hung {report['hung']:>7}",
         f"waits for open transactions at assignment: {len(report['waits'])}"
         + (f", longest {max(report['waits']):.1f} s" if report["waits"] else ""),
         f"transactions the broker rolled back on timeout: {len(report['timed_out'])}"
@@ -581,7 +698,13 @@ def table(report: dict, faults: list[Fault]) -> str:
         f"records published              {report['records']:>8}",
         f"copies seen by read_committed  {report['copies']:>8}",
         f"unexpected worker exits        {len(report['unexpected_exits']):>8}",
+        f"outcomes missing (internal)    {report['outcomes_missing']:>8}",
+        f"outcomes more often than replay {report['outcomes_twice']:>7}",
     ]
+    if report["missing"]:
+        lines += ["instances whose outcomes are missing:", *report["missing"]]
+    if report["twice"]:
+        lines += ["outcomes more often than in replay:", *report["twice"]]
     if report["mismatch"]:
         lines += ["differences:", *report["mismatch"][:20]]
     return "\n".join(lines)

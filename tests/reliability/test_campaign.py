@@ -45,7 +45,7 @@ def test_under_exactly_once_no_record_is_read_twice(tmp_path):
     print(table(report, campaign.faults))
     assert report["kills"] >= 20 and report["faults"]["broker SIGKILL"] == 3
     assert report["faults"]["output topic deleted"]
-    assert report["equal"], (report["counts"], report["mismatch"])
+    assert report["equal"], (report["counts"], report["mismatch"], report["missing"])
     assert report["copies"] == 0, report["copies"]
     assert not report["unexpected_exits"], report["unexpected_exits"]
     for state, took, code, refused in report["terms"]:
