@@ -275,29 +275,39 @@ class Deployment:
 
     def raw_records(self) -> list[tuple[str, bytes]]:
         """Every message on the output topics as a ``read_committed`` reader sees it: (topic,
-        value), copies included. Read to each partition's end as the reader sees it (under
-        exactly-once, transaction markers take offsets too, and an open transaction ends
-        what may be read)."""
+        value), copies included."""
+        topics = [self.prefix + base for base in SCHEMAS]
+        return [(topic, value) for topic, _, _, _, value in self.read(topics)]
+
+    def read(self, topics: list[str]) -> list[tuple[str, int, int, bytes, bytes]]:
+        """Every message of ``topics`` a ``read_committed`` reader sees: (topic, partition,
+        offset, key, value), each partition in offset order. Read to each partition's end as
+        the reader sees it (under exactly-once, transaction markers take offsets too, and an
+        open transaction ends what may be read)."""
         from confluent_kafka import KafkaError, TopicPartition
+        from streameval.app.runner import read_turn
 
         out = []
         with self.reader({"enable.partition.eof": True}) as consumer:
-            for base in SCHEMAS:
-                topic = self.prefix + base
+            for topic in topics:
                 metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-                for p in metadata.partitions:
+                for p in sorted(metadata.partitions):
                     low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
                     if high <= low:
                         continue
                     consumer.assign([TopicPartition(topic, p, low)])
-                    while True:
-                        message = consumer.poll(10)
-                        assert message is not None, f"{topic}[{p}]: no end in sight"
-                        error = message.error()
-                        if error is None:
-                            out.append((topic, message.value()))
-                        elif error.code() == KafkaError._PARTITION_EOF:
-                            break
+                    ended = False
+                    while not ended:
+                        messages = read_turn(consumer.consume, 10_000, 10)
+                        assert messages, f"{topic}[{p}]: no end in sight"
+                        for message in messages:
+                            error = message.error()
+                            if error is None:
+                                out.append(
+                                    (topic, p, message.offset(), message.key(), message.value())
+                                )
+                            elif error.code() == KafkaError._PARTITION_EOF:
+                                ended = True
         return out
 
     @contextmanager

@@ -45,6 +45,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -500,7 +501,7 @@ class Campaign:
         try:
             traced = self.trace()
         except Exception as err:  # a diagnosis that failed must not hide the verdict
-            traced = {"outcomes_missing": -1, "outcomes_twice": -1, "twice": [],
+            traced = {"outcomes_missing": -1, "outcomes_extra": -1, "extra": [],
                       "missing": [f"tracing the outcomes failed: {err!r}"]}  # fmt: skip
         for slot in self.alive():
             self.term(slot, "at the end")
@@ -533,15 +534,7 @@ class Campaign:
 
     def trace(self, most: int = 8) -> dict:
         """Where the outcomes went: every (model, instance) outcome on the outcomes topic as a
-        ``read_committed`` reader sees it, against replay's. Under exactly-once each is there
-        once; one missing is followed back through the events topic, the dead letters and the
-        join changelog (so that a failed campaign says at which stage an instance was lost,
-        and which processes' logs to read). The ``most`` first missing instances are
-        described."""
-        from streameval.app.changelog_format import STATE
-        from streameval.app.wire import decode_events, decode_outcomes
-        from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
-        from streameval.core.state import MEMORY, RECORD
+        ``read_committed`` reader sees it, against replay's (:func:`follow`)."""
         from streameval.topics import Topics
 
         from tests.streaming import outcomes_of
@@ -550,53 +543,13 @@ class Campaign:
         topics = Topics.with_prefix(d.prefix, d.prefix + "app")
         expected = Counter((o.model_id, o.instance_id) for o in outcomes_of(
             list(self.traffic.lines()), self.config))  # fmt: skip
-        got: Counter = Counter()
-        made_by: dict[tuple[str, str], list[str]] = {}
-        for p, offset, _, value in _read_all(d, topics.outcomes):
-            batch = decode_outcomes(value)
-            for o in batch.outcomes:
-                if o.times:  # (not the join's notices of predicted instances)
-                    got[o.model_id, o.instance_id] += 1
-                    made_by.setdefault((o.model_id, o.instance_id), []).append(
-                        f"outcomes[{p}]@{offset} (join {batch.partition} batch "
-                        f"{batch.offset}.{batch.part})"
-                    )
-        missing = sorted(expected - got)
-        twice = sorted(k for k, n in got.items() if n > expected.get(k, 0))
-        lost = sorted({i for _, i in missing})[:most]
-        where: dict[str, list[str]] = {i: [] for i in lost}
-        if lost:
-            kinds = {INSTANCE: "instance", PREDICTION: "prediction", LABEL: "label"}
-            for q, offset, _, value in _read_all(d, topics.events):
-                batch = decode_events(value)
-                for row in batch.events:
-                    if row[1] in where:
-                        source = batch.sources[row[5]]
-                        where[row[1]].append(
-                            f"{kinds.get(row[0], row[0])} {row[2]} from {source.topic}"
-                            f"[{source.partition}]@{row[6]} -> events[{q}]@{offset}"
-                        )
-            for p, offset, _, value in _read_all(d, topics.dead_letters):
-                for i in lost:
-                    if i.encode() in value:
-                        where[i].append(f"dead-letters[{p}]@{offset}: {value[:300]!r}")
-            keys = {STATE + kind + i.encode(): i for i in lost for kind in (RECORD, MEMORY)}
-            for q, offset, key, value in _read_all(d, topics.join_changelog):
-                if key in keys:
-                    state = "deleted" if value is None else f"{len(value)} bytes"
-                    where[keys[key]].append(
-                        f"join changelog[{q}]@{offset} {key[1:2].decode()}: {state}"
-                    )
-        return {
-            "outcomes_missing": len(missing),
-            "outcomes_twice": len(twice),
-            "missing": [
-                f"{i} ({', '.join(m for m, j in missing if j == i)}): "
-                + ("; ".join(where[i]) or "not on the events topic")
-                for i in lost
-            ],
-            "twice": [f"{k}: {'; '.join(made_by[k])}" for k in twice[:most]],
-        }
+        return follow(
+            expected,
+            d.read([topics.outcomes]),
+            lambda: d.read([topics.events, topics.dead_letters, topics.join_changelog]),
+            topics,
+            most,
+        )
 
     def timed_out(self) -> list[str]:
         """The transactions the broker rolled back because they outlived
@@ -628,32 +581,76 @@ def conduct(root: Path, plan: Plan, log=print) -> tuple[Campaign, dict]:
         campaign.close()
 
 
-def _read_all(deployment: Deployment, topic: str) -> list[tuple[int, int, bytes, bytes]]:
-    """Every message of ``topic`` a ``read_committed`` reader sees: (partition, offset, key,
-    value)."""
-    from confluent_kafka import KafkaError, TopicPartition
+def follow(
+    expected: Counter,
+    outcomes: list[tuple[str, int, int, bytes, bytes]],
+    read_the_rest: Any,
+    topics: Any,
+    most: int = 8,
+) -> dict:
+    """Each (model, instance) outcome of ``outcomes`` (the outcomes topic's messages: topic,
+    partition, offset, key, value) counted against ``expected`` (replay's). Under
+    exactly-once each is there once. The ``most`` first instances with one missing are
+    followed back through the messages of the events topic, the dead letters and the join
+    changelog (``read_the_rest()``, read only then), so that a failed campaign says at which
+    stage an instance was lost and which processes' logs to read; the first outcomes there
+    more often than in replay are described with the batches that carried them."""
+    from streameval.app.changelog_format import STATE
+    from streameval.app.wire import decode_events, decode_outcomes
+    from streameval.core.outcome import INSTANCE, LABEL, PREDICTION
+    from streameval.core.state import MEMORY, RECORD
 
-    out = []
-    with deployment.reader({"enable.partition.eof": True}) as consumer:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        for p in sorted(metadata.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            while True:
-                messages = consumer.consume(10_000, 10)
-                assert messages, f"{topic}[{p}]: no end in sight"
-                ended = False
-                for message in messages:
-                    error = message.error()
-                    if error is None:
-                        out.append((p, message.offset(), message.key(), message.value()))
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        ended = True
-                if ended:
-                    break
-    return out
+    got: Counter = Counter()
+    carried_by: dict[tuple[str, str], list[tuple[int, int, Any]]] = {}
+    for _, p, offset, _, value in outcomes:
+        batch = decode_outcomes(value)
+        for o in batch.outcomes:
+            if o.times:  # (not the join's notices of predicted instances)
+                got[o.model_id, o.instance_id] += 1
+                carried_by.setdefault((o.model_id, o.instance_id), []).append((p, offset, batch))
+    missing = sorted(expected - got)
+    extra = sorted(k for k, n in got.items() if n > expected.get(k, 0))
+    lost = sorted({i for _, i in missing})[:most]
+    where: dict[str, list[str]] = {i: [] for i in lost}
+    if lost:
+        kinds = {INSTANCE: "instance", PREDICTION: "prediction", LABEL: "label"}
+        keys = {STATE + kind + i.encode(): i for i in lost for kind in (RECORD, MEMORY)}
+        for topic, q, offset, key, value in read_the_rest():
+            if topic == topics.events:
+                batch = decode_events(value)
+                for row in batch.events:
+                    if row[1] in where:
+                        source = batch.sources[row[5]]
+                        where[row[1]].append(
+                            f"{kinds.get(row[0], row[0])} {row[2]} from {source.topic}"
+                            f"[{source.partition}]@{row[6]} -> events[{q}]@{offset}"
+                        )
+            elif topic == topics.dead_letters:
+                for i in lost:
+                    if i.encode() in value:
+                        where[i].append(f"dead-letters[{q}]@{offset}: {value[:300]!r}")
+            elif topic == topics.join_changelog and key in keys:
+                state = "deleted" if value is None else f"{len(value)} bytes"
+                where[keys[key]].append(
+                    f"join changelog[{q}]@{offset} {key[1:2].decode()}: {state}"
+                )
+    return {
+        "outcomes_missing": len(missing),
+        "outcomes_extra": len(extra),
+        "missing": [
+            f"{i} ({', '.join(m for m, j in missing if j == i)}): "
+            + ("; ".join(where[i]) or "not on the events topic")
+            for i in lost
+        ],
+        "extra": [
+            f"{model} {instance}: "
+            + "; ".join(
+                f"outcomes[{p}]@{offset} (join {b.partition} batch {b.offset}.{b.part})"
+                for p, offset, b in carried_by[model, instance]
+            )
+            for model, instance in extra[:most]
+        ],
+    }
 
 
 def _mismatch(got: dict, expected: dict) -> list[str]:
@@ -699,12 +696,12 @@ def table(report: dict, faults: list[Fault]) -> str:
         f"copies seen by read_committed  {report['copies']:>8}",
         f"unexpected worker exits        {len(report['unexpected_exits']):>8}",
         f"outcomes missing (internal)    {report['outcomes_missing']:>8}",
-        f"outcomes more often than replay {report['outcomes_twice']:>7}",
+        f"outcomes more often than replay {report['outcomes_extra']:>7}",
     ]
     if report["missing"]:
         lines += ["instances whose outcomes are missing:", *report["missing"]]
-    if report["twice"]:
-        lines += ["outcomes more often than in replay:", *report["twice"]]
+    if report["extra"]:
+        lines += ["outcomes more often than in replay:", *report["extra"]]
     if report["mismatch"]:
         lines += ["differences:", *report["mismatch"][:20]]
     return "\n".join(lines)

@@ -39,7 +39,7 @@ def test_a_campaign_of_faults_ends_with_replays_numbers(tmp_path):
 def test_under_exactly_once_no_record_is_read_twice(tmp_path):
     """The same faults with the workers committing their outputs in Kafka transactions:
     replay's numbers, no unexpected exit, every SIGTERM clean, and no record a
-    read_committed reader sees twice."""
+    read_committed reader sees twice, published or internal."""
     plan = Plan(instances=12_000, seconds=80, kills=20, outage_s=30, guarantee="exactly_once")
     campaign, report = conduct(tmp_path, plan)
     print(table(report, campaign.faults))
@@ -47,6 +47,8 @@ def test_under_exactly_once_no_record_is_read_twice(tmp_path):
     assert report["faults"]["output topic deleted"]
     assert report["equal"], (report["counts"], report["mismatch"], report["missing"])
     assert report["copies"] == 0, report["copies"]
+    # nor an outcome on the internal outcomes topic more often than replay made it
+    assert report["outcomes_extra"] == 0, report["extra"]
     assert not report["unexpected_exits"], report["unexpected_exits"]
     for state, took, code, refused in report["terms"]:
         assert took <= SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S, (state, took)
